@@ -35,7 +35,9 @@ class StageError(ZephonError):
     ``(dataset, shard, record)`` so the failing input can be found.
     """
 
-    def __init__(self, stage: str, dataset: str, pointer: tuple[str, int, int], cause: BaseException):
+    def __init__(
+        self, stage: str, dataset: str, pointer: tuple[str, int, int], cause: BaseException
+    ):
         self.stage = stage
         self.dataset = dataset
         self.pointer = pointer

@@ -1,0 +1,434 @@
+"""Datasets: named, fingerprinted sets of shards whose records are read by pointer.
+
+A ``Dataset`` resolves its file patterns at construction and reads nothing
+else until first used. It then indexes every shard once (record offsets and
+text byte lengths) and caches each index on disk, keyed by the shard's
+content fingerprint, so later runs and other processes reuse it. Cache layout
+under ``cache_dir`` (default ``zephon_home()/"cache"``)::
+
+    stat/<sha256(path, size, mtime_ns, inode)>          content fingerprint of a file
+    index/<content-fp>.<format>.<field-hash>.v1.npz    ShardIndex of a shard
+    decompressed/<content-fp>.jsonl                     plain copy of a .gz/.zst shard
+
+Every file is written to a temporary name and renamed into place, so
+concurrent processes can share the cache.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import tempfile
+import threading
+import time
+import warnings
+import zipfile
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+import numpy as np
+
+from pipeline.errors import ConfigError, DataError
+from pipeline.formats import (
+    JsonlFormat,
+    ParquetFormat,
+    ShardFormat,
+    ShardIndex,
+    TextFormat,
+    decompress,
+    detect_format,
+    utf8_len,
+)
+from pipeline.paths import zephon_home
+
+INDEX_VERSION = "v1"
+FINGERPRINT_TAG = "zephon-dataset-v1"
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_MAX_OPEN_SHARDS = 64  # bounds open file descriptors for datasets with many shards
+# A file modified within this window may be modified again without its
+# (size, mtime) changing, so its fingerprint is not put in the stat cache.
+_RACY_NS = 2_000_000_000
+_REASONS = {
+    "malformed_json": "the line is not valid JSON",
+    "not_an_object": "the line is JSON but not an object",
+    "missing_field": "the text field is missing or not a string",
+    "invalid_utf8": "the bytes are not valid UTF-8",
+    "empty_document": "the text is empty",
+}
+_IGNORED = "blank_line"  # counted in report() but never an error or a warning
+
+
+@dataclass(frozen=True)
+class RecordPointer:
+    """Address of one record: dataset name, shard index (sorted order), record in shard."""
+
+    dataset: str
+    shard: int
+    record: int
+
+    def as_tuple(self) -> tuple[str, int, int]:
+        """``(dataset, shard, record)``."""
+        return (self.dataset, self.shard, self.record)
+
+
+@dataclass(frozen=True)
+class _Shard:
+    path: Path
+    format: str
+    compression: str | None
+
+
+@dataclass(frozen=True)
+class _Indexed:
+    """Everything the lazy indexing pass produces; built once, then read-only."""
+
+    fingerprints: list[str]
+    stats: list[tuple[int, int]]  # (size, mtime_ns) of each shard when indexed
+    read_paths: list[Path]  # the shard itself, or its decompressed copy
+    indexes: list[ShardIndex]
+    starts: np.ndarray  # global index of each shard's first record; len = shards + 1
+    record_bytes: np.ndarray
+    fingerprint: str
+
+
+class Dataset:
+    """A named set of shards with a text field, a content fingerprint and a record index.
+
+    ``paths`` are files or glob patterns (``~`` and ``**`` allowed), resolved
+    at construction into a sorted list of files. Records are numbered
+    globally in shard order, then in record order within a shard; bad records
+    are skipped and counted (``on_bad_record="skip"``) or fail indexing
+    (``"error"``). ``exhausted`` tells the plan what to do when the dataset
+    runs out: ``"repeat"`` it or ``"stop"``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        field: str = "text",
+        exhausted: Literal["repeat", "stop"] = "repeat",
+        on_bad_record: Literal["skip", "error"] = "skip",
+        cache_dir: str | Path | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ConfigError(
+                f"dataset name {name!r} is invalid: use one or more of A-Z a-z 0-9 _ . -"
+            )
+        if not isinstance(field, str) or not field:
+            raise ConfigError(f"dataset {name!r}: field must be a non-empty string, got {field!r}")
+        if exhausted not in ("repeat", "stop"):
+            raise ConfigError(
+                f"dataset {name!r}: exhausted={exhausted!r} is invalid; use 'repeat' or 'stop'"
+            )
+        if on_bad_record not in ("skip", "error"):
+            raise ConfigError(
+                f"dataset {name!r}: on_bad_record={on_bad_record!r} is invalid; "
+                "use 'skip' or 'error'"
+            )
+        self.name = name
+        self.field = field
+        self.exhausted = exhausted
+        self.on_bad_record = on_bad_record
+        self.cache_dir = (
+            Path(cache_dir).expanduser() if cache_dir is not None else zephon_home() / "cache"
+        )
+        self._shards = [_Shard(p, *detect_format(p)) for p in _resolve(name, paths)]
+        self._formats: dict[str, ShardFormat] = {
+            f.name: f for f in (JsonlFormat(), TextFormat(), ParquetFormat())
+        }
+        self._state: _Indexed | None = None
+        self._lock = threading.Lock()
+        self._handles: OrderedDict[int, Any] = OrderedDict()
+        self._handles_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        records = f"{self.num_records} records" if self._state else "not indexed"
+        return (
+            f"Dataset({self.name!r}, {len(self._shards)} shards, field={self.field!r}, {records})"
+        )
+
+    # -- properties (the first use indexes the dataset) ------------------------
+
+    @property
+    def shards(self) -> list[Path]:
+        """Shard files in sorted order (known from construction; reading them is not needed)."""
+        return [s.path for s in self._shards]
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 over the field and each shard's format and content fingerprint, in order."""
+        return self._indexed().fingerprint
+
+    @property
+    def shard_fingerprints(self) -> list[str]:
+        """SHA-256 of each shard file's raw bytes."""
+        return list(self._indexed().fingerprints)
+
+    @property
+    def num_records(self) -> int:
+        """Usable records over all shards."""
+        return int(self._indexed().starts[-1])
+
+    @property
+    def record_bytes(self) -> np.ndarray:
+        """UTF-8 byte length of each record's text (int64), in global record order."""
+        return self._indexed().record_bytes
+
+    def pointer(self, i: int) -> RecordPointer:
+        """Pointer of global record ``i``."""
+        state = self._indexed()
+        self._check_range(np.array([i]), state)
+        shard = int(np.searchsorted(state.starts, i, side="right")) - 1
+        return RecordPointer(self.name, shard, int(i - state.starts[shard]))
+
+    def read_texts(self, indices: Sequence[int] | np.ndarray) -> list[str]:
+        """Texts of global records ``indices``, in the given order. Thread-safe.
+
+        Raises ``DataError`` naming the record if a shard no longer holds what
+        was indexed.
+        """
+        state = self._indexed()
+        idx = np.asarray(indices, dtype=np.int64)
+        self._check_range(idx, state)
+        shard_of = np.searchsorted(state.starts, idx, side="right") - 1
+        texts: list[str] = [""] * len(idx)
+        for s in np.unique(shard_of):
+            positions = np.flatnonzero(shard_of == s)
+            rows = idx[positions] - state.starts[s]
+            index = state.indexes[s]
+            fmt = self._formats[self._shards[s].format]
+            got = fmt.read(self._handle(int(s), state), index, rows, self.field)
+            for pos, row, text in zip(positions, rows, got, strict=True):
+                if text is None or utf8_len(text) != index.text_bytes[row]:
+                    raise self._changed(int(s), int(row))
+                texts[pos] = text
+        return texts
+
+    def report(self) -> dict[str, Any]:
+        """Record, shard and skip counts, with up to 3 ``"path:line"`` examples per reason.
+
+        ``empty_shards`` counts shards without usable records; Parquet
+        examples give 1-based row numbers instead of lines.
+        """
+        state = self._indexed()
+        skipped, examples = self._skip_summary(state)
+        return {
+            "records": int(state.starts[-1]),
+            "shards": len(self._shards),
+            "empty_shards": sum(len(ix) == 0 for ix in state.indexes),
+            "skipped": skipped,
+            "examples": examples,
+        }
+
+    # -- indexing --------------------------------------------------------------
+
+    def _indexed(self) -> _Indexed:
+        state = self._state
+        if state is None:
+            with self._lock:
+                if self._state is None:
+                    self._state = self._build()
+                state = self._state
+        return state
+
+    def _build(self) -> _Indexed:
+        fingerprints, stats, read_paths, indexes = [], [], [], []
+        for shard in self._shards:
+            try:
+                st = os.stat(shard.path)
+                fp = self._content_fingerprint(shard.path, st)
+                read_path = shard.path
+                if shard.compression:
+                    read_path = self._decompressed(shard, fp)
+                index = self._shard_index(shard, fp, read_path)
+            except OSError as e:
+                raise DataError(f"dataset {self.name!r}: cannot index {shard.path}: {e}") from e
+            if self.on_bad_record == "error":
+                self._raise_on_bad(shard, index)
+            fingerprints.append(fp)
+            stats.append((st.st_size, st.st_mtime_ns))
+            read_paths.append(read_path)
+            indexes.append(index)
+        counts = np.array([len(ix) for ix in indexes], dtype=np.int64)
+        record_bytes = np.concatenate([ix.text_bytes for ix in indexes]).astype(np.int64)
+        record_bytes.flags.writeable = False  # shared with every caller
+        canonical = [
+            FINGERPRINT_TAG,
+            self.field,
+            [[s.format, fp] for s, fp in zip(self._shards, fingerprints, strict=True)],
+        ]
+        state = _Indexed(
+            fingerprints=fingerprints,
+            stats=stats,
+            read_paths=read_paths,
+            indexes=indexes,
+            starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            record_bytes=record_bytes,
+            fingerprint=hashlib.sha256(json.dumps(canonical).encode()).hexdigest(),
+        )
+        skipped, examples = self._skip_summary(state)
+        if state.starts[-1] == 0:
+            raise DataError(
+                f"dataset {self.name!r} has no usable records ({len(self._shards)} files; "
+                f"skipped: {skipped}); check `field=` and the files"
+            )
+        bad = {r: n for r, n in skipped.items() if r != _IGNORED}
+        if bad:
+            # Skipping is allowed, but never silent.
+            warnings.warn(
+                f"dataset {self.name!r}: skipped {sum(bad.values())} bad records {bad}, "
+                f"e.g. {examples}; see Dataset.report()",
+                stacklevel=2,
+            )
+        return state
+
+    def _content_fingerprint(self, path: Path, st: os.stat_result) -> str:
+        """SHA-256 of the file's bytes, remembered per (path, size, mtime, inode)."""
+        key = f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
+        entry = self.cache_dir / "stat" / hashlib.sha256(key.encode()).hexdigest()
+        try:
+            fp = entry.read_text()
+            if _HEX64.fullmatch(fp):
+                return fp
+        except FileNotFoundError:
+            pass
+        with open(path, "rb") as f:
+            fp = hashlib.file_digest(f, "sha256").hexdigest()
+        if time.time_ns() - st.st_mtime_ns > _RACY_NS:
+            _atomic_write(entry, lambda out: out.write(fp.encode()))
+        return fp
+
+    def _decompressed(self, shard: _Shard, fp: str) -> Path:
+        """Path of the shard's decompressed copy, writing it if missing."""
+        copy = self.cache_dir / "decompressed" / f"{fp}.jsonl"
+        if not copy.exists():
+            _atomic_write(copy, lambda out: decompress(shard.path, shard.compression, out))
+        return copy
+
+    def _shard_index(self, shard: _Shard, fp: str, read_path: Path) -> ShardIndex:
+        """Cached index of the shard, built and cached if missing or unreadable."""
+        field_hash = hashlib.sha256(self.field.encode()).hexdigest()[:16]
+        name = f"{fp}.{shard.format}.{field_hash}.{INDEX_VERSION}.npz"
+        cached = self.cache_dir / "index" / name
+        try:
+            return ShardIndex.load(cached)
+        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
+            pass  # missing, or damaged: build it and replace the entry
+        index = self._formats[shard.format].build_index(read_path, self.field)
+        _atomic_write(cached, index.save)
+        return index
+
+    def _raise_on_bad(self, shard: _Shard, index: ShardIndex) -> None:
+        bad = [(lines[0], r) for r, lines in index.examples.items() if r != _IGNORED]
+        if bad:
+            line, reason = min(bad)
+            others = sum(n for r, n in index.skipped.items() if r != _IGNORED) - 1
+            raise DataError(
+                f"dataset {self.name!r}: {shard.path}:{line}: {_REASONS[reason]} "
+                f"(reason {reason!r}, field {self.field!r}; {others} more bad records in "
+                "this file); fix or remove the record, or pass on_bad_record='skip'"
+            )
+
+    def _skip_summary(self, state: _Indexed) -> tuple[dict[str, int], dict[str, list[str]]]:
+        skipped: dict[str, int] = {}
+        examples: dict[str, list[str]] = {}
+        for shard, index in zip(self._shards, state.indexes, strict=True):
+            for reason, n in index.skipped.items():
+                skipped[reason] = skipped.get(reason, 0) + n
+                kept = examples.setdefault(reason, [])
+                kept.extend(
+                    f"{shard.path}:{line}" for line in index.examples[reason][: 3 - len(kept)]
+                )
+        return skipped, examples
+
+    # -- reading ---------------------------------------------------------------
+
+    def _handle(self, s: int, state: _Indexed) -> Any:
+        """Open handle of shard ``s`` (LRU-cached; evicted handles close once unused)."""
+        with self._handles_lock:
+            handle = self._handles.get(s)
+            if handle is not None:
+                self._handles.move_to_end(s)
+                return handle
+            path = self._shards[s].path
+            try:
+                st = os.stat(path)
+                if (st.st_size, st.st_mtime_ns) != state.stats[s]:
+                    raise self._changed(s, None)
+                handle = self._formats[self._shards[s].format].open(state.read_paths[s])
+            except OSError as e:
+                raise DataError(f"dataset {self.name!r}: cannot open shard {path}: {e}") from e
+            self._handles[s] = handle
+            if len(self._handles) > _MAX_OPEN_SHARDS:
+                # A reader still using the evicted handle keeps it alive until it is done.
+                self._handles.popitem(last=False)
+            return handle
+
+    def _changed(self, s: int, row: int | None) -> DataError:
+        what = f"shard {self._shards[s].path}"
+        if row is not None:
+            what = f"record {RecordPointer(self.name, s, row).as_tuple()}: {what}"
+        return DataError(
+            f"dataset {self.name!r}: {what} changed since it "
+            "was indexed; restore the original file, or re-create the Dataset to re-index it "
+            f"(this changes its fingerprint; if the file is unchanged, delete {self.cache_dir})"
+        )
+
+    def _check_range(self, idx: np.ndarray, state: _Indexed) -> None:
+        n = int(state.starts[-1])
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise IndexError(f"dataset {self.name!r}: record index out of range [0, {n})")
+
+
+def _resolve(
+    name: str, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+) -> list[Path]:
+    """Expand files and glob patterns into a sorted, de-duplicated list of files."""
+    patterns = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not patterns:
+        raise ConfigError(f"dataset {name!r}: no paths given; pass files or glob patterns")
+    found: set[str] = set()
+    for pattern in patterns:
+        expanded = os.path.expanduser(os.fspath(pattern))
+        if os.path.isfile(expanded):
+            found.add(os.path.abspath(expanded))
+        elif glob.escape(expanded) != expanded:
+            matches = [m for m in glob.glob(expanded, recursive=True) if os.path.isfile(m)]
+            if not matches:
+                raise ConfigError(
+                    f"dataset {name!r}: pattern {pattern!r} matches no files; "
+                    "check the path and the extension (hidden files are not matched)"
+                )
+            found.update(os.path.abspath(m) for m in matches)
+        elif os.path.isdir(expanded):
+            raise ConfigError(
+                f"dataset {name!r}: {pattern!r} is a directory; "
+                f"give a glob such as '{os.path.join(pattern, '**', '*.jsonl')}'"
+            )
+        else:
+            raise ConfigError(
+                f"dataset {name!r}: {pattern!r} does not exist; fix the path or remove it"
+            )
+    return [Path(p) for p in sorted(found)]
+
+
+def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write ``path`` via a temporary file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a shared cache must be readable by others
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

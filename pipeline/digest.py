@@ -1,0 +1,88 @@
+"""Canonical SHA-256 digests of global batches (definition ``zephon.batch.v1``).
+
+A step's global batch is the ``G`` packed sequences of the step in lane order
+(lane 0's ``G/L`` sequences, then lane 1's, ...). Its digest is defined so
+that every rank can hash its own lanes and ranks only exchange 32-byte lane
+digests, never data. All integers are unsigned 32-bit little-endian::
+
+    seq_bytes(s)   = u32(len(tokens)) || u32(num_valid) || u32(len(doc_starts))
+                     || u32[...](doc_starts) || u32[...](tokens)
+    lane_digest    = SHA256(b"zephon.lane.v1" || u32(lane) || seq_bytes(s_0) || ... )
+                     over the lane's G/L sequences of the step, in delivery order
+    global_digest  = SHA256(b"zephon.batch.v1" || u32(L) || lane_digest_0 || ... || lane_digest_{L-1})
+    chain_0        = SHA256(b"zephon.chain.v1")
+    chain_s        = SHA256(chain_{s-1} || global_digest_s)
+
+``tokens`` are the ``T+1`` token ids of the sequence (inputs plus the final
+label; padding included), ``num_valid`` how many of them are real tokens and
+``doc_starts`` the input positions where a document (or a document's
+continuation) starts. The chain over all steps is the run's data fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from pipeline.stages.pack import PackedSequence
+
+_LANE_TAG = b"zephon.lane.v1"
+_BATCH_TAG = b"zephon.batch.v1"
+_CHAIN_TAG = b"zephon.chain.v1"
+_U32 = np.dtype("<u4")
+
+
+def sequence_bytes(seq: PackedSequence) -> bytes:
+    """Return the canonical byte encoding of one packed sequence."""
+    header = struct.pack("<III", len(seq.tokens), seq.num_valid, len(seq.doc_starts))
+    return header + seq.doc_starts.astype(_U32).tobytes() + seq.tokens.astype(_U32).tobytes()
+
+
+def lane_digest(lane: int, sequences: Iterable[PackedSequence]) -> bytes:
+    """Return the 32-byte digest of one lane's sequences of one step."""
+    h = hashlib.sha256(_LANE_TAG + struct.pack("<I", lane))
+    for seq in sequences:
+        h.update(sequence_bytes(seq))
+    return h.digest()
+
+
+def global_batch_digest(lane_digests: Mapping[int, bytes] | Sequence[bytes]) -> str:
+    """Combine the lane digests of all ``L`` lanes of a step into the global batch digest (hex).
+
+    ``lane_digests`` is either a sequence in lane order or a mapping lane -> digest
+    that must hold every lane ``0..L-1`` (e.g. the union of all ranks' digests).
+    """
+    if isinstance(lane_digests, Mapping):
+        num_lanes = len(lane_digests)
+        missing = sorted(set(range(num_lanes)) - set(lane_digests))
+        assert not missing, f"lane digests must cover lanes 0..{num_lanes - 1}; missing {missing}"
+        ordered = [lane_digests[lane] for lane in range(num_lanes)]
+    else:
+        ordered = list(lane_digests)
+    h = hashlib.sha256(_BATCH_TAG + struct.pack("<I", len(ordered)))
+    for digest in ordered:
+        assert len(digest) == 32, f"a lane digest is 32 bytes, got {len(digest)}"
+        h.update(digest)
+    return h.hexdigest()
+
+
+class DigestChain:
+    """Running chain of global batch digests: the run's data fingerprint."""
+
+    def __init__(self) -> None:
+        self._value = hashlib.sha256(_CHAIN_TAG).digest()
+        self.steps = 0
+
+    def update(self, global_digest_hex: str) -> str:
+        """Append one step's global digest; return the new chain value (hex)."""
+        self._value = hashlib.sha256(self._value + bytes.fromhex(global_digest_hex)).digest()
+        self.steps += 1
+        return self._value.hex()
+
+    @property
+    def hexdigest(self) -> str:
+        """The chain value after the steps seen so far."""
+        return self._value.hex()

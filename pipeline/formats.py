@@ -1,0 +1,423 @@
+"""Shard formats: how a shard's records are indexed once and read back by position.
+
+One class per format, each with the same three methods:
+
+* ``build_index(path, field) -> ShardIndex`` reads the whole shard once and
+  records where every usable record lives, its text's UTF-8 length, and what
+  was skipped and why;
+* ``open(path)`` returns a handle the caller keeps open and passes to ``read``;
+* ``read(handle, index, rows, field)`` returns the texts of the given rows of
+  the index, or ``None`` for a row whose stored location no longer holds a
+  usable record (the shard changed since it was indexed).
+
+Formats are chosen by file name (``detect_format``). Compressed JSONL is not a
+format of its own: ``decompress`` writes a plain copy that ``JsonlFormat``
+indexes and reads, because records cannot be read by offset from a
+compressed stream.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import zstandard
+
+from pipeline.errors import ConfigError, DataError
+
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+COMPRESSIONS = {".gz": "gz", ".zst": "zst"}
+MAX_EXAMPLES = 3
+_BLOCK = 8 << 20  # read size for streaming passes over a file
+_Ints = Sequence[int] | np.ndarray
+
+
+def detect_format(path: Path) -> tuple[str, str | None]:
+    """Return ``(format name, compression or None)`` for a shard, from its file name.
+
+    ``.jsonl``/``.json``/``.ndjson`` (optionally ``.gz``/``.zst``) is JSONL,
+    ``.parquet`` is Parquet and any other file is one plain-text document.
+    """
+    name = path.name.lower()
+    suffix = Path(name).suffix
+    if suffix in COMPRESSIONS:
+        if Path(name[: -len(suffix)]).suffix in JSONL_SUFFIXES:
+            return "jsonl", COMPRESSIONS[suffix]
+        # Reading compressed bytes as a text document is never what was meant.
+        raise ConfigError(
+            f"{path}: only compressed JSONL is supported ({', '.join(JSONL_SUFFIXES)} "
+            f"followed by {' or '.join(COMPRESSIONS)}); decompress the file or rename it"
+        )
+    if suffix in JSONL_SUFFIXES:
+        return "jsonl", None
+    if suffix == ".parquet":
+        return "parquet", None
+    return "text", None
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """Where each usable record of one shard lives, and what was skipped.
+
+    For JSONL and text, ``offsets``/``lengths`` are the byte range of the
+    record (its line, or the whole file); for Parquet they are the row group
+    and the row inside it. ``text_bytes`` is the UTF-8 length of each text.
+    ``skipped`` counts bad records by reason; ``examples`` keeps up to three
+    1-based line (Parquet: row) numbers per reason. Paths are not stored, so
+    an index stays valid when its file is renamed.
+    """
+
+    offsets: np.ndarray
+    lengths: np.ndarray
+    text_bytes: np.ndarray
+    skipped: dict[str, int]
+    examples: dict[str, list[int]]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def save(self, f: BinaryIO) -> None:
+        """Write the index to ``f`` as ``.npz`` (no pickles)."""
+        meta = json.dumps({"skipped": self.skipped, "examples": self.examples})
+        np.savez(
+            f,
+            offsets=self.offsets,
+            lengths=self.lengths,
+            text_bytes=self.text_bytes,
+            meta=np.array(meta),
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> ShardIndex:
+        """Read an index written by ``save``."""
+        with np.load(path) as z:
+            meta = json.loads(str(z["meta"]))
+            return cls(z["offsets"], z["lengths"], z["text_bytes"], **meta)
+
+
+class ShardFormat(Protocol):
+    """What ``Dataset`` needs from a format (see the module docstring)."""
+
+    name: str
+
+    def build_index(self, path: Path, field: str) -> ShardIndex: ...
+
+    def open(self, path: Path) -> Any: ...
+
+    def read(
+        self, handle: Any, index: ShardIndex, rows: np.ndarray, field: str
+    ) -> list[str | None]: ...
+
+
+class _Skips:
+    """Counts skipped records by reason and keeps the first few positions of each."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.examples: dict[str, list[int]] = {}
+
+    def add(self, reason: str, positions: _Ints) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + len(positions)
+        kept = self.examples.setdefault(reason, [])
+        kept.extend(int(p) for p in positions[: MAX_EXAMPLES - len(kept)])
+
+    def index(self, offsets: _Ints, lengths: _Ints, text_bytes: _Ints) -> ShardIndex:
+        def arr(values: _Ints) -> np.ndarray:
+            return np.asarray(values, dtype=np.int64)
+
+        return ShardIndex(arr(offsets), arr(lengths), arr(text_bytes), self.counts, self.examples)
+
+
+def utf8_len(text: str) -> int:
+    """UTF-8 byte length of ``text``; skips encoding for ASCII (an O(1) check in CPython)."""
+    return len(text) if text.isascii() else len(text.encode())
+
+
+class _Fd:
+    """An open read-only file descriptor, closed when the last reference goes away.
+
+    Readers use ``os.pread`` on it: no shared file position, so concurrent
+    reads need no lock. Unlike an mmap, a file truncated under us gives a short
+    read instead of a SIGBUS.
+    """
+
+    fd = -1  # stays -1 if os.open fails, so __del__ has nothing to close
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __del__(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+
+
+def _iter_lines(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(byte offset, line without the newline)`` for every line of ``f``."""
+    offset = 0
+    rest = b""
+    while block := f.read(_BLOCK):
+        lines = (rest + block).split(b"\n")
+        rest = lines.pop()  # incomplete last line: completed by the next block
+        for line in lines:
+            yield offset, line
+            offset += len(line) + 1
+    if rest:
+        yield offset, rest
+
+
+def _parse_jsonl_line(line: bytes, field: str) -> tuple[str, None] | tuple[None, str]:
+    """Return ``(text, None)`` for a usable line, else ``(None, skip reason)``."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        # Only the failure path pays for working out why it failed.
+        if not line.strip():
+            return None, "blank_line"
+        try:
+            line.decode()
+        except UnicodeDecodeError:
+            return None, "invalid_utf8"
+        return None, "malformed_json"
+    if type(obj) is not dict:
+        return None, "not_an_object"
+    text = obj.get(field)
+    if type(text) is not str:
+        return None, "missing_field"
+    if not text:
+        return None, "empty_document"
+    return text, None
+
+
+class JsonlFormat:
+    """One JSON object per line; the record's text is ``obj[field]``."""
+
+    name = "jsonl"
+
+    def build_index(self, path: Path, field: str) -> ShardIndex:
+        """Index every line of ``path``; bad lines are counted, not indexed."""
+        offsets: list[int] = []
+        lengths: list[int] = []
+        text_bytes: list[int] = []
+        skips = _Skips()
+        with open(path, "rb") as f:
+            for lineno, (offset, line) in enumerate(_iter_lines(f), start=1):
+                text, reason = _parse_jsonl_line(line, field)
+                if reason is None:
+                    offsets.append(offset)
+                    lengths.append(len(line))
+                    text_bytes.append(utf8_len(text))
+                else:
+                    skips.add(reason, [lineno])
+        return skips.index(offsets, lengths, text_bytes)
+
+    def open(self, path: Path) -> _Fd:
+        """Open ``path`` for ``read``."""
+        return _Fd(path)
+
+    def read(
+        self, handle: _Fd, index: ShardIndex, rows: np.ndarray, field: str
+    ) -> list[str | None]:
+        """Texts of ``rows``; ``None`` where the indexed line no longer parses."""
+        return [
+            _parse_jsonl_line(
+                os.pread(handle.fd, int(index.lengths[r]), int(index.offsets[r])), field
+            )[0]
+            for r in rows
+        ]
+
+
+class TextFormat:
+    """A plain UTF-8 text file is one document; an empty file has no records."""
+
+    name = "text"
+
+    def build_index(self, path: Path, field: str) -> ShardIndex:
+        """Index ``path`` as a single record (``field`` does not apply)."""
+        data = path.read_bytes()
+        skips = _Skips()
+        if not data:
+            return skips.index([], [], [])
+        try:
+            data.decode()
+        except UnicodeDecodeError as e:
+            skips.add("invalid_utf8", [data.count(b"\n", 0, e.start) + 1])
+            return skips.index([], [], [])
+        return skips.index([0], [len(data)], [len(data)])
+
+    def open(self, path: Path) -> _Fd:
+        """Open ``path`` for ``read``."""
+        return _Fd(path)
+
+    def read(
+        self, handle: _Fd, index: ShardIndex, rows: np.ndarray, field: str
+    ) -> list[str | None]:
+        """The document's text for each row; ``None`` if it is no longer UTF-8."""
+        texts: list[str | None] = []
+        for r in rows:
+            try:
+                texts.append(
+                    os.pread(handle.fd, int(index.lengths[r]), int(index.offsets[r])).decode()
+                )
+            except UnicodeDecodeError:
+                texts.append(None)
+        return texts
+
+
+@dataclass
+class _ParquetHandle:
+    path: Path
+    file: pq.ParquetFile
+    lock: threading.Lock  # ParquetFile is not documented as thread-safe
+
+
+def _nbytes(column: pa.ChunkedArray | None) -> int:
+    return 0 if column is None else column.nbytes
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+class ParquetFormat:
+    """Rows of a Parquet file; the record's text is the string column ``field``.
+
+    A read decodes a whole row group's column, so an instance keeps recently
+    decoded columns in an LRU cache shared by all its shards, bounded by
+    ``cache_bytes`` (a budget in bytes adapts to any row-group size).
+    """
+
+    name = "parquet"
+
+    def __init__(self, cache_bytes: int = 256 << 20) -> None:
+        self._cache_bytes = cache_bytes
+        self._cache: OrderedDict[tuple[Path, int], pa.ChunkedArray | None] = OrderedDict()
+        self._cached_bytes = 0
+        self._lock = threading.Lock()
+
+    def build_index(self, path: Path, field: str) -> ShardIndex:
+        """Index every row of ``path``; null, empty or non-string values are skipped."""
+        skips = _Skips()
+        empty = np.empty(0, dtype=np.int64)
+        groups, in_group, text_bytes = [empty], [empty], [empty]
+        try:
+            pf = pq.ParquetFile(path)
+            schema = pf.schema_arrow
+            usable = field in schema.names and _is_string(schema.field(field).type)
+            first_row = 0
+            for g in range(pf.num_row_groups):
+                n = pf.metadata.row_group(g).num_rows
+                row_numbers = np.arange(first_row + 1, first_row + n + 1)
+                first_row += n
+                if not usable:
+                    skips.add("missing_field", row_numbers)
+                    continue
+                column = pf.read_row_group(g, columns=[field]).column(0)
+                lengths = pc.fill_null(pc.binary_length(column), -1).to_numpy()
+                for reason, bad in (
+                    ("missing_field", lengths < 0),
+                    ("empty_document", lengths == 0),
+                ):
+                    if bad.any():
+                        skips.add(reason, row_numbers[bad])
+                good = np.flatnonzero(lengths > 0)
+                groups.append(np.full(len(good), g, dtype=np.int64))
+                in_group.append(good)
+                text_bytes.append(lengths[good])
+        except (pa.ArrowException, OSError) as e:
+            raise DataError(
+                f"{path}: cannot read Parquet file ({e}); re-export or remove it"
+            ) from e
+        return skips.index(
+            np.concatenate(groups), np.concatenate(in_group), np.concatenate(text_bytes)
+        )
+
+    def open(self, path: Path) -> _ParquetHandle:
+        """Open ``path`` for ``read``."""
+        try:
+            return _ParquetHandle(path, pq.ParquetFile(path), threading.Lock())
+        except (pa.ArrowException, OSError) as e:
+            raise DataError(
+                f"{path}: cannot read Parquet file ({e}); re-export or remove it"
+            ) from e
+
+    def read(
+        self, handle: _ParquetHandle, index: ShardIndex, rows: np.ndarray, field: str
+    ) -> list[str | None]:
+        """Texts of ``rows``, decoding each row group they touch once."""
+        groups = index.offsets[rows]
+        columns = {g: self._column(handle, int(g), field) for g in np.unique(groups)}
+        texts: list[str | None] = []
+        for g, r in zip(groups, index.lengths[rows], strict=True):
+            column = columns[g]
+            value = column[int(r)].as_py() if column is not None and r < len(column) else None
+            texts.append(value if type(value) is str else None)
+        return texts
+
+    def _column(self, handle: _ParquetHandle, group: int, field: str) -> pa.ChunkedArray | None:
+        """Decoded column of one row group (``None`` if it cannot be read any more)."""
+        key = (handle.path, group)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        try:
+            with handle.lock:  # decode outside the cache lock: other shards stay readable
+                column = handle.file.read_row_group(group, columns=[field]).column(0)
+        except (pa.ArrowException, OSError, IndexError, KeyError):
+            column = None
+        with self._lock:
+            if key not in self._cache:  # another thread may have decoded it meanwhile
+                self._cache[key] = column
+                self._cached_bytes += _nbytes(column)
+            while self._cached_bytes > self._cache_bytes and len(self._cache) > 1:
+                self._cached_bytes -= _nbytes(self._cache.popitem(last=False)[1])
+        return column
+
+
+def decompress(path: Path, compression: str, out: BinaryIO) -> None:
+    """Stream-decompress ``path`` (``"gz"`` or ``"zst"``) into ``out``.
+
+    Raises ``DataError`` naming the file if it is corrupt or truncated.
+    """
+    try:
+        with open(path, "rb") as f:
+            if compression == "gz":
+                with gzip.open(f) as g:
+                    shutil.copyfileobj(g, out, _BLOCK)
+            else:
+                _unzstd(f, out)
+    except (gzip.BadGzipFile, EOFError, zlib.error, zstandard.ZstdError) as e:
+        raise DataError(
+            f"{path}: cannot decompress ({e}); the file is corrupt or truncated, "
+            "re-download or re-compress it"
+        ) from e
+
+
+def _unzstd(f: BinaryIO, out: BinaryIO) -> None:
+    # A frame-by-frame loop rather than stream_reader: stream_reader silently
+    # stops at a truncated frame, and files may hold several frames.
+    frame = None
+    while block := f.read(_BLOCK):
+        while block:
+            if frame is None:
+                frame = zstandard.ZstdDecompressor().decompressobj()
+            out.write(frame.decompress(block))
+            if not frame.eof:
+                break
+            block, frame = frame.unused_data, None  # the rest starts the next frame
+    if frame is not None:
+        raise EOFError("compressed data ended in the middle of a frame")

@@ -1,0 +1,192 @@
+"""``LaneStream``: one lane's sequences, flushed every ``flush_every`` chunks.
+
+::
+
+    LanePlan --chunks--> Runner (tokenize workers) --in chunk order--> WrapPacker
+             --> ShuffleBuffer --> window queues --> take(n)
+
+Flush windows. Window ``w`` is chunks ``[w*K, (w+1)*K)`` of the lane. At its
+end the packer emits its padded tail and the shuffle buffer drains, and both
+restart empty (the shuffle re-seeded with ``(seed, lane, w+1)``). A window's
+sequences are therefore a pure function of the plan position at its start.
+
+State. ``{"window": w, "plan": <plan state at the start of w>, "delivered": n}``
+for the oldest window that still has undelivered sequences. Restoring
+re-plans from that position, replays at most one window (``K`` chunks) and
+skips the ``n`` sequences already delivered: the cost does not grow with
+training progress, and no sequence is lost or repeated. Chunks tokenized
+ahead (prefetch) are not part of the state.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.runners import Runner, Ticket
+from pipeline.source import LanePlan, WorkSource
+from pipeline.stages.pack import PackedSequence, TokenizedChunk, WrapPacker
+from pipeline.stages.shuffle import ShuffleBuffer
+from pipeline.stages.tokenize import WorkChunk
+
+
+class LaneExhausted(Exception):
+    """The lane's plan has ended and it cannot deliver the sequences asked for."""
+
+
+@dataclass
+class _Window:
+    index: int
+    plan_state: dict[str, Any]
+    ready: deque[PackedSequence] = field(default_factory=deque)
+    delivered: int = 0
+    to_skip: int = 0
+    complete: bool = False
+
+
+@dataclass
+class _InFlight:
+    window: int
+    closes_window: bool
+    ticket: Ticket[TokenizedChunk]
+
+
+class LaneStream:
+    """Produces one lane's packed, shuffled sequences in a deterministic order."""
+
+    def __init__(
+        self,
+        source: WorkSource,
+        lane: int,
+        num_lanes: int,
+        runner: Runner,
+        tokenize: Callable[[WorkChunk], TokenizedChunk],
+        packer: WrapPacker,
+        shuffle: ShuffleBuffer[PackedSequence],
+        flush_every: int,
+        prefetch: int,
+        state: Mapping[str, Any] | None = None,
+    ) -> None:
+        assert flush_every >= 1, f"flush_every must be >= 1, got {flush_every}"
+        self.lane = lane
+        self._runner = runner
+        self._tokenize = tokenize
+        self._packer = packer
+        self._shuffle = shuffle
+        self._flush_every = flush_every
+        self._prefetch = max(1, prefetch)
+        start_window = 0 if state is None else int(state["window"])
+        self._plan: LanePlan = source.lane_plan(
+            lane, num_lanes, None if state is None else state["plan"]
+        )
+        self._windows: deque[_Window] = deque()
+        self._inflight: deque[_InFlight] = deque()
+        self._plan_done = False
+        self._next_window = start_window  # window of the next chunk to submit
+        self._chunks_in_window = 0
+        self._open_window = start_window  # window the packer/shuffle are working on
+        self._shuffle.start_window(lane, start_window)
+        skip = 0 if state is None else int(state["delivered"])
+        self._pending_skip = (start_window, skip)
+
+    # -- consumer side -------------------------------------------------------------------------
+
+    def take(self, n: int) -> list[PackedSequence]:
+        """Return the next ``n`` sequences of the lane; raise LaneExhausted if it ends first."""
+        while self._available() < n:
+            if not self._advance():
+                raise LaneExhausted(f"lane {self.lane} has no more data")
+        out: list[PackedSequence] = []
+        while len(out) < n:
+            head = self._windows[0]
+            while head.ready and len(out) < n:
+                out.append(head.ready.popleft())
+                head.delivered += 1
+            if head.complete and not head.ready:
+                self._windows.popleft()
+        self.submit_ahead()
+        return out
+
+    def state(self) -> dict[str, Any]:
+        """The lane's restore position (see module docstring)."""
+        for window in self._windows:
+            if not (window.complete and not window.ready):
+                return {
+                    "window": window.index,
+                    "plan": window.plan_state,
+                    "delivered": window.delivered,
+                }
+        return {"window": self._next_window, "plan": self._plan.state(), "delivered": 0}
+
+    def _available(self) -> int:
+        return sum(len(w.ready) for w in self._windows)
+
+    # -- producer side -------------------------------------------------------------------------
+
+    def submit_ahead(self) -> None:
+        """Keep ``prefetch`` chunks submitted to the tokenize workers."""
+        while len(self._inflight) < self._prefetch and not self._plan_done:
+            if self._chunks_in_window == 0:
+                plan_state = self._plan.state()
+            chunk = self._plan.next_chunk()
+            if chunk is None:
+                self._plan_done = True
+                break
+            if self._chunks_in_window == 0:
+                window = _Window(self._next_window, plan_state)
+                if self._pending_skip[0] == window.index:
+                    window.to_skip = window.delivered = self._pending_skip[1]
+                self._windows.append(window)
+            self._chunks_in_window += 1
+            closes = self._chunks_in_window == self._flush_every
+            self._inflight.append(
+                _InFlight(self._next_window, closes, self._runner.submit(self._tokenize, chunk))
+            )
+            if closes:
+                self._next_window += 1
+                self._chunks_in_window = 0
+
+    def _advance(self) -> bool:
+        """Process one chunk in order (or close the last window); False when nothing is left."""
+        self.submit_ahead()
+        if not self._inflight:
+            if self._chunks_in_window == 0:
+                return False
+            # The plan ended inside a window: close it.
+            self._close_window(self._window(self._open_window))
+            self._chunks_in_window = 0
+            self._next_window += 1
+            return True
+        item = self._inflight.popleft()
+        window = self._window(item.window)
+        self._emit(window, self._packer.add(item.ticket.result()))
+        if item.closes_window:
+            self._close_window(window)
+        return True
+
+    def _close_window(self, window: _Window) -> None:
+        self._emit(window, self._packer.flush())
+        for seq in self._shuffle.flush():
+            self._deliver(window, seq)
+        window.complete = True
+        self._open_window = window.index + 1
+        self._shuffle.start_window(self.lane, self._open_window)
+
+    def _emit(self, window: _Window, sequences: list[PackedSequence]) -> None:
+        for seq in sequences:
+            for out in self._shuffle.push(seq):
+                self._deliver(window, out)
+
+    def _deliver(self, window: _Window, seq: PackedSequence) -> None:
+        if window.to_skip:
+            window.to_skip -= 1  # delivered before the state was taken
+            return
+        window.ready.append(seq)
+
+    def _window(self, index: int) -> _Window:
+        for window in self._windows:
+            if window.index == index:
+                return window
+        raise AssertionError(f"window {index} of lane {self.lane} is not tracked")

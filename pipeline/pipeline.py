@@ -1,0 +1,448 @@
+"""``Pipeline``: the lane pipeline's builder, iterator and state.
+
+::
+
+    Pipeline(source)
+      .options(lanes=L, dp_rank=r, dp_size=dp)      rank r owns lanes [r*L/dp, (r+1)*L/dp)
+      .tokenize(tokenizer_id, field, parallelism)   stateless workers, results in chunk order
+      .pack_flat(max_length=T, algorithm="wrap")    per-lane accumulator
+      .shuffle(buffer_size=B, seed=S)               per-lane accumulator
+      .batch(microbatch_size=m, global_batch_size=G)
+
+Every step takes ``G/L`` sequences from each owned lane, in lane order; the
+rank's local batch (``G/dp`` sequences) is cut into micro-batches of ``m``.
+The concatenation of all ranks' local batches in rank order is the global
+batch in lane order, whatever ``dp``, ``m``, parallelism or runner.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.batch import MicroBatch
+from pipeline.digest import lane_digest
+from pipeline.errors import ConfigError, StateError
+from pipeline.lane import LaneExhausted, LaneStream
+from pipeline.runners import RUNNER_TYPES, Runner
+from pipeline.source import WorkSource
+from pipeline.stages.pack import PackedSequence, WrapPacker
+from pipeline.stages.shuffle import ShuffleBuffer
+from pipeline.stages.tokenize import tokenize_chunk
+from pipeline.state import STATE_FORMAT, check_state, fingerprint
+from pipeline.tokenizer import Tokenizer, load_tokenizer
+
+PACKING_ALGORITHMS = ("wrap",)
+
+
+@dataclass
+class LaneOptions:
+    """Lane layout and performance knobs (``.options``)."""
+
+    lanes: int = 8
+    """Number of lanes L; a common multiple of every dp size the run may use."""
+    dp_rank: int = 0
+    """This rank's data-parallel index."""
+    dp_size: int = 1
+    """Number of data-parallel ranks; must divide ``lanes``."""
+    flush_every: int = 16
+    """Chunks per flush window; bounds restore replay (data contract)."""
+    prefetch: int = 0
+    """Chunks each lane keeps submitted to the tokenize workers; 0 picks enough to keep
+    every worker busy (performance only)."""
+    runner: str = "threads"
+    """Tokenize runner: "threads" or "inline" (performance only)."""
+
+
+@dataclass
+class TokenizeConfig:
+    """``.tokenize`` stage."""
+
+    tokenizer_id: str = "gpt2"
+    """Tokenizer name (tiktoken encoding provisioned at set-up)."""
+    field: str = "text"
+    """Record field holding the text; must match every Dataset's ``field``."""
+    parallelism: int = 1
+    """Tokenize workers; 0 runs inline in the consumer (performance only)."""
+
+
+@dataclass
+class PackConfig:
+    """``.pack_flat`` stage."""
+
+    max_length: int = 2048
+    """Sequence length T (inputs per sequence)."""
+    algorithm: str = "wrap"
+    """Packing algorithm; "wrap" concatenates documents with EOS and cuts every T tokens."""
+
+
+@dataclass
+class ShuffleConfig:
+    """``.shuffle`` stage."""
+
+    buffer_size: int = 0
+    """Shuffle buffer size per lane; 0 or 1 keeps the packed order."""
+    seed: int = 0
+    """Seed of the shuffle (combined with lane and flush window)."""
+
+
+@dataclass
+class BatchConfig:
+    """``.batch`` stage."""
+
+    microbatch_size: int = 1
+    """Sequences per micro-batch; must divide the local batch G/dp (performance only)."""
+    global_batch_size: int = 8
+    """Sequences per step over all ranks, G; a multiple of ``lanes``."""
+
+
+@dataclass
+class _Stats:
+    steps: int = 0
+    sequences: int = 0
+    label_tokens: dict[str, int] = field(default_factory=dict)
+    data_wait_s: float = 0.0
+    last_step_wait_s: float = 0.0
+
+
+class Pipeline:
+    """The lane pipeline of one data-parallel rank (see module docstring)."""
+
+    def __init__(self, source: WorkSource) -> None:
+        self.source = source
+        self.lane_options = LaneOptions()
+        self.tokenize_config: TokenizeConfig | None = None
+        self.pack_config: PackConfig | None = None
+        self.shuffle_config = ShuffleConfig()
+        self.batch_config: BatchConfig | None = None
+        self._restore: Mapping[str, Any] | None = None
+        self._lanes: list[LaneStream] = []
+        self._runner: Runner | None = None
+        self._started = False
+        self._step = 0
+        self._microbatches_left = 0
+        self._stats = _Stats(label_tokens={ds.name: 0 for ds in source.datasets})
+
+    # -- builder -------------------------------------------------------------------------------
+
+    def options(self, **kwargs: Any) -> Pipeline:
+        """Set lane layout and performance knobs (fields of :class:`LaneOptions`)."""
+        self._check_not_started()
+        self.lane_options = _updated(self.lane_options, kwargs, "options")
+        return self
+
+    def tokenize(
+        self, tokenizer_id: str = "gpt2", field: str = "text", parallelism: int = 1
+    ) -> Pipeline:
+        """Add the tokenize stage."""
+        self._check_not_started()
+        self.tokenize_config = TokenizeConfig(tokenizer_id, field, parallelism)
+        return self
+
+    def pack_flat(self, max_length: int, algorithm: str = "wrap") -> Pipeline:
+        """Add fixed-length packing."""
+        self._check_not_started()
+        self.pack_config = PackConfig(max_length, algorithm)
+        return self
+
+    def shuffle(self, buffer_size: int, seed: int = 0) -> Pipeline:
+        """Add the seeded per-lane shuffle buffer."""
+        self._check_not_started()
+        self.shuffle_config = ShuffleConfig(buffer_size, seed)
+        return self
+
+    def batch(self, microbatch_size: int, global_batch_size: int) -> Pipeline:
+        """Set micro-batch and global batch sizes (in sequences)."""
+        self._check_not_started()
+        self.batch_config = BatchConfig(microbatch_size, global_batch_size)
+        return self
+
+    # -- validation and description -------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Raise ConfigError, saying what to change, if the configuration cannot work."""
+        o, t, p, b = self.lane_options, self.tokenize_config, self.pack_config, self.batch_config
+        if t is None or p is None or b is None:
+            absent = [n for n, c in (("tokenize", t), ("pack_flat", p), ("batch", b)) if c is None]
+            raise ConfigError(f"the pipeline lacks stage(s) {absent}; add them before iterating")
+        _require(o.lanes >= 1, f"lanes must be >= 1, got {o.lanes}")
+        _require(o.dp_size >= 1, f"dp_size must be >= 1, got {o.dp_size}")
+        _require(
+            0 <= o.dp_rank < o.dp_size, f"dp_rank must be in [0, {o.dp_size}), got {o.dp_rank}"
+        )
+        _require(
+            o.lanes % o.dp_size == 0,
+            f"lanes (L={o.lanes}) must be a multiple of dp_size ({o.dp_size}); choose L as a common "
+            f"multiple of the dp sizes you will run on, e.g. L={np.lcm(o.lanes, o.dp_size)}",
+        )
+        _require(
+            b.global_batch_size >= o.lanes and b.global_batch_size % o.lanes == 0,
+            f"global_batch_size (G={b.global_batch_size}) must be a positive multiple of lanes "
+            f"(L={o.lanes}): every lane gives G/L sequences per step",
+        )
+        local = b.global_batch_size // o.dp_size
+        _require(
+            b.microbatch_size >= 1 and local % b.microbatch_size == 0,
+            f"microbatch_size ({b.microbatch_size}) must divide the local batch G/dp = "
+            f"{b.global_batch_size}/{o.dp_size} = {local}",
+        )
+        _require(o.flush_every >= 1, f"flush_every must be >= 1, got {o.flush_every}")
+        _require(
+            o.runner in RUNNER_TYPES, f"runner must be one of {RUNNER_TYPES}, got {o.runner!r}"
+        )
+        _require(t.parallelism >= 0, f"tokenize parallelism must be >= 0, got {t.parallelism}")
+        _require(p.max_length >= 1, f"max_length must be >= 1, got {p.max_length}")
+        _require(
+            p.algorithm in PACKING_ALGORITHMS,
+            f"packing algorithm must be one of {PACKING_ALGORITHMS}, got {p.algorithm!r}",
+        )
+        _require(self.shuffle_config.buffer_size >= 0, "shuffle buffer_size must be >= 0")
+        for ds in self.source.datasets:
+            _require(
+                ds.field == t.field,
+                f"dataset '{ds.name}' reads field '{ds.field}' but tokenize(field='{t.field}'); "
+                "make them the same",
+            )
+
+    @property
+    def owned_lanes(self) -> range:
+        """Lanes of this rank: ``[r*L/dp, (r+1)*L/dp)``."""
+        o = self.lane_options
+        per_rank = o.lanes // o.dp_size
+        return range(o.dp_rank * per_rank, (o.dp_rank + 1) * per_rank)
+
+    def contract(self) -> dict[str, Any]:
+        """The data contract: everything that must stay fixed across resumes."""
+        self.validate()
+        tokenizer = self._tokenizer()
+        assert self.pack_config is not None and self.batch_config is not None
+        return {
+            **self.source.contract(),
+            "tokenizer": {"name": tokenizer.name, "fingerprint": tokenizer.fingerprint},
+            "max_length": self.pack_config.max_length,
+            "packing": self.pack_config.algorithm,
+            "shuffle": asdict(self.shuffle_config),
+            "global_batch_size": self.batch_config.global_batch_size,
+            "lanes": self.lane_options.lanes,
+            "flush_every": self.lane_options.flush_every,
+        }
+
+    def contract_fingerprint(self) -> str:
+        """SHA-256 of the canonical data contract."""
+        return fingerprint(self.contract())
+
+    def explain(self) -> str:
+        """Describe stages, parallelism and lane layout in a few lines."""
+        self.validate()
+        o, t, p, b = self.lane_options, self.tokenize_config, self.pack_config, self.batch_config
+        assert t is not None and p is not None and b is not None
+        lanes = self.owned_lanes
+        local = b.global_batch_size // o.dp_size
+        tpb = self.source.tokens_per_byte
+        lines = [
+            f"Pipeline (contract {self.contract_fingerprint()[:16]})",
+            f"  plan      WorkSource seed={self.source.seed} chunk_tokens={self.source.chunk_tokens}",
+        ]
+        for ds, share in zip(self.source.datasets, self.source.mixture.shares, strict=True):
+            report = ds.report()
+            skipped = sum(report["skipped"].values())
+            measured = f" tokens/byte={tpb[ds.name]:.4f}" if tpb else ""
+            lines.append(
+                f"    {ds.name:<12} share={share:.4f} records={ds.num_records} skipped={skipped} "
+                f"exhausted={ds.exhausted}{measured}"
+            )
+        lines += [
+            f"  tokenize  {t.tokenizer_id} field={t.field!r} runner={o.runner} parallelism={t.parallelism}"
+            f" prefetch={o.prefetch or 'auto'}/lane",
+            f"  pack_flat {p.algorithm} max_length={p.max_length} (accumulator per lane)",
+            f"  shuffle   buffer={self.shuffle_config.buffer_size} seed={self.shuffle_config.seed}"
+            f" (accumulator per lane, flush every {o.flush_every} chunks)",
+            f"  batch     G={b.global_batch_size} -> {b.global_batch_size // o.lanes}/lane/step, "
+            f"local={local} = {local // b.microbatch_size} x micro-batch {b.microbatch_size}",
+            f"  lanes     L={o.lanes}, dp={o.dp_size}: rank {o.dp_rank} owns lanes "
+            f"[{lanes.start}, {lanes.stop})",
+        ]
+        return "\n".join(lines)
+
+    # -- iteration -----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[MicroBatch]:
+        self._start()
+        try:
+            yield from self._steps()
+        finally:
+            self.close()
+
+    def _steps(self) -> Iterator[MicroBatch]:
+        assert self.batch_config is not None
+        per_lane = self.batch_config.global_batch_size // self.lane_options.lanes
+        m = self.batch_config.microbatch_size
+        while True:
+            began = time.perf_counter()
+            try:
+                taken = [(s.lane, s.take(per_lane)) for s in self._lanes]
+            except LaneExhausted:
+                return
+            wait = time.perf_counter() - began
+            digests = {lane: lane_digest(lane, seqs) for lane, seqs in taken}
+            sequences = [seq for _, seqs in taken for seq in seqs]
+            lanes = [lane for lane, seqs in taken for _ in seqs]
+            self._count(sequences, wait)
+            step, count = self._step, len(sequences) // m
+            for index in range(count):
+                self._microbatches_left = count - index - 1
+                if self._microbatches_left == 0:
+                    self._step = step + 1  # complete once its last micro-batch is handed over
+                yield MicroBatch(
+                    step=step,
+                    index=index,
+                    count=count,
+                    sequences=tuple(sequences[index * m : (index + 1) * m]),
+                    lanes=tuple(lanes[index * m : (index + 1) * m]),
+                    lane_digests=digests,
+                )
+
+    def _start(self) -> None:
+        if self._started:
+            raise ConfigError(
+                "a Pipeline is iterated once; build a new one (and load_state_dict) to resume"
+            )
+        self.validate()
+        contract = self.contract()
+        tokenizer = self._tokenizer()
+        if self._restore is not None:
+            check_state(self._restore, contract, self.owned_lanes)
+            self.source.set_calibration(self._restore["tokens_per_byte"])
+            self._step = int(self._restore["step"])
+        else:
+            self.source.calibrate(tokenizer)
+        self._contract = contract
+        o, t, p = self.lane_options, self.tokenize_config, self.pack_config
+        assert t is not None and p is not None
+        self._runner = Runner(o.runner, t.parallelism, "tokenize")
+        datasets = self.source.datasets
+
+        def work(chunk: Any) -> Any:
+            return tokenize_chunk(chunk, datasets, tokenizer)
+
+        for lane in self.owned_lanes:
+            saved = None if self._restore is None else self._restore["lanes"][str(lane)]
+            self._lanes.append(
+                LaneStream(
+                    self.source,
+                    lane,
+                    o.lanes,
+                    self._runner,
+                    work,
+                    WrapPacker(p.max_length, tokenizer.eos_id),
+                    ShuffleBuffer(self.shuffle_config.buffer_size, self.shuffle_config.seed),
+                    o.flush_every,
+                    o.prefetch or self._auto_prefetch(),
+                    saved,
+                )
+            )
+        for stream in self._lanes:
+            stream.submit_ahead()
+        self._started = True
+
+    def _auto_prefetch(self) -> int:
+        """Chunks per lane so that all workers have work, with one spare per worker."""
+        assert self.tokenize_config is not None
+        lanes_here = len(self.owned_lanes)
+        return max(2, -(-2 * self.tokenize_config.parallelism // lanes_here))
+
+    def close(self) -> None:
+        """Stop the workers. Safe to call more than once."""
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's lanes' restore positions after the last completed step (JSON-serialisable)."""
+        if not self._started:
+            raise StateError(
+                "state_dict() before iteration has started; there is nothing to save yet"
+            )
+        if self._microbatches_left:
+            raise StateError(
+                f"state_dict() in the middle of step {self._step} ({self._microbatches_left} "
+                "micro-batches not yet taken); save after a step's last micro-batch"
+            )
+        tpb = self.source.tokens_per_byte
+        return {
+            "format": STATE_FORMAT,
+            "contract": self._contract,
+            "contract_fingerprint": fingerprint(self._contract),
+            "step": self._step,
+            "tokens_per_byte": tpb,
+            "lanes": {str(s.lane): s.state() for s in self._lanes},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from a state (merged with ``merge_states`` if saved on several ranks).
+
+        Checked when iteration starts: same data contract, and every lane of this rank present.
+        """
+        self._check_not_started()
+        self._restore = state
+
+    # -- observability -------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: steps, sequences, label tokens per dataset, time waiting for data."""
+        s = self._stats
+        return {
+            "steps": s.steps,
+            "sequences": s.sequences,
+            "label_tokens": dict(s.label_tokens),
+            "data_wait_s": s.data_wait_s,
+            "last_step_wait_s": s.last_step_wait_s,
+        }
+
+    def _count(self, sequences: list[PackedSequence], wait: float) -> None:
+        s = self._stats
+        s.steps += 1
+        s.sequences += len(sequences)
+        s.data_wait_s += wait
+        s.last_step_wait_s = wait
+        names = [ds.name for ds in self.source.datasets]
+        for seq in sequences:
+            ends = np.minimum(np.append(seq.doc_starts[1:], seq.num_valid - 1), seq.num_valid - 1)
+            sizes = np.maximum(ends - seq.doc_starts, 0)
+            for source, size in zip(seq.doc_sources, sizes, strict=True):
+                s.label_tokens[names[source]] += int(size)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _tokenizer(self) -> Tokenizer:
+        assert self.tokenize_config is not None
+        return load_tokenizer(self.tokenize_config.tokenizer_id)
+
+    def _check_not_started(self) -> None:
+        if self._started:
+            raise ConfigError("the pipeline has started; configure it before iterating")
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def _updated(config: Any, changes: Mapping[str, Any], where: str) -> Any:
+    known = set(asdict(config))
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise ConfigError(f"{where}() got unknown option(s) {unknown}; known: {sorted(known)}")
+    return type(config)(**{**asdict(config), **changes})

@@ -1,0 +1,121 @@
+"""``pack_flat`` with ``algorithm="wrap"``: fixed-length sequences from a token stream.
+
+Algorithm. Documents arrive as ``tokens + [EOS]`` and are concatenated into one
+stream. With sequence length ``T``, sequence ``k`` of a flush window covers
+stream positions ``[kT, kT + T]`` (``T+1`` tokens): inputs are the first ``T``,
+labels the last ``T``. Consecutive sequences overlap by one token, so every
+token after the first is a label exactly once and no token is lost to the
+input/label shift. Documents are cut where the sequence ends and continue in
+the next sequence; ``doc_starts`` records the input positions where a document
+(or a continued piece of one) starts, so positions and attention masks can be
+reset per document.
+
+At a flush point (end of a flush window) the tail of ``r >= 2`` tokens becomes
+one last sequence padded to ``T+1`` tokens; ``num_valid = r`` marks where the
+padding starts and the labels of padded positions are ignored in training. The
+packer is then empty, so a window's sequences depend only on that window's
+chunks: this is what bounds restore cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class PackedSequence:
+    """One packed training sequence of ``T+1`` tokens."""
+
+    tokens: np.ndarray
+    """int32 [T+1]: inputs are ``tokens[:T]``, labels ``tokens[1:]``."""
+    doc_starts: np.ndarray
+    """int32, sorted input positions in ``[0, T)`` where a document piece starts; begins with 0."""
+    doc_sources: np.ndarray
+    """int16, dataset index of each document piece (aligned with ``doc_starts``)."""
+    num_valid: int
+    """Number of real tokens; ``tokens[num_valid:]`` is padding."""
+
+
+@dataclass(slots=True)
+class TokenizedChunk:
+    """The tokenizer's output for one work chunk: documents each followed by EOS."""
+
+    tokens: np.ndarray
+    """int32, all documents of the chunk concatenated, each ending with EOS."""
+    doc_lengths: np.ndarray
+    """int64, token count of each document including its EOS."""
+    doc_sources: np.ndarray
+    """int16, dataset index of each document."""
+
+
+class WrapPacker:
+    """Stateful accumulator of the ``wrap`` packing algorithm (see module docstring)."""
+
+    def __init__(self, max_length: int, pad_id: int) -> None:
+        assert max_length >= 1, f"max_length must be >= 1, got {max_length}"
+        self.max_length = max_length
+        self.pad_id = pad_id
+        self._reset()
+
+    def _reset(self) -> None:
+        self._tokens = np.zeros(0, dtype=np.int32)
+        # Invariant: when tokens are pending, _starts[0] == 0 (the piece at the head).
+        self._starts = np.zeros(0, dtype=np.int64)
+        self._sources = np.zeros(0, dtype=np.int16)
+
+    def add(self, chunk: TokenizedChunk) -> list[PackedSequence]:
+        """Append a chunk's documents; return every sequence that is now complete."""
+        if len(chunk.doc_lengths) == 0:
+            return []
+        offset = len(self._tokens)
+        starts = offset + np.concatenate(([0], np.cumsum(chunk.doc_lengths)[:-1]))
+        self._tokens = np.concatenate((self._tokens, chunk.tokens))
+        self._starts = np.concatenate((self._starts, starts.astype(np.int64)))
+        self._sources = np.concatenate((self._sources, chunk.doc_sources))
+        out = []
+        pos = 0
+        seq_span = self.max_length + 1
+        while len(self._tokens) - pos >= seq_span:
+            out.append(self._cut(pos, seq_span))
+            pos += self.max_length
+        self._drop_before(pos)
+        return out
+
+    def flush(self) -> list[PackedSequence]:
+        """Emit the padded tail (if it holds a label) and reset to empty."""
+        out = []
+        if len(self._tokens) >= 2:
+            out.append(self._cut(0, len(self._tokens)))
+        self._reset()
+        return out
+
+    def _cut(self, pos: int, length: int) -> PackedSequence:
+        """Build the sequence of ``length`` real tokens starting at pending position ``pos``."""
+        input_end = pos + min(length, self.max_length)
+        first = int(np.searchsorted(self._starts, pos, side="right")) - 1
+        last = int(np.searchsorted(self._starts, input_end, side="left"))
+        doc_starts = (self._starts[first:last] - pos).astype(np.int32)
+        doc_starts[0] = 0  # the piece containing ``pos`` starts this sequence
+        tokens = self._tokens[pos : pos + length]
+        if length < self.max_length + 1:
+            tokens = np.concatenate(
+                (tokens, np.full(self.max_length + 1 - length, self.pad_id, dtype=np.int32))
+            )
+        return PackedSequence(
+            tokens=tokens.astype(np.int32, copy=True),
+            doc_starts=doc_starts,
+            doc_sources=self._sources[first:last].copy(),
+            num_valid=length,
+        )
+
+    def _drop_before(self, pos: int) -> None:
+        """Forget pending tokens before ``pos``, keeping the piece that contains it."""
+        if pos == 0:
+            return
+        first = int(np.searchsorted(self._starts, pos, side="right")) - 1
+        self._tokens = self._tokens[pos:]
+        self._starts = self._starts[first:] - pos
+        self._starts[0] = 0
+        self._sources = self._sources[first:]

@@ -5,7 +5,7 @@ how many gpt2 tokens a byte costs, without downloading anything. Sources:
 
 ``code`` (JSONL.zst shards of ~6 MB, field ``text``)
     The ``.py`` files of Python's standard library (``sysconfig`` ``stdlib``
-    path, ``site-packages`` skipped, ``test/`` kept), one record per file;
+    path, ``site-packages`` skipped, ``test/`` kept), one source per file;
     files that are empty or not UTF-8 are skipped.
 ``docs`` (JSONL.gz)
     The help topics of ``pydoc_data.topics`` (sorted by key), then, per stdlib
@@ -14,30 +14,32 @@ how many gpt2 tokens a byte costs, without downloading anything. Sources:
 ``i18n`` (Parquet)
     The translated messages of the ``/usr/share/locale/*/LC_MESSAGES/*.mo``
     gettext catalogs of non-Latin-script languages (``NON_LATIN_LANGS``), one
-    record per catalog. Byte-level BPE trained on English text is at its most
+    message per line. Byte-level BPE trained on English text is at its most
     expensive here, which gives the widest bytes/token gap to ``docs``.
 ``licenses`` (Parquet; fallback for ``i18n``)
     Slim images strip ``/usr/share/locale``. Where no such catalog exists, the
     third domain is ``licenses`` instead: ``/usr/share/common-licenses/*`` then
     ``/usr/share/doc/*/copyright`` (both kept on Debian slim images), exact
     duplicates and symlinks skipped; where neither exists either (non-Debian),
-    Python's own ``LICENSE.txt`` (one record). The returned dict and
-    ``corpus.json`` name the domains actually built.
+    Python's own ``LICENSE.txt``. The returned dict and ``corpus.json`` name the
+    domains actually built.
 
-Every record also has an ``id`` (its source, relative to its root). Measured
-with gpt2 (r50k_base, tiktoken 0.14) on the full corpus of a Debian 12 machine
-with Python 3.11.7 (pyenv)::
+Sources longer than ``MAX_RECORD_BYTES`` (4 KB; gettext catalogs
+``I18N_RECORD_BYTES``, 2 KB) are cut at line boundaries into several records
+(see ``_split`` for why). Every record has an ``id``: its source, relative to
+its root, plus ``#part`` when cut. Measured with gpt2 (r50k_base, tiktoken
+0.14) on the full corpus of a Debian 12 machine with Python 3.11.7 (pyenv)::
 
     domain    records   text bytes      tokens   bytes/token   shards   on disk
-    code        1,758   31,512,085  15,314,671          2.06        6    5.6 MB
-    docs          724    2,269,790     643,290          3.53        1    0.7 MB
-    i18n        1,167   34,483,337  24,038,291          1.43        6    8.1 MB
-    (licenses     391    5,527,373   1,846,443          2.99        1    1.0 MB)
+    code        8,919   31,512,085  15,314,618          2.06        6    5.7 MB
+    docs        1,093    2,269,790     643,156          3.53        1    0.7 MB
+    i18n       18,246   34,483,337  24,036,923          1.43        6    8.4 MB
+    (licenses   1,600    5,527,373   1,846,398          2.99        1    1.1 MB)
 
 so ``docs`` has 2.5x the bytes per token of ``i18n`` (2.3x with a 3 MB cap per
-domain: code 2.20, docs 3.53, i18n 1.56). With the ``licenses`` fallback the
+domain: code 2.20, docs 3.53, i18n 1.57). With the ``licenses`` fallback the
 widest gap is ``docs`` vs ``code``, 1.7x (common licenses alone: ~4.1). The full
-build takes ~6 s; the sizes depend on the installed packages.
+build takes ~10 s; the sizes depend on the installed packages.
 
 The build is deterministic (sorted traversal, fixed compression settings, gzip
 mtime 0) and idempotent: ``corpus.json``, written last, records the build
@@ -73,8 +75,10 @@ FORMAT_VERSION = 1
 #: A shard is closed once its records reach this many (uncompressed) bytes.
 SHARD_TARGET_BYTES = 6_000_000
 MANIFEST_NAME = "corpus.json"
-#: ``i18n`` catalogs are cut into records of about this many bytes.
-I18N_RECORD_BYTES = 4_000
+#: Longer sources are cut at line boundaries into records of at most this many
+#: bytes (~2k gpt2 tokens of code); gettext catalogs, at ~1.5 bytes/token, finer.
+MAX_RECORD_BYTES = 4_000
+I18N_RECORD_BYTES = 2_000
 #: Languages (locale prefix before ``_``/``@``) written in non-Latin scripts, by script.
 _NON_LATIN_SCRIPTS = {
     "Cyrillic": "be bg kk ky mk mn ru sr tg uk",
@@ -206,26 +210,44 @@ def _i18n_records() -> Iterator[Record]:
             messages = _mo_messages(path.read_bytes())
         except OSError:
             continue
-        # Catalogs run up to ~1 MB; splitting them into ~I18N_RECORD_BYTES
-        # records (at message boundaries) gives samples many records, so their
-        # bytes/token (which differs 2x between languages) averages out.
-        part: list[str] = []
-        size = 0
-        n = 0
-        for message in messages or ():
-            part.append(message)
-            size += len(message.encode()) + 1
-            if size >= I18N_RECORD_BYTES:
-                yield {"id": f"{locale}/{path.name}#{n}", "text": "\n".join(part)}
-                part, size, n = [], 0, n + 1
-        if part:
-            yield {"id": f"{locale}/{path.name}#{n}", "text": "\n".join(part)}
+        if messages:
+            yield {"id": f"{locale}/{path.name}", "text": "\n".join(messages)}
 
 
 def _domain_names() -> list[str]:
     """The domains to build: ``i18n`` as the third where gettext catalogs exist."""
     third = "i18n" if next(_i18n_records(), None) is not None else "licenses"
     return ["code", "docs", third]
+
+
+def _split(records: Iterable[Record], max_bytes: int) -> Iterator[Record]:
+    """Cut records longer than ``max_bytes`` at line boundaries (ids get ``#part``).
+
+    Why: the pipeline's mixer and packer work per record, and test-sized runs
+    (a few thousand tokens per lane, 2M tokens in all) need many records. Whole
+    files measured badly: one 230 KB stdlib file (~100k tokens) is 5% of a
+    2M-token window and skewed realised token shares by 2-3 points, and whole
+    gettext catalogs (languages differ 2x in bytes/token) did the same; 16 KB
+    records still left flush windows larger than short runs ever close. With
+    4 KB / 2 KB records, shares land within ~0.4 point. A longer line stays whole.
+    """
+    for rec in records:
+        text = rec["text"]
+        if len(text.encode()) <= max_bytes:
+            yield rec
+            continue
+        part: list[str] = []
+        size = 0
+        n = 0
+        for line in text.splitlines(keepends=True):
+            line_bytes = len(line.encode())
+            if part and size + line_bytes > max_bytes:
+                yield {"id": f"{rec['id']}#{n}", "text": "".join(part)}
+                part, size, n = [], 0, n + 1
+            part.append(line)
+            size += line_bytes
+        if part:
+            yield {"id": f"{rec['id']}#{n}", "text": "".join(part)}
 
 
 def _capped(records: Iterable[Record], max_bytes: int | None) -> Iterator[Record]:
@@ -276,18 +298,18 @@ def _write_parquet(path: Path, records: list[Record]) -> None:
     _write_atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
-#: domain -> (shard file suffix, shard writer, record source)
-_DOMAINS: dict[str, tuple[str, Writer, Source]] = {
-    "code": (".jsonl.zst", _write_zst, _code_records),
-    "docs": (".jsonl.gz", _write_gz, _docs_records),
-    "i18n": (".parquet", _write_parquet, _i18n_records),
-    "licenses": (".parquet", _write_parquet, _license_records),
+#: domain -> (shard file suffix, shard writer, record source, max record bytes)
+_DOMAINS: dict[str, tuple[str, Writer, Source, int]] = {
+    "code": (".jsonl.zst", _write_zst, _code_records, MAX_RECORD_BYTES),
+    "docs": (".jsonl.gz", _write_gz, _docs_records, MAX_RECORD_BYTES),
+    "i18n": (".parquet", _write_parquet, _i18n_records, I18N_RECORD_BYTES),
+    "licenses": (".parquet", _write_parquet, _license_records, MAX_RECORD_BYTES),
 }
 
 
 def _build_domain(out_dir: Path, name: str, max_bytes: int | None) -> dict:
     """Write one domain's shards; return its manifest entry."""
-    suffix, write, source = _DOMAINS[name]
+    suffix, write, source, max_record_bytes = _DOMAINS[name]
     shards: list[str] = []
     records = 0
     text_bytes = 0
@@ -299,7 +321,7 @@ def _build_domain(out_dir: Path, name: str, max_bytes: int | None) -> dict:
         write(out_dir / rel, batch)
         shards.append(rel)
 
-    for rec in _capped(source(), max_bytes):
+    for rec in _capped(_split(source(), max_record_bytes), max_bytes):
         batch.append(rec)
         size = len(rec["text"].encode())
         batch_bytes += size

@@ -95,7 +95,7 @@ class LaneStream:
 
     def take(self, n: int) -> list[PackedSequence]:
         """Return the next ``n`` sequences of the lane; raise LaneExhausted if it ends first."""
-        while self._available() < n:
+        while self.available() < n:
             if not self._advance():
                 raise LaneExhausted(f"lane {self.lane} has no more data")
         out: list[PackedSequence] = []
@@ -120,7 +120,16 @@ class LaneStream:
                 }
         return {"window": self._next_window, "plan": self._plan.state(), "delivered": 0}
 
-    def _available(self) -> int:
+    def drain(self) -> int:
+        """Process the rest of a finite plan; return how many sequences were left undelivered."""
+        while self._advance():
+            pass
+        left = self.available()
+        self._windows.clear()
+        return left
+
+    def available(self) -> int:
+        """Sequences ready to be taken without more work."""
         return sum(len(w.ready) for w in self._windows)
 
     # -- producer side -------------------------------------------------------------------------

@@ -18,6 +18,7 @@ batch in lane order, whatever ``dp``, ``m``, parallelism or runner.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -107,6 +108,7 @@ class _Stats:
     label_tokens: dict[str, int] = field(default_factory=dict)
     data_wait_s: float = 0.0
     last_step_wait_s: float = 0.0
+    undelivered_at_end: int = 0
 
 
 class Pipeline:
@@ -283,9 +285,12 @@ class Pipeline:
         m = self.batch_config.microbatch_size
         while True:
             began = time.perf_counter()
+            taken = []
             try:
-                taken = [(s.lane, s.take(per_lane)) for s in self._lanes]
-            except LaneExhausted:
+                for stream in self._lanes:
+                    taken.append((stream.lane, stream.take(per_lane)))
+            except LaneExhausted as exhausted:
+                self._end_of_data(exhausted, taken)
                 return
             wait = time.perf_counter() - began
             digests = {lane: lane_digest(lane, seqs) for lane, seqs in taken}
@@ -305,6 +310,16 @@ class Pipeline:
                     lanes=tuple(lanes[index * m : (index + 1) * m]),
                     lane_digests=digests,
                 )
+
+    def _end_of_data(self, exhausted: LaneExhausted, taken: list) -> None:
+        """Report the end of a finite plan (all datasets ``exhausted="stop"``), never silently."""
+        undelivered = sum(len(seqs) for _, seqs in taken) + sum(s.drain() for s in self._lanes)
+        self._stats.undelivered_at_end = undelivered
+        warnings.warn(
+            f"data exhausted before step {self._step}: {exhausted}; {undelivered} sequences of this "
+            "rank's other lanes were not delivered (a step needs G/L sequences from every lane)",
+            stacklevel=3,
+        )
 
     def _start(self) -> None:
         if self._started:
@@ -409,6 +424,7 @@ class Pipeline:
             "label_tokens": dict(s.label_tokens),
             "data_wait_s": s.data_wait_s,
             "last_step_wait_s": s.last_step_wait_s,
+            "undelivered_at_end": s.undelivered_at_end,
         }
 
     def _count(self, sequences: list[PackedSequence], wait: float) -> None:

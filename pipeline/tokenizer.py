@@ -103,8 +103,12 @@ def _tiktoken_cache_path() -> Path | None:
     return Path(cache_dir) / hashlib.sha1(TIKTOKEN_R50K_URL.encode()).hexdigest()
 
 
-def _fetch_from_registry() -> bytes:
-    """Download the whisper source archive with pip and return the verified BPE file."""
+def _fetch_from_registry(dest: Path) -> bytes:
+    """Download the whisper source archive with pip and return the verified BPE file.
+
+    ``dest`` (where the file will go) only appears in error messages.
+    """
+    by_hand = f"copy {BPE_FILE_NAME} (sha256 {R50K_BASE_SHA256}) to {dest} by hand"
     with tempfile.TemporaryDirectory(prefix="zephon-tokenizer-") as tmp:
         cmd = [
             sys.executable,
@@ -125,8 +129,7 @@ def _fetch_from_registry() -> bytes:
             raise TokenizerError(
                 f"could not download {SOURCE_REQUIREMENT} (it carries the gpt2 tokenizer file): "
                 f"pip exited with code {proc.returncode}:\n{tail}\n"
-                "Run this on a machine that can reach the package registry, or copy "
-                f"{BPE_FILE_NAME} (sha256 {R50K_BASE_SHA256}) into place by hand."
+                f"Run this on a machine that can reach the package registry, or {by_hand}."
             )
         archives = sorted(Path(tmp).glob("*.tar.gz"))
         if not archives:
@@ -145,15 +148,14 @@ def _fetch_from_registry() -> bytes:
         if data is None:
             raise TokenizerError(
                 f"{archives[0].name} has no member ending in {SOURCE_MEMBER_SUFFIX}; the "
-                f"pinned {SOURCE_REQUIREMENT} archive seems altered. Copy {BPE_FILE_NAME} "
-                f"(sha256 {R50K_BASE_SHA256}) into place by hand."
+                f"pinned {SOURCE_REQUIREMENT} archive seems altered; {by_hand}."
             )
     actual = _sha256(data)
     if actual != R50K_BASE_SHA256:
         raise TokenizerError(
             f"sha256 mismatch for {SOURCE_MEMBER_SUFFIX} from {SOURCE_REQUIREMENT}: expected "
             f"{R50K_BASE_SHA256}, got {actual}. Not installing it; check the package index "
-            f"or copy {BPE_FILE_NAME} into place by hand."
+            f"or {by_hand}."
         )
     return data
 
@@ -176,7 +178,7 @@ def provision(dest_dir: Path | None = None) -> Path:
     data = _read_if_valid(dest)
     try:
         if data is None:
-            data = _fetch_from_registry()
+            data = _fetch_from_registry(dest)
             _write_atomic(dest, data)
         cache_path = _tiktoken_cache_path()
         if cache_path is not None and _read_if_valid(cache_path) is None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline import WorkSource, global_batch_digest
+from pipeline import Dataset, WorkSource, global_batch_digest
 from tests.conftest import make_pipeline
 
 
@@ -58,3 +60,21 @@ def run_ranks(
         ],
         states=states,
     )
+
+
+def write_jsonl(path: Path, texts: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return path
+
+
+def two_datasets(tmp_path: Path, exhausted: str) -> list[Dataset]:
+    """37 prose-like and 11 code-like records."""
+    a = write_jsonl(tmp_path / "a.jsonl", [f"alpha document {i} " * (1 + i % 5) for i in range(37)])
+    b = write_jsonl(
+        tmp_path / "b.jsonl", [f"def f{i}(x):\n    return x * {i}\n" for i in range(11)]
+    )
+    cache = tmp_path / "cache"
+    return [
+        Dataset("a", [str(a)], cache_dir=cache, exhausted=exhausted),
+        Dataset("b", [str(b)], cache_dir=cache, exhausted=exhausted),
+    ]

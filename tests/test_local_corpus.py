@@ -104,6 +104,15 @@ def test_licenses_replace_i18n_without_gettext_catalogs(
     assert [r for p in shards["licenses"] for r in _records(p) if r["text"].strip()]
 
 
+def test_split_cuts_long_sources_at_line_boundaries() -> None:
+    text = "".join(f"line {i} ünïcode\n" for i in range(100)) + "x" * 500
+    parts = list(local_corpus._split([{"id": "a", "text": text}, {"id": "b", "text": "ok"}], 200))
+    assert "".join(p["text"] for p in parts[:-1]) == text
+    assert [p["id"] for p in parts[:2]] == ["a#0", "a#1"] and parts[-1] == {"id": "b", "text": "ok"}
+    # Every part fits, except the one overlong line, which stays whole.
+    assert all(len(p["text"].encode()) <= 200 for p in parts if not p["text"].startswith("x"))
+
+
 def test_rejects_non_positive_cap(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         build_local_corpus(tmp_path, max_bytes_per_domain=0)

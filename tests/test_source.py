@@ -10,24 +10,7 @@ import numpy as np
 import pytest
 
 from pipeline import ConfigError, Dataset, WorkSource, load_tokenizer
-
-
-def write_jsonl(path: Path, texts: list[str]) -> Path:
-    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    return path
-
-
-def two_datasets(tmp_path: Path, exhausted: str) -> list[Dataset]:
-    """37 prose-like and 11 code-like records."""
-    a = write_jsonl(tmp_path / "a.jsonl", [f"alpha document {i} " * (1 + i % 5) for i in range(37)])
-    b = write_jsonl(
-        tmp_path / "b.jsonl", [f"def f{i}(x):\n    return x * {i}\n" for i in range(11)]
-    )
-    cache = tmp_path / "cache"
-    return [
-        Dataset("a", [str(a)], cache_dir=cache, exhausted=exhausted),
-        Dataset("b", [str(b)], cache_dir=cache, exhausted=exhausted),
-    ]
+from tests.helpers import two_datasets
 
 
 @pytest.fixture()

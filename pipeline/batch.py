@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from pipeline.digest import global_batch_digest
 from pipeline.stages.pack import PackedSequence
+
+if TYPE_CHECKING:
+    import torch
 
 IGNORE_INDEX = -100
 """Label of padded positions (PyTorch's cross-entropy default ``ignore_index``)."""
@@ -52,6 +55,8 @@ class MicroBatch:
         and ``document_starts``: per row, an int32 tensor of the input positions where
         a document starts (the start of padding counts as one).
         """
+        import torch  # deferred: worker processes import this package without needing torch
+
         tokens = self.tokens().astype(np.int64)
         max_length = tokens.shape[1] - 1
         labels = tokens[:, 1:].copy()

@@ -9,9 +9,18 @@ under ``cache_dir`` (default ``zephon_home()/"cache"``)::
     stat/<sha256(path, size, mtime_ns, inode)>          content fingerprint of a file
     index/<content-fp>.<format>.<field-hash>.v1.npz    ShardIndex of a shard
     decompressed/<content-fp>.jsonl                     plain copy of a .gz/.zst shard
+    remote/...                                          IO cache of remote shards (pipeline.io)
 
 Every file is written to a temporary name and renamed into place, so
 concurrent processes can share the cache.
+
+Shards may also be fsspec URLs (``https://``, ``s3://``, ...). A remote shard
+is downloaded at first use by ``pipeline.io.ShardCache`` and its local copy is
+then indexed and read like a local file; its fingerprint is the SHA-256 of its
+bytes, as for a local file, so the same bytes give the same dataset
+fingerprint whether read locally or over a URL. With the IO cache disabled
+(the default), local copies and decompressed copies of remote shards live in
+a private temporary directory of the process instead of the shared cache.
 """
 
 from __future__ import annotations
@@ -21,20 +30,20 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import threading
 import time
 import warnings
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
 import numpy as np
 
-from pipeline.errors import ConfigError, DataError
+from pipeline import io
+from pipeline.errors import ConfigError, DataError, ZephonError
 from pipeline.formats import (
     JsonlFormat,
     ParquetFormat,
@@ -80,9 +89,13 @@ class RecordPointer:
 
 @dataclass(frozen=True)
 class _Shard:
-    path: Path
+    source: Path | str  # a local file, or the URL of a remote one
     format: str
     compression: str | None
+
+    @property
+    def remote(self) -> bool:
+        return isinstance(self.source, str)
 
 
 @dataclass(frozen=True)
@@ -90,8 +103,9 @@ class _Indexed:
     """Everything the lazy indexing pass produces; built once, then read-only."""
 
     fingerprints: list[str]
-    stats: list[tuple[int, int]]  # (size, mtime_ns) of each shard when indexed
-    read_paths: list[Path]  # the shard itself, or its decompressed copy
+    local_paths: list[Path]  # the shard itself, or the local copy of a remote shard
+    stats: list[tuple[int, int]]  # (size, mtime_ns) of each local path when indexed
+    read_paths: list[Path]  # the local path, or its decompressed copy
     indexes: list[ShardIndex]
     starts: np.ndarray  # global index of each shard's first record; len = shards + 1
     record_bytes: np.ndarray
@@ -101,12 +115,17 @@ class _Indexed:
 class Dataset:
     """A named set of shards with a text field, a content fingerprint and a record index.
 
-    ``paths`` are files or glob patterns (``~`` and ``**`` allowed), resolved
-    at construction into a sorted list of files. Records are numbered
-    globally in shard order, then in record order within a shard; bad records
-    are skipped and counted (``on_bad_record="skip"``) or fail indexing
-    (``"error"``). ``exhausted`` tells the plan what to do when the dataset
-    runs out: ``"repeat"`` it or ``"stop"``.
+    ``paths`` are files or glob patterns (``~`` and ``**`` allowed), or fsspec
+    URLs (globs too, except over HTTP, where each file must be listed),
+    resolved at construction into a sorted list of shards; a missing file is a
+    ``ConfigError`` then, an unreachable server a ``DataError``. ``io_options``
+    configures remote IO: ``{"cache": {"enabled": True, "dir": None}}`` keeps
+    verified local copies of remote shards under ``dir`` (default
+    ``cache_dir``) for later runs and other processes (see ``pipeline.io``).
+    Records are numbered globally in shard order, then in record order within
+    a shard; bad records are skipped and counted (``on_bad_record="skip"``) or
+    fail indexing (``"error"``). ``exhausted`` tells the plan what to do when
+    the dataset runs out: ``"repeat"`` it or ``"stop"``.
     """
 
     def __init__(
@@ -117,6 +136,7 @@ class Dataset:
         exhausted: Literal["repeat", "stop"] = "repeat",
         on_bad_record: Literal["skip", "error"] = "skip",
         cache_dir: str | Path | None = None,
+        io_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ConfigError(
@@ -140,6 +160,10 @@ class Dataset:
         self.cache_dir = (
             Path(cache_dir).expanduser() if cache_dir is not None else zephon_home() / "cache"
         )
+        try:
+            self._io = io.ShardCache(io.IOOptions.parse(io_options), self.cache_dir)
+        except ConfigError as e:
+            raise ConfigError(f"dataset {name!r}: {e}") from e
         self._shards = [_Shard(p, *detect_format(p)) for p in _resolve(name, paths)]
         self._formats: dict[str, ShardFormat] = {
             f.name: f for f in (JsonlFormat(), TextFormat(), ParquetFormat())
@@ -155,12 +179,35 @@ class Dataset:
             f"Dataset({self.name!r}, {len(self._shards)} shards, field={self.field!r}, {records})"
         )
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the index (built here first) but no open files or locks.
+
+        Process workers receive a Dataset once; they reuse the parent's index and open
+        the shards themselves.
+        """
+        self._indexed()
+        state = self.__dict__.copy()
+        for transient in ("_formats", "_lock", "_handles", "_handles_lock"):
+            state.pop(transient)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._formats = {f.name: f for f in (JsonlFormat(), TextFormat(), ParquetFormat())}
+        self._lock = threading.Lock()
+        self._handles = OrderedDict()
+        self._handles_lock = threading.Lock()
+
     # -- properties (the first use indexes the dataset) ------------------------
 
     @property
-    def shards(self) -> list[Path]:
-        """Shard files in sorted order (known from construction; reading them is not needed)."""
-        return [s.path for s in self._shards]
+    def shards(self) -> list[Path | str]:
+        """Shards in sorted order: a ``Path`` per local file, the URL (a ``str``) per remote one.
+
+        Known from construction; reading them is not needed. A ``file://`` URL
+        is a local file. The local copies of remote shards are not listed.
+        """
+        return [s.source for s in self._shards]
 
     @property
     def fingerprint(self) -> str:
@@ -240,20 +287,30 @@ class Dataset:
         return state
 
     def _build(self) -> _Indexed:
-        fingerprints, stats, read_paths, indexes = [], [], [], []
+        fingerprints, local_paths, stats, read_paths, indexes = [], [], [], [], []
         for shard in self._shards:
             try:
-                st = os.stat(shard.path)
-                fp = self._content_fingerprint(shard.path, st)
-                read_path = shard.path
+                if shard.remote:
+                    try:
+                        local = self._io.local_copy(str(shard.source))
+                    except DataError as e:
+                        raise DataError(f"dataset {self.name!r}: {e}") from e
+                    st = os.stat(local)
+                    fp = io.content_sha256(local)  # verified by local_copy
+                else:
+                    local = Path(shard.source)
+                    st = os.stat(local)
+                    fp = self._content_fingerprint(local, st)
+                read_path = local
                 if shard.compression:
-                    read_path = self._decompressed(shard, fp)
+                    read_path = self._decompressed(shard, local, fp)
                 index = self._shard_index(shard, fp, read_path)
             except OSError as e:
-                raise DataError(f"dataset {self.name!r}: cannot index {shard.path}: {e}") from e
+                raise DataError(f"dataset {self.name!r}: cannot index {shard.source}: {e}") from e
             if self.on_bad_record == "error":
                 self._raise_on_bad(shard, index)
             fingerprints.append(fp)
+            local_paths.append(local)
             stats.append((st.st_size, st.st_mtime_ns))
             read_paths.append(read_path)
             indexes.append(index)
@@ -267,6 +324,7 @@ class Dataset:
         ]
         state = _Indexed(
             fingerprints=fingerprints,
+            local_paths=local_paths,
             stats=stats,
             read_paths=read_paths,
             indexes=indexes,
@@ -303,14 +361,16 @@ class Dataset:
         with open(path, "rb") as f:
             fp = hashlib.file_digest(f, "sha256").hexdigest()
         if time.time_ns() - st.st_mtime_ns > _RACY_NS:
-            _atomic_write(entry, lambda out: out.write(fp.encode()))
+            io.atomic_write(entry, lambda out: out.write(fp.encode()))
         return fp
 
-    def _decompressed(self, shard: _Shard, fp: str) -> Path:
-        """Path of the shard's decompressed copy, writing it if missing."""
-        copy = self.cache_dir / "decompressed" / f"{fp}.jsonl"
+    def _decompressed(self, shard: _Shard, local: Path, fp: str) -> Path:
+        """Path of the decompressed copy of ``local`` (the shard's bytes), writing it if missing."""
+        # Without a shared IO cache, remote data stays in the private directory.
+        root = self._io.root if shard.remote and not self._io.shared else self.cache_dir
+        copy = root / "decompressed" / f"{fp}.jsonl"
         if not copy.exists():
-            _atomic_write(copy, lambda out: decompress(shard.path, shard.compression, out))
+            io.atomic_write(copy, lambda out: decompress(local, shard.compression, out))
         return copy
 
     def _shard_index(self, shard: _Shard, fp: str, read_path: Path) -> ShardIndex:
@@ -323,7 +383,7 @@ class Dataset:
         except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
             pass  # missing, or damaged: build it and replace the entry
         index = self._formats[shard.format].build_index(read_path, self.field)
-        _atomic_write(cached, index.save)
+        io.atomic_write(cached, index.save)
         return index
 
     def _raise_on_bad(self, shard: _Shard, index: ShardIndex) -> None:
@@ -332,7 +392,7 @@ class Dataset:
             line, reason = min(bad)
             others = sum(n for r, n in index.skipped.items() if r != _IGNORED) - 1
             raise DataError(
-                f"dataset {self.name!r}: {shard.path}:{line}: {_REASONS[reason]} "
+                f"dataset {self.name!r}: {shard.source}:{line}: {_REASONS[reason]} "
                 f"(reason {reason!r}, field {self.field!r}; {others} more bad records in "
                 "this file); fix or remove the record, or pass on_bad_record='skip'"
             )
@@ -345,7 +405,7 @@ class Dataset:
                 skipped[reason] = skipped.get(reason, 0) + n
                 kept = examples.setdefault(reason, [])
                 kept.extend(
-                    f"{shard.path}:{line}" for line in index.examples[reason][: 3 - len(kept)]
+                    f"{shard.source}:{line}" for line in index.examples[reason][: 3 - len(kept)]
                 )
         return skipped, examples
 
@@ -358,14 +418,15 @@ class Dataset:
             if handle is not None:
                 self._handles.move_to_end(s)
                 return handle
-            path = self._shards[s].path
             try:
-                st = os.stat(path)
+                st = os.stat(state.local_paths[s])
                 if (st.st_size, st.st_mtime_ns) != state.stats[s]:
                     raise self._changed(s, None)
                 handle = self._formats[self._shards[s].format].open(state.read_paths[s])
             except OSError as e:
-                raise DataError(f"dataset {self.name!r}: cannot open shard {path}: {e}") from e
+                raise DataError(
+                    f"dataset {self.name!r}: cannot open shard {self._shards[s].source}: {e}"
+                ) from e
             self._handles[s] = handle
             if len(self._handles) > _MAX_OPEN_SHARDS:
                 # A reader still using the evicted handle keeps it alive until it is done.
@@ -373,7 +434,7 @@ class Dataset:
             return handle
 
     def _changed(self, s: int, row: int | None) -> DataError:
-        what = f"shard {self._shards[s].path}"
+        what = f"shard {self._shards[s].source}"
         if row is not None:
             what = f"record {RecordPointer(self.name, s, row).as_tuple()}: {what}"
         return DataError(
@@ -390,14 +451,27 @@ class Dataset:
 
 def _resolve(
     name: str, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
-) -> list[Path]:
-    """Expand files and glob patterns into a sorted, de-duplicated list of files."""
+) -> list[Path | str]:
+    """Expand files, URLs and glob patterns into a sorted, de-duplicated list of shards.
+
+    Local files (``file://`` URLs included) become absolute ``Path``s, remote
+    files stay URL strings.
+    """
     patterns = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not patterns:
         raise ConfigError(f"dataset {name!r}: no paths given; pass files or glob patterns")
     found: set[str] = set()
     for pattern in patterns:
         expanded = os.path.expanduser(os.fspath(pattern))
+        if io.is_url(expanded):
+            try:
+                local = io.local_path(expanded)
+                if local is None:
+                    found.update(io.expand_url(expanded))
+                    continue
+            except ZephonError as e:
+                raise type(e)(f"dataset {name!r}: {e}") from e
+            expanded = local  # a file:// URL: resolved like the path it names
         if os.path.isfile(expanded):
             found.add(os.path.abspath(expanded))
         elif glob.escape(expanded) != expanded:
@@ -417,18 +491,4 @@ def _resolve(
             raise ConfigError(
                 f"dataset {name!r}: {pattern!r} does not exist; fix the path or remove it"
             )
-    return [Path(p) for p in sorted(found)]
-
-
-def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write ``path`` via a temporary file in the same directory and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a shared cache must be readable by others
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    return [p if io.is_url(p) else Path(p) for p in sorted(found)]

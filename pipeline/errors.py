@@ -7,6 +7,8 @@ the record pointer involved.
 
 from __future__ import annotations
 
+import pickle
+
 
 class ZephonError(Exception):
     """Base class of all errors raised by Zephon."""
@@ -46,3 +48,12 @@ class StageError(ZephonError):
             f"stage '{stage}' failed on dataset '{dataset}', record pointer {pointer}: "
             f"{type(cause).__name__}: {cause}"
         )
+
+    def __reduce__(self) -> tuple:
+        # Process workers send errors back pickled; keep the cause if it pickles.
+        try:
+            pickle.dumps(self.cause)
+            cause = self.cause
+        except Exception:
+            cause = RuntimeError(f"{type(self.cause).__name__}: {self.cause}")
+        return (type(self), (self.stage, self.dataset, self.pointer, cause))

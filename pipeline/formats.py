@@ -10,10 +10,10 @@ One class per format, each with the same three methods:
   the index, or ``None`` for a row whose stored location no longer holds a
   usable record (the shard changed since it was indexed).
 
-Formats are chosen by file name (``detect_format``). Compressed JSONL is not a
-format of its own: ``decompress`` writes a plain copy that ``JsonlFormat``
-indexes and reads, because records cannot be read by offset from a
-compressed stream.
+Formats are chosen by file name (``detect_format``; for a URL, by its path's).
+Compressed JSONL is not a format of its own: ``decompress`` writes a plain
+copy that ``JsonlFormat`` indexes and reads, because records cannot be read
+by offset from a compressed stream.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from pipeline.errors import ConfigError, DataError
+from pipeline.io import is_url, url_filename
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSIONS = {".gz": "gz", ".zst": "zst"}
@@ -46,13 +47,16 @@ _BLOCK = 8 << 20  # read size for streaming passes over a file
 _Ints = Sequence[int] | np.ndarray
 
 
-def detect_format(path: Path) -> tuple[str, str | None]:
+def detect_format(path: str | os.PathLike[str]) -> tuple[str, str | None]:
     """Return ``(format name, compression or None)`` for a shard, from its file name.
 
-    ``.jsonl``/``.json``/``.ndjson`` (optionally ``.gz``/``.zst``) is JSONL,
-    ``.parquet`` is Parquet and any other file is one plain-text document.
+    ``path`` is a local path or a URL (the file name of its path counts, not
+    its query). ``.jsonl``/``.json``/``.ndjson`` (optionally ``.gz``/``.zst``)
+    is JSONL, ``.parquet`` is Parquet and any other file is one plain-text
+    document.
     """
-    name = path.name.lower()
+    location = os.fspath(path)
+    name = (url_filename(location) if is_url(location) else os.path.basename(location)).lower()
     suffix = Path(name).suffix
     if suffix in COMPRESSIONS:
         if Path(name[: -len(suffix)]).suffix in JSONL_SUFFIXES:

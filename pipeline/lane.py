@@ -20,16 +20,20 @@ ahead (prefetch) are not part of the state.
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.errors import StageError
 from pipeline.runners import Runner, Ticket
 from pipeline.source import LanePlan, WorkSource
 from pipeline.stages.pack import PackedSequence, TokenizedChunk, WrapPacker
 from pipeline.stages.shuffle import ShuffleBuffer
-from pipeline.stages.tokenize import WorkChunk
+from pipeline.stages.tokenize import WorkChunk, first_pointer
+from pipeline.stats import PipelineCounters
 
 
 class LaneExhausted(Exception):
@@ -50,6 +54,7 @@ class _Window:
 class _InFlight:
     window: int
     closes_window: bool
+    chunk: WorkChunk
     ticket: Ticket[TokenizedChunk]
 
 
@@ -61,18 +66,21 @@ class LaneStream:
         source: WorkSource,
         lane: int,
         num_lanes: int,
-        runner: Runner,
-        tokenize: Callable[[WorkChunk], TokenizedChunk],
+        runner: Runner[WorkChunk, TokenizedChunk],
         packer: WrapPacker,
         shuffle: ShuffleBuffer[PackedSequence],
         flush_every: int,
         prefetch: int,
+        counters: PipelineCounters,
         state: Mapping[str, Any] | None = None,
+        ordered: bool = True,
     ) -> None:
         assert flush_every >= 1, f"flush_every must be >= 1, got {flush_every}"
         self.lane = lane
+        self._datasets = source.datasets
         self._runner = runner
-        self._tokenize = tokenize
+        self._counters = counters
+        self._ordered = ordered
         self._packer = packer
         self._shuffle = shuffle
         self._flush_every = flush_every
@@ -150,9 +158,9 @@ class LaneStream:
                 self._windows.append(window)
             self._chunks_in_window += 1
             closes = self._chunks_in_window == self._flush_every
-            self._inflight.append(
-                _InFlight(self._next_window, closes, self._runner.submit(self._tokenize, chunk))
-            )
+            ticket = self._runner.submit(chunk)
+            self._inflight.append(_InFlight(self._next_window, closes, chunk, ticket))
+            self._counters.tokenize.items_in += 1
             if closes:
                 self._next_window += 1
                 self._chunks_in_window = 0
@@ -168,27 +176,74 @@ class LaneStream:
             self._chunks_in_window = 0
             self._next_window += 1
             return True
-        item = self._inflight.popleft()
+        item = self._next_in_flight()
         window = self._window(item.window)
-        self._emit(window, self._packer.add(item.ticket.result()))
+        tokenized = self._result(item)
+        began = time.perf_counter()
+        packed = self._packer.add(tokenized)
+        self._counters.pack.busy_s += time.perf_counter() - began
+        self._emit(window, packed)
         if item.closes_window:
             self._close_window(window)
         return True
 
+    def _next_in_flight(self) -> _InFlight:
+        """The oldest chunk in flight; with ``ordered=False``, the first finished one of its window."""
+        if self._ordered or not isinstance(self._inflight[0].ticket, Future):
+            return self._inflight.popleft()
+        head_window = self._inflight[0].window
+        candidates = [i for i in self._inflight if i.window == head_window]
+        done, _ = wait([i.ticket for i in candidates], return_when=FIRST_COMPLETED)  # type: ignore[misc]
+        item = next(i for i in candidates if i.ticket in done)
+        if item.closes_window and len(candidates) > 1:
+            # The window's closing chunk must come last; take another finished one first.
+            item = candidates[0]
+        self._inflight.remove(item)
+        return item
+
+    def _result(self, item: _InFlight) -> TokenizedChunk:
+        """Wait for a chunk's tokens; count them; name the chunk's records if its worker failed."""
+        began = time.perf_counter()
+        try:
+            tokenized = item.ticket.result()
+        except StageError:
+            raise
+        except BaseException as exc:  # e.g. BrokenProcessPool when a worker process was killed
+            dataset, pointer = first_pointer(item.chunk, self._datasets)
+            raise StageError(self._runner.name, dataset, pointer, exc) from exc
+        c = self._counters.tokenize
+        c.wait_s += time.perf_counter() - began
+        c.items_out += 1
+        c.records += len(tokenized.doc_lengths)
+        c.tokens += len(tokenized.tokens)
+        c.bytes += tokenized.text_bytes
+        c.busy_s += tokenized.busy_s
+        self._counters.pack.tokens += len(tokenized.tokens)
+        return tokenized
+
     def _close_window(self, window: _Window) -> None:
-        self._emit(window, self._packer.flush())
+        tail = self._packer.flush()
+        self._counters.padded_sequences += len(tail)
+        self._emit(window, tail)
+        began = time.perf_counter()
         for seq in self._shuffle.flush():
             self._deliver(window, seq)
+        self._counters.shuffle.busy_s += time.perf_counter() - began
         window.complete = True
         self._open_window = window.index + 1
         self._shuffle.start_window(self.lane, self._open_window)
 
     def _emit(self, window: _Window, sequences: list[PackedSequence]) -> None:
+        self._counters.pack.items_out += len(sequences)
+        self._counters.shuffle.items_in += len(sequences)
+        began = time.perf_counter()
         for seq in sequences:
             for out in self._shuffle.push(seq):
                 self._deliver(window, out)
+        self._counters.shuffle.busy_s += time.perf_counter() - began
 
     def _deliver(self, window: _Window, seq: PackedSequence) -> None:
+        self._counters.shuffle.items_out += 1
         if window.to_skip:
             window.to_skip -= 1  # delivered before the state was taken
             return

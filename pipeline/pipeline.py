@@ -17,10 +17,11 @@ batch in lane order, whatever ``dp``, ``m``, parallelism or runner.
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Generator, Iterator, Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -29,12 +30,14 @@ from pipeline.batch import MicroBatch
 from pipeline.digest import lane_digest
 from pipeline.errors import ConfigError, StateError
 from pipeline.lane import LaneExhausted, LaneStream
+from pipeline.prefetch import BackgroundIterator
 from pipeline.runners import RUNNER_TYPES, Runner
 from pipeline.source import WorkSource
 from pipeline.stages.pack import PackedSequence, WrapPacker
 from pipeline.stages.shuffle import ShuffleBuffer
-from pipeline.stages.tokenize import tokenize_chunk
+from pipeline.stages.tokenize import TokenizeWork
 from pipeline.state import STATE_FORMAT, check_state, fingerprint
+from pipeline.stats import PipelineCounters
 from pipeline.tokenizer import Tokenizer, load_tokenizer
 
 PACKING_ALGORITHMS = ("wrap",)
@@ -56,7 +59,12 @@ class LaneOptions:
     """Chunks each lane keeps submitted to the tokenize workers; 0 picks enough to keep
     every worker busy (performance only)."""
     runner: str = "threads"
-    """Tokenize runner: "threads" or "inline" (performance only)."""
+    """Tokenize runner: "inline", "threads" or "processes" (performance only)."""
+    prefetch_steps: int = 2
+    """Steps assembled ahead on a background thread; 0 assembles in ``next()`` (performance only)."""
+    ordered: bool = True
+    """False takes chunks in completion order: only to measure what ordering costs; it
+    breaks determinism, and such a pipeline refuses ``state_dict()``."""
 
 
 @dataclass
@@ -102,13 +110,15 @@ class BatchConfig:
 
 
 @dataclass
-class _Stats:
-    steps: int = 0
-    sequences: int = 0
-    label_tokens: dict[str, int] = field(default_factory=dict)
-    data_wait_s: float = 0.0
-    last_step_wait_s: float = 0.0
-    undelivered_at_end: int = 0
+class _Step:
+    """One step's local batch, assembled by the producer."""
+
+    index: int
+    sequences: list[PackedSequence]
+    lanes: list[int]
+    digests: dict[int, bytes]
+    lane_states: dict[str, Any]
+    """Every owned lane's restore position once this step is delivered."""
 
 
 class Pipeline:
@@ -125,9 +135,9 @@ class Pipeline:
         self._lanes: list[LaneStream] = []
         self._runner: Runner | None = None
         self._started = False
-        self._step = 0
+        self._delivered: tuple[int, dict[str, Any]] = (0, {})  # (steps done, lane states)
         self._microbatches_left = 0
-        self._stats = _Stats(label_tokens={ds.name: 0 for ds in source.datasets})
+        self._counters = PipelineCounters(label_tokens={ds.name: 0 for ds in source.datasets})
 
     # -- builder -------------------------------------------------------------------------------
 
@@ -274,15 +284,42 @@ class Pipeline:
 
     def __iter__(self) -> Iterator[MicroBatch]:
         self._start()
+        producer = self._produce_steps()
+        prefetch = self.lane_options.prefetch_steps
+        steps = BackgroundIterator(producer, prefetch, "zephon-steps") if prefetch else producer
+        m = self._require_batch().microbatch_size
         try:
-            yield from self._steps()
+            while True:
+                began = time.perf_counter()
+                step = next(steps, None)
+                if step is None:
+                    return
+                wait = time.perf_counter() - began
+                count = len(step.sequences) // m
+                for index in range(count):
+                    self._microbatches_left = count - index - 1
+                    if self._microbatches_left == 0:
+                        # The step is complete once its last micro-batch is handed over.
+                        self._delivered = (step.index + 1, step.lane_states)
+                    self._count_microbatch(
+                        wait if index == 0 else 0.0, is_last=self._microbatches_left == 0
+                    )
+                    yield MicroBatch(
+                        step=step.index,
+                        index=index,
+                        count=count,
+                        sequences=tuple(step.sequences[index * m : (index + 1) * m]),
+                        lanes=tuple(step.lanes[index * m : (index + 1) * m]),
+                        lane_digests=step.digests,
+                    )
         finally:
+            steps.close()
             self.close()
 
-    def _steps(self) -> Iterator[MicroBatch]:
-        assert self.batch_config is not None
-        per_lane = self.batch_config.global_batch_size // self.lane_options.lanes
-        m = self.batch_config.microbatch_size
+    def _produce_steps(self) -> Generator[_Step, None, None]:
+        """Assemble steps: G/L sequences from every owned lane, in lane order."""
+        per_lane = self._require_batch().global_batch_size // self.lane_options.lanes
+        index = self._delivered[0]
         while True:
             began = time.perf_counter()
             taken = []
@@ -290,35 +327,28 @@ class Pipeline:
                 for stream in self._lanes:
                     taken.append((stream.lane, stream.take(per_lane)))
             except LaneExhausted as exhausted:
-                self._end_of_data(exhausted, taken)
+                self._end_of_data(exhausted, taken, index)
                 return
-            wait = time.perf_counter() - began
-            digests = {lane: lane_digest(lane, seqs) for lane, seqs in taken}
+            self._counters.batch.wait_s += time.perf_counter() - began
             sequences = [seq for _, seqs in taken for seq in seqs]
-            lanes = [lane for lane, seqs in taken for _ in seqs]
-            self._count(sequences, wait)
-            step, count = self._step, len(sequences) // m
-            for index in range(count):
-                self._microbatches_left = count - index - 1
-                if self._microbatches_left == 0:
-                    self._step = step + 1  # complete once its last micro-batch is handed over
-                yield MicroBatch(
-                    step=step,
-                    index=index,
-                    count=count,
-                    sequences=tuple(sequences[index * m : (index + 1) * m]),
-                    lanes=tuple(lanes[index * m : (index + 1) * m]),
-                    lane_digests=digests,
-                )
+            self._count_step(sequences)
+            yield _Step(
+                index=index,
+                sequences=sequences,
+                lanes=[lane for lane, seqs in taken for _ in seqs],
+                digests={lane: lane_digest(lane, seqs) for lane, seqs in taken},
+                lane_states={str(s.lane): s.state() for s in self._lanes},
+            )
+            index += 1
 
-    def _end_of_data(self, exhausted: LaneExhausted, taken: list) -> None:
+    def _end_of_data(self, exhausted: LaneExhausted, taken: list, step: int) -> None:
         """Report the end of a finite plan (all datasets ``exhausted="stop"``), never silently."""
         undelivered = sum(len(seqs) for _, seqs in taken) + sum(s.drain() for s in self._lanes)
-        self._stats.undelivered_at_end = undelivered
+        self._counters.undelivered_at_end = undelivered
         warnings.warn(
-            f"data exhausted before step {self._step}: {exhausted}; {undelivered} sequences of this "
+            f"data exhausted before step {step}: {exhausted}; {undelivered} sequences of this "
             "rank's other lanes were not delivered (a step needs G/L sequences from every lane)",
-            stacklevel=3,
+            stacklevel=2,
         )
 
     def _start(self) -> None:
@@ -329,37 +359,35 @@ class Pipeline:
         self.validate()
         contract = self.contract()
         tokenizer = self._tokenizer()
+        first_step = 0
         if self._restore is not None:
             check_state(self._restore, contract, self.owned_lanes)
             self.source.set_calibration(self._restore["tokens_per_byte"])
-            self._step = int(self._restore["step"])
+            first_step = int(self._restore["step"])
         else:
             self.source.calibrate(tokenizer)
         self._contract = contract
         o, t, p = self.lane_options, self.tokenize_config, self.pack_config
         assert t is not None and p is not None
-        self._runner = Runner(o.runner, t.parallelism, "tokenize")
-        datasets = self.source.datasets
-
-        def work(chunk: Any) -> Any:
-            return tokenize_chunk(chunk, datasets, tokenizer)
-
+        work = TokenizeWork(self.source.datasets, t.tokenizer_id)
+        self._runner = Runner(o.runner, t.parallelism, "tokenize", work)
         for lane in self.owned_lanes:
-            saved = None if self._restore is None else self._restore["lanes"][str(lane)]
             self._lanes.append(
                 LaneStream(
                     self.source,
                     lane,
                     o.lanes,
                     self._runner,
-                    work,
                     WrapPacker(p.max_length, tokenizer.eos_id),
                     ShuffleBuffer(self.shuffle_config.buffer_size, self.shuffle_config.seed),
                     o.flush_every,
                     o.prefetch or self._auto_prefetch(),
-                    saved,
+                    self._counters,
+                    state=None if self._restore is None else self._restore["lanes"][str(lane)],
+                    ordered=o.ordered,
                 )
             )
+        self._delivered = (first_step, {str(s.lane): s.state() for s in self._lanes})
         for stream in self._lanes:
             stream.submit_ahead()
         self._started = True
@@ -390,19 +418,23 @@ class Pipeline:
             raise StateError(
                 "state_dict() before iteration has started; there is nothing to save yet"
             )
+        if not self.lane_options.ordered:
+            raise StateError(
+                "a pipeline with ordered=False has no reproducible state; use ordered=True"
+            )
+        step, lane_states = self._delivered
         if self._microbatches_left:
             raise StateError(
-                f"state_dict() in the middle of step {self._step} ({self._microbatches_left} "
+                f"state_dict() in the middle of step {step} ({self._microbatches_left} "
                 "micro-batches not yet taken); save after a step's last micro-batch"
             )
-        tpb = self.source.tokens_per_byte
         return {
             "format": STATE_FORMAT,
             "contract": self._contract,
             "contract_fingerprint": fingerprint(self._contract),
-            "step": self._step,
-            "tokens_per_byte": tpb,
-            "lanes": {str(s.lane): s.state() for s in self._lanes},
+            "step": step,
+            "tokens_per_byte": self.source.tokens_per_byte,
+            "lanes": copy.deepcopy(lane_states),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -416,31 +448,36 @@ class Pipeline:
     # -- observability -------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """Counters: steps, sequences, label tokens per dataset, time waiting for data."""
-        s = self._stats
-        return {
-            "steps": s.steps,
-            "sequences": s.sequences,
-            "label_tokens": dict(s.label_tokens),
-            "data_wait_s": s.data_wait_s,
-            "last_step_wait_s": s.last_step_wait_s,
-            "undelivered_at_end": s.undelivered_at_end,
-        }
+        """Counters per stage (records, tokens, bytes, busy/wait seconds), label tokens per
+        dataset, skipped records per dataset and reason, and the consumer's wait for data."""
+        snapshot = self._counters.snapshot()
+        snapshot["skipped"] = {ds.name: ds.report()["skipped"] for ds in self.source.datasets}
+        return snapshot
 
-    def _count(self, sequences: list[PackedSequence], wait: float) -> None:
-        s = self._stats
-        s.steps += 1
-        s.sequences += len(sequences)
-        s.data_wait_s += wait
-        s.last_step_wait_s = wait
+    def _count_step(self, sequences: list[PackedSequence]) -> None:
+        c = self._counters
+        c.batch.items_in += len(sequences)
         names = [ds.name for ds in self.source.datasets]
         for seq in sequences:
             ends = np.minimum(np.append(seq.doc_starts[1:], seq.num_valid - 1), seq.num_valid - 1)
             sizes = np.maximum(ends - seq.doc_starts, 0)
             for source, size in zip(seq.doc_sources, sizes, strict=True):
-                s.label_tokens[names[source]] += int(size)
+                c.label_tokens[names[source]] += int(size)
+            c.batch.tokens += int(max(0, seq.num_valid - 1))
+
+    def _count_microbatch(self, wait: float, is_last: bool) -> None:
+        c = self._counters
+        c.microbatches += 1
+        c.batch.items_out += 1
+        c.consumer_wait_s += wait
+        c.last_microbatch_wait_s = wait
+        c.steps += is_last
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def _require_batch(self) -> BatchConfig:
+        assert self.batch_config is not None, "validate() first"
+        return self.batch_config
 
     def _tokenizer(self) -> Tokenizer:
         assert self.tokenize_config is not None

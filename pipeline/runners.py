@@ -1,64 +1,105 @@
-"""Runners execute a stage's stateless work items; results are always consumed in order.
+"""Runners execute a stage's stateless work function; results are always consumed in order.
 
 A lane submits its chunks with increasing sequence numbers and takes results
 back in exactly that order (each lane keeps a FIFO of tickets), so whichever
 worker finishes first, the stateful accumulators downstream see the same
 input. The runner type and its parallelism are therefore pure performance
 knobs: they never change the data.
+
+* ``inline`` — the work runs in the consumer when its result is asked for.
+* ``threads`` — a thread pool; tiktoken releases the GIL while encoding.
+* ``processes`` — a process pool (spawn); the work function is sent to each
+  worker once, at start-up, and only chunks and token arrays cross after that.
+  A worker that dies (killed, out of memory) breaks the pool: every pending
+  ticket then raises instead of hanging.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any, Generic, Protocol, TypeVar
 
+I = TypeVar("I")  # noqa: E741 - item type
 R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
-RUNNER_TYPES = ("inline", "threads")
+RUNNER_TYPES = ("inline", "threads", "processes")
+
+_installed_work: Callable[[Any], Any] | None = None
 
 
-class Ticket(Protocol[R]):
+class Ticket(Protocol[R_co]):
     """Handle of a submitted work item."""
 
-    def result(self) -> R:
+    def result(self) -> R_co:
         """Block until the item is done; return its result or raise its error."""
         ...
 
+    def done(self) -> bool:
+        """True once the result is available without waiting."""
+        ...
 
-class _Deferred:
+
+class _Deferred(Generic[R]):
     """An inline ticket: the work runs when its result is first asked for."""
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        self._fn, self._args = fn, args
+    def __init__(self, work: Callable[[Any], R], item: Any) -> None:
+        self._work, self._item = work, item
 
-    def result(self) -> Any:
-        return self._fn(*self._args)
+    def result(self) -> R:
+        return self._work(self._item)
+
+    def done(self) -> bool:
+        return False
 
 
-class Runner:
-    """Runs work items inline (``parallelism=0`` or ``kind="inline"``) or on a thread pool."""
+def _install(work: Callable[[Any], Any]) -> None:
+    global _installed_work
+    _installed_work = work
 
-    def __init__(self, kind: str, parallelism: int, name: str) -> None:
+
+def _run_installed(item: Any) -> Any:
+    assert _installed_work is not None, "process worker started without its work function"
+    return _installed_work(item)
+
+
+class Runner(Generic[I, R]):
+    """Runs one stage's work function inline, on threads or on processes."""
+
+    def __init__(self, kind: str, parallelism: int, name: str, work: Callable[[I], R]) -> None:
         assert kind in RUNNER_TYPES, f"runner must be one of {RUNNER_TYPES}, got {kind!r}"
         assert parallelism >= 0, f"parallelism must be >= 0, got {parallelism}"
         self.kind = "inline" if parallelism == 0 else kind
         self.parallelism = parallelism
-        self._pool = (
-            ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix=f"zephon-{name}")
-            if self.kind == "threads"
-            else None
-        )
+        self.name = name
+        self._work = work
+        self._pool: Executor | None = None
+        if self.kind == "threads":
+            self._pool = ThreadPoolExecutor(
+                max_workers=parallelism, thread_name_prefix=f"zephon-{name}"
+            )
+        elif self.kind == "processes":
+            self._pool = ProcessPoolExecutor(
+                max_workers=parallelism,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_install,
+                initargs=(work,),
+            )
 
-    def submit(self, fn: Callable[..., R], *args: Any) -> Ticket[R]:
-        """Schedule ``fn(*args)``; the returned ticket's ``result()`` gives its value."""
+    def submit(self, item: I) -> Ticket[R]:
+        """Schedule the work on ``item``; the ticket's ``result()`` gives its value."""
         if self._pool is None:
-            return _Deferred(fn, args)
-        future: Future[R] = self._pool.submit(fn, *args)
+            return _Deferred(self._work, item)
+        if self.kind == "processes":
+            future: Future[R] = self._pool.submit(_run_installed, item)
+        else:
+            future = self._pool.submit(self._work, item)
         return future
 
     def close(self) -> None:
         """Stop the workers; queued items that have not started are cancelled."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+            pool, self._pool = self._pool, None
+            pool.shutdown(wait=True, cancel_futures=True)

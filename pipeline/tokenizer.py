@@ -31,6 +31,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import tiktoken
 from tiktoken_ext.openai_public import r50k_pat_str
 
@@ -294,8 +295,25 @@ class Tokenizer:
         return self._enc.encode_ordinary(text)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Token ids of each text, on the calling thread (callers parallelise themselves)."""
-        return self._enc.encode_ordinary_batch(texts, num_threads=1)
+        """Token ids of each text, on the calling thread (callers parallelise themselves).
+
+        tiktoken releases the GIL while encoding, so several threads calling this scale.
+        """
+        encode = self._enc.encode_ordinary
+        return [encode(text) for text in texts]
+
+    def encode_arrays(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Token ids of each text as uint32 arrays, skipping Python lists (the fast path).
+
+        ``disallowed_special=()`` makes special-token strings plain text, as in ``encode``.
+        """
+        encode = self._enc.encode_to_numpy
+        return [encode(text, disallowed_special=()) for text in texts]
+
+    @property
+    def encoding(self) -> tiktoken.Encoding:
+        """The underlying ``tiktoken.Encoding`` (for comparisons against raw tiktoken)."""
+        return self._enc
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``; invalid UTF-8 byte sequences become U+FFFD."""

@@ -52,13 +52,21 @@ def make_pipeline(
     runner: str = "threads",
     shuffle_buffer: int = 4,
     flush_every: int = 2,
+    prefetch: int = 0,
+    prefetch_steps: int = 2,
 ) -> Pipeline:
     """A small pipeline over ``source``; micro-batch defaults to the whole local batch."""
     local = global_batch_size // dp_size
     return (
         Pipeline(source)
         .options(
-            lanes=lanes, dp_rank=dp_rank, dp_size=dp_size, flush_every=flush_every, runner=runner
+            lanes=lanes,
+            dp_rank=dp_rank,
+            dp_size=dp_size,
+            flush_every=flush_every,
+            runner=runner,
+            prefetch=prefetch,
+            prefetch_steps=prefetch_steps,
         )
         .tokenize(tokenizer_id="gpt2", field="text", parallelism=parallelism)
         .pack_flat(max_length=max_length, algorithm="wrap")

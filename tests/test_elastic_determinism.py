@@ -39,6 +39,8 @@ def layouts(draw: st.DrawFn) -> dict:
         "microbatch_size": draw(st.sampled_from(divisors(GLOBAL_BATCH // dp))),
         "parallelism": draw(st.integers(1, 4)),
         "runner": draw(st.sampled_from(["threads", "inline"])),
+        "prefetch": draw(st.integers(0, 4)),
+        "prefetch_steps": draw(st.integers(0, 3)),
     }
 
 

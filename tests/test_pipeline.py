@@ -222,7 +222,7 @@ def test_realised_token_shares_within_one_point(
         .batch(microbatch_size=64, global_batch_size=64)
     )
     for _ in pipeline:
-        if pipeline.stats()["sequences"] * 512 >= 2_000_000:
+        if sum(pipeline.stats()["label_tokens"].values()) >= 2_000_000:
             break
     counts = pipeline.stats()["label_tokens"]
     total = sum(counts.values())

@@ -48,6 +48,10 @@ class TokenizedChunk:
     """int64, token count of each document including its EOS."""
     doc_sources: np.ndarray
     """int16, dataset index of each document."""
+    text_bytes: int = 0
+    """UTF-8 bytes of text read for the chunk (for counters)."""
+    busy_s: float = 0.0
+    """Seconds the worker spent reading and tokenizing (for counters)."""
 
 
 class WrapPacker:

@@ -1,14 +1,15 @@
 """``tokenize``: the stateless worker function that turns a work chunk into tokens.
 
 A worker reads the chunk's records (in chunk order), encodes each text with
-the run's tokenizer (``encode_ordinary``: special-token strings in the data are
-plain text) and appends EOS to every document. It holds no state, so any number
-of workers may run it in any order; the lane re-orders results by chunk
-sequence number before the packer sees them.
+the run's tokenizer (special-token strings in the data are plain text) and
+appends EOS to every document. It holds no state, so any number of workers
+may run it, in threads or processes, in any order; the lane re-orders results
+by chunk sequence number before the packer sees them.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ import numpy as np
 from pipeline.dataset import Dataset
 from pipeline.errors import StageError
 from pipeline.stages.pack import TokenizedChunk
-from pipeline.tokenizer import Tokenizer
+from pipeline.tokenizer import Tokenizer, load_tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,34 +35,58 @@ class WorkChunk:
     """int64, global record index within its dataset."""
 
 
-def tokenize_chunk(
-    chunk: WorkChunk, datasets: Sequence[Dataset], tokenizer: Tokenizer
-) -> TokenizedChunk:
-    """Read and tokenize every record of ``chunk``; errors name the record pointer."""
-    texts = _read_in_order(chunk, datasets)
-    try:
-        encoded = tokenizer.encode_batch(texts)
-    except Exception as exc:  # name the chunk's first record; the encoder gives no finer detail
-        ds = datasets[int(chunk.datasets[0])]
-        raise StageError(
-            "tokenize", ds.name, ds.pointer(int(chunk.records[0])).as_tuple(), exc
-        ) from exc
-    eos = tokenizer.eos_id
-    lengths = np.fromiter((len(ids) + 1 for ids in encoded), dtype=np.int64, count=len(encoded))
-    flat: list[int] = []
-    for ids in encoded:
-        flat.extend(ids)
-        flat.append(eos)
-    return TokenizedChunk(
-        tokens=np.asarray(flat, dtype=np.int32),
-        doc_lengths=lengths,
-        doc_sources=chunk.datasets.astype(np.int16, copy=True),
-    )
+class TokenizeWork:
+    """The tokenize stage's work function; picklable, so process workers can run it.
+
+    A process worker receives this object once and loads the tokenizer there
+    (by id, from the provisioned file) instead of pickling it.
+    """
+
+    def __init__(self, datasets: Sequence[Dataset], tokenizer_id: str) -> None:
+        self.datasets = list(datasets)
+        self.tokenizer_id = tokenizer_id
+        self._tokenizer: Tokenizer | None = None
+
+    def __getstate__(self) -> dict:
+        return {"datasets": self.datasets, "tokenizer_id": self.tokenizer_id, "_tokenizer": None}
+
+    def __call__(self, chunk: WorkChunk) -> TokenizedChunk:
+        """Read and tokenize every record of ``chunk``; errors name the record pointer."""
+        began = time.perf_counter()
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.tokenizer_id)
+        texts, text_bytes = _read_in_order(chunk, self.datasets)
+        try:
+            encoded = self._tokenizer.encode_arrays(texts)
+        except Exception as exc:  # name the chunk's first record; the encoder gives no finer detail
+            raise StageError("tokenize", *first_pointer(chunk, self.datasets), exc) from exc
+        lengths = np.fromiter((len(ids) + 1 for ids in encoded), dtype=np.int64, count=len(encoded))
+        tokens = np.empty(int(lengths.sum()), dtype=np.int32)
+        ends = np.cumsum(lengths)
+        for ids, end in zip(encoded, ends, strict=True):
+            tokens[end - len(ids) - 1 : end - 1] = ids
+        tokens[ends - 1] = self._tokenizer.eos_id
+        return TokenizedChunk(
+            tokens=tokens,
+            doc_lengths=lengths,
+            doc_sources=chunk.datasets.astype(np.int16, copy=True),
+            text_bytes=text_bytes,
+            busy_s=time.perf_counter() - began,
+        )
 
 
-def _read_in_order(chunk: WorkChunk, datasets: Sequence[Dataset]) -> list[str]:
-    """Read the chunk's texts, one batched read per dataset, back in chunk order."""
+def first_pointer(
+    chunk: WorkChunk, datasets: Sequence[Dataset]
+) -> tuple[str, tuple[str, int, int]]:
+    """Dataset name and record pointer of the chunk's first record (for error messages)."""
+    ds = datasets[int(chunk.datasets[0])]
+    return ds.name, ds.pointer(int(chunk.records[0])).as_tuple()
+
+
+def _read_in_order(chunk: WorkChunk, datasets: Sequence[Dataset]) -> tuple[list[str], int]:
+    """Read the chunk's texts (one batched read per dataset) in chunk order, and their bytes."""
     texts: list[str] = [""] * len(chunk.records)
+    text_bytes = 0
     for ds_index in np.unique(chunk.datasets):
         positions = np.flatnonzero(chunk.datasets == ds_index)
         ds = datasets[int(ds_index)]
@@ -72,7 +97,8 @@ def _read_in_order(chunk: WorkChunk, datasets: Sequence[Dataset]) -> list[str]:
             raise StageError("read", ds.name, _failing_pointer(ds, records), exc) from exc
         for pos, text in zip(positions, got, strict=True):
             texts[int(pos)] = text
-    return texts
+        text_bytes += int(ds.record_bytes[records].sum())
+    return texts, text_bytes
 
 
 def _failing_pointer(ds: Dataset, records: list[int]) -> tuple[str, int, int]:

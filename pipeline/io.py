@@ -1,0 +1,406 @@
+"""Shard IO: shards named by fsspec URLs, and a local cache of remote shards.
+
+``Dataset`` accepts URLs with a scheme (``https://``, ``s3://``, any fsspec
+protocol) besides local paths. A URL on the local filesystem (``file://``) is
+read in place, like a path. Any other URL is copied to local disk by
+``ShardCache.local_copy`` and the copy is read like a local shard, so a shard's
+content fingerprint is the SHA-256 of its bytes wherever they came from.
+
+Cache layout under the IO cache root (``io_options={"cache": {"dir": ...}}``,
+by default the Dataset's ``cache_dir``)::
+
+    remote/<sha256><suffixes>       a downloaded file, named by the SHA-256 of its bytes and
+                                    keeping the URL's last suffixes (e.g. ``.jsonl.zst``)
+    remote/urls/<url-key>.json      what the URL held when it was downloaded: the content's
+                                    SHA-256 and size, the server's validators (size, ETag,
+                                    Last-Modified or mtime) and the copy's (size, mtime_ns, inode)
+    remote/locks/<url-key>.lock     lock file serialising downloads of the URL (never removed:
+                                    removing a lock file someone waits on would let two
+                                    processes download at once)
+    remote/.<url-key>.<random>.tmp  a download in progress, or left by a killed process
+
+``url-key`` is the SHA-256 of the URL. With the cache disabled (the default),
+the root is a private temporary directory of this process, removed at
+interpreter exit: the same protocol, shared with nobody.
+
+``local_copy(url)`` works in three steps:
+
+1. Ask the server for the file's validators (``fs.info``; one HEAD request
+   over HTTP).
+2. If the URL's entry holds the same validators and its copy verifies, return
+   the copy. No lock is needed: entries and copies only change by atomic
+   rename, so a reader sees a whole old one or a whole new one.
+3. Otherwise take an exclusive ``fcntl.flock`` on the URL's lock file; other
+   processes asking for the same URL wait there. Check the entry again (the
+   previous holder may just have downloaded the file), delete this URL's temp
+   files (their writer died, since a live one would hold the lock), download
+   to a new temp file in ``remote/``, check its size against the server's,
+   hash it, rename it to its content name, and write the entry last. A process
+   killed at any point leaves at most a temp file: no entry ever names a
+   missing or partial copy.
+
+Verification: a copy's name is the SHA-256 of its bytes, computed after the
+download and before the rename. A reused copy is hashed again only if its
+(size, mtime_ns, inode) differ from those in the entry, i.e. if something
+rewrote or replaced it; a copy that no longer matches its name is downloaded
+again. A copy that already holds the right bytes is never replaced, because
+other processes may have it indexed and open. Not detected: corruption of a
+copy that keeps its size and mtime, and, on servers that send neither an ETag
+nor a Last-Modified date, a remote change that keeps the file's size. A server
+that sends no validator at all is downloaded from every time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
+from urllib.parse import urlsplit
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from pipeline.errors import ConfigError, DataError
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*(://|::)")  # a scheme, or an fsspec chain
+_COPY = re.compile(r"[0-9a-f]{64}(\.[A-Za-z0-9_-]+)*")
+_SUFFIX = re.compile(r"\.[A-Za-z0-9_-]{1,32}")
+_HTTP = {"http", "https"}
+# fs.info keys that change when a remote file changes, by fsspec backend.
+_ETAG_KEYS = ("ETag", "etag", "e_tag")
+_MODIFIED_KEYS = ("Last-Modified", "LastModified", "last_modified", "mtime", "updated")
+_CACHE_KEYS = {"enabled", "dir"}
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    """``io_options["cache"]``: share local copies of remote shards under ``dir``."""
+
+    enabled: bool = False
+    dir: Path | None = None  # None: the Dataset's cache_dir
+
+
+@dataclass(frozen=True)
+class IOOptions:
+    """Parsed ``io_options`` of a ``Dataset``."""
+
+    cache: CacheOptions = CacheOptions()
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any] | None) -> IOOptions:
+        """Parse ``{"cache": {"enabled": bool, "dir": str | None}}``; raise ``ConfigError`` if invalid."""
+        if options is None:
+            return cls()
+        _check_keys("io_options", options, {"cache"})
+        cache = options.get("cache", {})
+        _check_keys('io_options["cache"]', cache, _CACHE_KEYS)
+        enabled = cache.get("enabled", False)
+        if not isinstance(enabled, bool):
+            raise ConfigError(
+                f'io_options["cache"]["enabled"] must be True or False, got {enabled!r}'
+            )
+        cache_dir = cache.get("dir")
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise ConfigError(
+                f'io_options["cache"]["dir"] must be a directory path or None, got {cache_dir!r}'
+            )
+        return cls(CacheOptions(enabled, Path(cache_dir).expanduser() if cache_dir else None))
+
+
+def _check_keys(what: str, value: object, known: set[str]) -> None:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{what} must be a dict, got {value!r}")
+    unknown = sorted(str(k) for k in set(value) - known)
+    if unknown:
+        raise ConfigError(f"{what}: unknown keys {unknown}; known keys: {sorted(known)}")
+
+
+def is_url(location: str) -> bool:
+    """Whether ``location`` is a URL with a scheme (or an fsspec chain) rather than a local path."""
+    return _URL.match(location) is not None
+
+
+def url_filename(url: str) -> str:
+    """File name of ``url``'s path (no query string), e.g. ``part-0.jsonl.zst``."""
+    _, path = _filesystem(url)
+    if is_url(path):  # http(s) keeps the whole URL as its path
+        path = urlsplit(path).path
+    return PurePosixPath(path).name
+
+
+def local_path(url: str) -> str | None:
+    """The local path ``url`` names if it is on the local filesystem (``file://``), else None."""
+    fs, path = _filesystem(url)
+    return path if isinstance(fs, LocalFileSystem) else None
+
+
+def expand_url(url: str) -> list[str]:
+    """Sorted URLs of the files ``url`` names: itself, or the matches of a glob pattern.
+
+    Raises ``ConfigError`` if nothing matches, the file does not exist or is a
+    directory, or the scheme is unknown; ``DataError`` if the server cannot be
+    reached.
+    """
+    fs, path = _filesystem(url)
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    http = bool(protocols & _HTTP)
+    if _has_magic(path, http):
+        if http or "::" in url:
+            # An HTTP server has no reliable file listing; a chained URL
+            # cannot be rebuilt from the matched paths.
+            raise ConfigError(
+                f"{url}: glob patterns are not supported for this URL; list the files' URLs"
+            )
+        try:
+            matches = fs.glob(path, detail=True)
+        except Exception as e:  # fsspec backends raise their own exception types
+            raise DataError(
+                f"cannot list {url} ({_why(e)}); check the URL, your access rights and the network"
+            ) from e
+        files = sorted(fs.unstrip_protocol(p) for p, i in matches.items() if i["type"] == "file")
+        if not files:
+            raise ConfigError(f"pattern {url!r} matches no files; check the URL and the pattern")
+        return files
+    info = _info(fs, path, url, missing=ConfigError)
+    if info.get("type") == "directory":
+        raise ConfigError(
+            f"{url!r} is a directory; give a glob such as '{url.rstrip('/')}/**/*.jsonl'"
+        )
+    return [url]
+
+
+def content_sha256(copy: Path) -> str:
+    """SHA-256 of a copy returned by ``ShardCache.local_copy``, read from its name."""
+    return copy.name[:64]
+
+
+class ShardCache:
+    """Local copies of remote files, shared between processes if the cache is enabled.
+
+    See the module docstring for the layout, the locking protocol and what is
+    verified.
+    """
+
+    def __init__(self, options: IOOptions, default_dir: Path) -> None:
+        self.shared = options.cache.enabled
+        self._dir = (options.cache.dir or default_dir) if self.shared else None
+
+    @property
+    def root(self) -> Path:
+        """Directory holding ``remote/``: the shared cache dir, or this process's private one."""
+        return self._dir if self._dir is not None else _private_dir()
+
+    def local_copy(self, url: str) -> Path:
+        """Path of a verified local copy of ``url``, downloading it if needed.
+
+        The file name is the SHA-256 of the copy's bytes (``content_sha256``)
+        followed by the URL's suffixes. Raises ``DataError`` naming the URL if
+        the file cannot be fetched; the cache is then left as it was.
+        """
+        fs, path = _filesystem(url)
+        fs.invalidate_cache(path)  # backends that cache listings would report stale sizes
+        remote = _validators(_info(fs, path, url, missing=DataError))
+        key = hashlib.sha256(url.encode()).hexdigest()
+        entry = self.root / "remote" / "urls" / f"{key}.json"
+        copy = _reuse(entry, remote)
+        if copy is not None:
+            return copy
+        lock = self.root / "remote" / "locks" / f"{key}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock, "ab") as f:  # closing the file releases the lock, as does dying
+            fcntl.flock(f, fcntl.LOCK_EX)
+            copy = _reuse(entry, remote)
+            if copy is not None:
+                return copy
+            for stale in entry.parent.parent.glob(f".{key}.*.tmp"):
+                stale.unlink(missing_ok=True)
+            return _download(fs, path, url, key, remote, entry)
+
+
+def _filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    try:
+        return fsspec.core.url_to_fs(url)
+    except (ValueError, ImportError) as e:
+        raise ConfigError(
+            f"{url}: {e}; fix the URL's scheme, or install the fsspec backend for it"
+        ) from e
+
+
+def _has_magic(path: str, http: bool) -> bool:
+    if http:  # "?" starts a query and "[" an IPv6 host, so only "*" in the path is a glob
+        return "*" in urlsplit(path).path
+    return any(c in path for c in "*?[")
+
+
+def _info(
+    fs: fsspec.AbstractFileSystem, path: str, url: str, missing: type[Exception]
+) -> dict[str, Any]:
+    """``fs.info(path)``; raise ``missing`` if the file does not exist, ``DataError`` if unreachable."""
+    try:
+        return fs.info(path)
+    except Exception as e:  # fsspec backends raise their own exception types
+        if _is_missing(e):
+            raise missing(f"{url} does not exist; fix the URL or remove it") from e
+        raise DataError(
+            f"cannot reach {url} ({_why(e)}); check that the server is up and reachable "
+            "from this machine, and the URL"
+        ) from e
+
+
+def _is_missing(e: BaseException) -> bool:
+    # fsspec's HTTP backend turns every failure into FileNotFoundError and
+    # keeps the real one as the cause: only a 404/410 answer means "missing".
+    if not isinstance(e, FileNotFoundError):
+        return False
+    cause = e.__cause__
+    return cause is None or (
+        not isinstance(cause, OSError) and getattr(cause, "status", None) in (404, 410)
+    )
+
+
+def _why(e: BaseException) -> str:
+    while e.__cause__ is not None:
+        e = e.__cause__
+    return f"{type(e).__name__}: {e}"
+
+
+def _validators(info: Mapping[str, Any]) -> dict[str, Any]:
+    """What identifies the remote file's current version: size, ETag, modification time."""
+
+    def first(keys: tuple[str, ...]) -> str | None:
+        return next((str(info[k]) for k in keys if info.get(k) is not None), None)
+
+    return {"size": info.get("size"), "etag": first(_ETAG_KEYS), "modified": first(_MODIFIED_KEYS)}
+
+
+def _reuse(entry: Path, remote: dict[str, Any]) -> Path | None:
+    """The copy ``entry`` names if it is for the same remote version and verifies, else None."""
+    if not any(v is not None for v in remote.values()):
+        return None  # nothing tells us whether the file changed
+    try:
+        meta = json.loads(entry.read_text())
+        if meta["remote"] != remote or not _COPY.fullmatch(meta["copy"]):
+            return None
+        copy = entry.parent.parent / meta["copy"]
+        st = copy.stat()
+        if [st.st_size, st.st_mtime_ns, st.st_ino] == meta["stat"]:
+            return copy
+        if not _holds(copy, content_sha256(copy)):
+            return None  # damaged: download again, which replaces it
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no entry, a damaged one, or its copy was deleted
+    # The copy was replaced by an identical one (e.g. another URL with the
+    # same bytes): remember its new stat so the next reuse need not hash it.
+    meta["stat"] = [st.st_size, st.st_mtime_ns, st.st_ino]
+    atomic_write(entry, lambda f: f.write(json.dumps(meta).encode()))
+    return copy
+
+
+def _holds(copy: Path, sha256: str) -> bool:
+    """Whether ``copy`` exists and its bytes hash to ``sha256``."""
+    try:
+        with open(copy, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest() == sha256
+    except FileNotFoundError:
+        return False
+
+
+def _download(
+    fs: fsspec.AbstractFileSystem,
+    path: str,
+    url: str,
+    key: str,
+    remote: dict[str, Any],
+    entry: Path,
+) -> Path:
+    """Download ``url`` to its content-named copy and write its entry; the caller holds the lock."""
+    directory = entry.parent.parent
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{key}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        try:
+            fs.get_file(path, tmp)
+        except Exception as e:  # fsspec backends raise their own exception types
+            raise DataError(
+                f"cannot download {url} ({_why(e)}); check that the server is up and the "
+                "file still exists, then retry"
+            ) from e
+        size = os.path.getsize(tmp)
+        if remote["size"] is not None and size != remote["size"]:
+            raise DataError(
+                f"downloading {url} gave {size} bytes but the server announced "
+                f"{remote['size']}: the file changed during the download or the connection "
+                "broke; retry"
+            )
+        with open(tmp, "rb") as f:
+            sha256 = hashlib.file_digest(f, "sha256").hexdigest()
+        copy = directory / f"{sha256}{_suffixes(url)}"
+        if _holds(copy, sha256):
+            os.unlink(tmp)  # keep the existing copy: other processes may have it open
+        else:
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600; a shared cache must be readable by others
+            os.replace(tmp, copy)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    st = copy.stat()
+    meta = {
+        "url": url,
+        "sha256": sha256,
+        "size": size,
+        "remote": remote,
+        "copy": copy.name,
+        "stat": [st.st_size, st.st_mtime_ns, st.st_ino],
+    }
+    atomic_write(entry, lambda f: f.write(json.dumps(meta).encode()))
+    return copy
+
+
+def _suffixes(url: str) -> str:
+    """The URL file name's last two suffixes (enough for ``detect_format``), if plain."""
+    suffixes = PurePosixPath(url_filename(url)).suffixes[-2:]
+    return "".join(s for s in suffixes if _SUFFIX.fullmatch(s))
+
+
+_private: tuple[int, Path] | None = None
+_private_lock = threading.Lock()
+
+
+def _private_dir() -> Path:
+    """This process's private cache root, created on first use and removed at exit."""
+    global _private
+    with _private_lock:
+        if _private is None or _private[0] != os.getpid():  # a forked child gets its own
+            path = Path(tempfile.mkdtemp(prefix="zephon-io-"))
+            atexit.register(_remove_private, os.getpid(), path)
+            _private = (os.getpid(), path)
+        return _private[1]
+
+
+def _remove_private(pid: int, path: Path) -> None:
+    if os.getpid() == pid:  # forked children inherit atexit handlers, not the directory
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write ``path`` via a temporary file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a shared cache must be readable by others
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -165,13 +165,8 @@ class Dataset:
         except ConfigError as e:
             raise ConfigError(f"dataset {name!r}: {e}") from e
         self._shards = [_Shard(p, *detect_format(p)) for p in _resolve(name, paths)]
-        self._formats: dict[str, ShardFormat] = {
-            f.name: f for f in (JsonlFormat(), TextFormat(), ParquetFormat())
-        }
         self._state: _Indexed | None = None
-        self._lock = threading.Lock()
-        self._handles: OrderedDict[int, Any] = OrderedDict()
-        self._handles_lock = threading.Lock()
+        self._init_transients()
 
     def __repr__(self) -> str:
         records = f"{self.num_records} records" if self._state else "not indexed"
@@ -193,9 +188,15 @@ class Dataset:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._formats = {f.name: f for f in (JsonlFormat(), TextFormat(), ParquetFormat())}
+        self._init_transients()
+
+    def _init_transients(self) -> None:
+        """Readers, open-file cache and locks: per process, never pickled."""
+        self._formats: dict[str, ShardFormat] = {
+            f.name: f for f in (JsonlFormat(), TextFormat(), ParquetFormat())
+        }
         self._lock = threading.Lock()
-        self._handles = OrderedDict()
+        self._handles: OrderedDict[int, Any] = OrderedDict()
         self._handles_lock = threading.Lock()
 
     # -- properties (the first use indexes the dataset) ------------------------

@@ -195,6 +195,12 @@ class LanePlan:
             self._drawn = [int(state["drawn"][n]) for n in names]
             self._tokens = [int(state["tokens"][n]) for n in names]
         self._names = names
+        self._costs = [source.chunk_costs(d) for d in range(len(names))]
+        self._perms: dict[int, tuple[int, np.ndarray]] = {}
+        self._active = [
+            not (stop and drawn * num_lanes + lane >= size)
+            for stop, drawn, size in zip(self._stops, self._drawn, self._sizes, strict=True)
+        ]
 
     def state(self) -> dict[str, Any]:
         """JSON-serialisable position of the plan (before the next chunk)."""
@@ -212,21 +218,18 @@ class LanePlan:
         rec_ids: list[int] = []
         estimated = 0
         while estimated < chunk_tokens:
-            active = [
-                not (stop and drawn * self.num_lanes + self.lane >= size)
-                for stop, drawn, size in zip(self._stops, self._drawn, self._sizes, strict=True)
-            ]
-            d = furthest_behind(self._tokens, shares, active)
+            d = furthest_behind(self._tokens, shares, self._active)
             if d is None:
                 break
-            epoch, i = divmod(self._drawn[d] * self.num_lanes + self.lane, self._sizes[d])
-            record = int(self.source.permutation(d, epoch)[i])
-            cost = int(self.source.chunk_costs(d)[record])
+            record = self._record(d, self._drawn[d])
+            cost = int(self._costs[d][record])
             self._drawn[d] += 1
             self._tokens[d] += cost
             estimated += cost
             ds_ids.append(d)
             rec_ids.append(record)
+            if self._stops[d]:
+                self._active[d] = self._drawn[d] * self.num_lanes + self.lane < self._sizes[d]
         if not ds_ids:
             return None
         chunk = WorkChunk(
@@ -237,3 +240,12 @@ class LanePlan:
         )
         self._chunk += 1
         return chunk
+
+    def _record(self, d: int, k: int) -> int:
+        """The lane's ``k``-th record of dataset ``d``: stream position ``k*L + lane``."""
+        epoch, i = divmod(k * self.num_lanes + self.lane, self._sizes[d])
+        cached_epoch, perm = self._perms.get(d, (-1, None))
+        if cached_epoch != epoch or perm is None:
+            perm = self.source.permutation(d, epoch)
+            self._perms[d] = (epoch, perm)
+        return int(perm[i])

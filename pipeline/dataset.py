@@ -254,9 +254,12 @@ class Dataset:
             index = state.indexes[s]
             fmt = self._formats[self._shards[s].format]
             got = fmt.read(self._handle(int(s), state), index, rows, self.field)
-            for pos, row, text in zip(positions, rows, got, strict=True):
-                if text is None or utf8_len(text) != index.text_bytes[row]:
-                    raise self._changed(int(s), int(row))
+            expected = index.text_bytes[rows].tolist()
+            for pos, row, text, size in zip(
+                positions.tolist(), rows.tolist(), got, expected, strict=True
+            ):
+                if text is None or utf8_len(text) != size:
+                    raise self._changed(int(s), row)
                 texts[pos] = text
         return texts
 

@@ -236,11 +236,12 @@ class JsonlFormat:
         self, handle: _Fd, index: ShardIndex, rows: np.ndarray, field: str
     ) -> list[str | None]:
         """Texts of ``rows``; ``None`` where the indexed line no longer parses."""
+        fd = handle.fd
         return [
-            _parse_jsonl_line(
-                os.pread(handle.fd, int(index.lengths[r]), int(index.offsets[r])), field
-            )[0]
-            for r in rows
+            _parse_jsonl_line(os.pread(fd, length, offset), field)[0]
+            for length, offset in zip(
+                index.lengths[rows].tolist(), index.offsets[rows].tolist(), strict=True
+            )
         ]
 
 
@@ -362,12 +363,12 @@ class ParquetFormat:
         self, handle: _ParquetHandle, index: ShardIndex, rows: np.ndarray, field: str
     ) -> list[str | None]:
         """Texts of ``rows``, decoding each row group they touch once."""
-        groups = index.offsets[rows]
-        columns = {g: self._column(handle, int(g), field) for g in np.unique(groups)}
+        groups = index.offsets[rows].tolist()
+        columns = {g: self._column(handle, g, field) for g in set(groups)}
         texts: list[str | None] = []
-        for g, r in zip(groups, index.lengths[rows], strict=True):
+        for g, r in zip(groups, index.lengths[rows].tolist(), strict=True):
             column = columns[g]
-            value = column[int(r)].as_py() if column is not None and r < len(column) else None
+            value = column[r].as_py() if column is not None and r < len(column) else None
             texts.append(value if type(value) is str else None)
         return texts
 

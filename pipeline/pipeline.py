@@ -330,6 +330,8 @@ class Pipeline:
                 self._end_of_data(exhausted, taken, index)
                 return
             self._counters.batch.wait_s += time.perf_counter() - began
+            for stream in self._lanes:
+                stream.submit_ahead()  # keep every lane's next chunks with the workers
             sequences = [seq for _, seqs in taken for seq in seqs]
             self._count_step(sequences)
             yield _Step(
@@ -393,10 +395,14 @@ class Pipeline:
         self._started = True
 
     def _auto_prefetch(self) -> int:
-        """Chunks per lane so that all workers have work, with one spare per worker."""
-        assert self.tokenize_config is not None
+        """Chunks per lane to keep in flight: a whole step's worth plus one, so the workers
+        tokenize the next step while this one is assembled, and at least two per worker."""
+        t, p, b = self.tokenize_config, self.pack_config, self.batch_config
+        assert t is not None and p is not None and b is not None
         lanes_here = len(self.owned_lanes)
-        return max(2, -(-2 * self.tokenize_config.parallelism // lanes_here))
+        step_tokens = b.global_batch_size // self.lane_options.lanes * p.max_length
+        per_step = -(-step_tokens // self.source.chunk_tokens)
+        return max(per_step + 1, -(-2 * t.parallelism // lanes_here), 2)
 
     def close(self) -> None:
         """Stop the workers. Safe to call more than once."""

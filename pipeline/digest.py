@@ -72,9 +72,13 @@ def global_batch_digest(lane_digests: Mapping[int, bytes] | Sequence[bytes]) -> 
 class DigestChain:
     """Running chain of global batch digests: the run's data fingerprint."""
 
-    def __init__(self) -> None:
-        self._value = hashlib.sha256(_CHAIN_TAG).digest()
-        self.steps = 0
+    def __init__(self, resume_from: str | None = None, steps: int = 0) -> None:
+        """Start a new chain, or continue one saved as ``hexdigest`` after ``steps`` steps."""
+        self._value = (
+            bytes.fromhex(resume_from) if resume_from else hashlib.sha256(_CHAIN_TAG).digest()
+        )
+        assert len(self._value) == 32, f"a data fingerprint is 32 bytes, got {resume_from!r}"
+        self.steps = steps
 
     def update(self, global_digest_hex: str) -> str:
         """Append one step's global digest; return the new chain value (hex)."""

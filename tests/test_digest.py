@@ -50,3 +50,14 @@ def test_chain_depends_on_order() -> None:
     one.update(a), one.update(b)
     two.update(b), two.update(a)
     assert one.hexdigest != two.hexdigest and one.steps == 2
+
+
+def test_chain_resumes_from_a_saved_value() -> None:
+    whole = DigestChain()
+    for d in ("00" * 32, "11" * 32, "22" * 32):
+        whole.update(d)
+    first = DigestChain()
+    first.update("00" * 32)
+    resumed = DigestChain(first.hexdigest, first.steps)
+    resumed.update("11" * 32), resumed.update("22" * 32)
+    assert resumed.hexdigest == whole.hexdigest and resumed.steps == 3

@@ -1,0 +1,72 @@
+"""TorchTitan configs on the lane pipeline, for ``--module orchestrator.titan.configs --config FN``.
+
+``zephon_config(base, dataloader, tokenizer)`` turns any TorchTitan
+``Trainer.Config`` into a ``ZephonTrainer.Config`` with the given data loader and
+tokenizer, TorchTitan's other settings unchanged except the model vocabulary,
+which follows the tokenizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.models.common.decoder import Decoder
+from torchtitan.models.llama3.config_registry import llama3_debugmodel
+from torchtitan.trainer import Trainer
+
+from orchestrator.titan.dataloader import ZephonDataLoader
+from orchestrator.titan.tokenizer import ZephonTokenizer
+from orchestrator.titan.trainer import ZephonTrainer
+from pipeline import ConfigError, load_tokenizer
+
+
+def zephon_config(
+    base: Trainer.Config, dataloader: ZephonDataLoader.Config, tokenizer: str = "gpt2"
+) -> ZephonTrainer.Config:
+    """``base`` fed by ``dataloader`` and ``tokenizer``, its model vocabulary sized to it."""
+    settings = {f.name: getattr(base, f.name) for f in fields(base) if f.init}
+    settings.update(tokenizer=ZephonTokenizer.Config(name=tokenizer), dataloader=dataloader)
+    vocab = load_tokenizer(tokenizer).vocab_size
+    assert base.model_spec is not None, "the base config has no model_spec"
+    _set_vocab(base.model_spec.model, base.loss, vocab)
+    return ZephonTrainer.Config(**settings)
+
+
+def zephon_debug() -> ZephonTrainer.Config:
+    """TorchTitan's llama3 ``debugmodel`` (gpt2 vocabulary: 30.8 M parameters) on short
+    sequences, for CPU runs and CI. Set ``--dataloader.datasets``.
+
+    4 lanes (dp 1, 2 or 4), 8 sequences of 128 tokens per step, 2 per micro-batch.
+    ``partial_dtensor``: the default ``spmd_types`` backend fails with dp > 1 on torch 2.13.
+    """
+    config = zephon_config(
+        llama3_debugmodel(),
+        ZephonDataLoader.Config(
+            lanes=4,
+            global_batch_size=8,
+            shuffle_buffer=16,
+            flush_every=4,
+            chunk_tokens=1024,
+        ),
+    )
+    config.training.seq_len = 128
+    config.training.local_batch_size = 2
+    config.training.steps = 12
+    config.parallelism.spmd_backend = "partial_dtensor"
+    config.debug.seed = 42
+    return config
+
+
+def _set_vocab(model: object, loss: object, vocab: int) -> None:
+    """Resize a decoder's embedding, output layer and loss to ``vocab`` ids."""
+    if not isinstance(model, Decoder.Config) or model.lm_head is None:
+        raise ConfigError(
+            f"cannot size the vocabulary of {type(model).__qualname__}; set it to {vocab} yourself"
+        )
+    model.vocab_size = vocab
+    model.tok_embeddings.num_embeddings = vocab
+    model.lm_head.out_features = vocab
+    loss_fn = loss.loss_fn if isinstance(loss, ChunkedLossWrapper.Config) else loss
+    if isinstance(loss_fn, CrossEntropyLoss.Config):
+        loss_fn.global_vocab_size = vocab

@@ -1,0 +1,256 @@
+"""The one place where TorchTitan 0.3.0 is prepared for CPU-only machines and torch 2.13.
+
+TorchTitan 0.3.0 targets CUDA and torch nightly. On a CPU-only torch 2.13 (gloo,
+several processes standing in for GPUs) it fails in the ways listed below; each
+patch here fixes one of them, checks its own condition first, and changes only
+runtime objects (module attributes, ``sys.modules`` entries), never installed
+files. ``apply()`` is idempotent and must run before TorchTitan's modules are
+imported (``orchestrator.titan`` calls it on import). On a CUDA machine only
+the patches whose condition holds there apply (``set_timeout`` with torch 2.13).
+
+=====================  =================================  ===========================================
+patch                  applied when                       why
+=====================  =================================  ===========================================
+set_timeout alias      ``torch.distributed.set_timeout``  TorchTitan lowers the process-group timeouts
+                       is missing (torch 2.13)            after step 1 with this nightly-only API; the
+                                                          private ``_set_pg_timeout`` does the same.
+triton stub            ``triton`` is not installed        ``minimal_async_ep.kernels`` (MoE expert
+                                                          parallel, CUDA only) imports triton at
+                                                          import time, and the llama3 model imports it
+                                                          transitively. The stub raises if called.
+cpu device             no accelerator is available        ``torchtitan.tools.utils`` falls back to
+                                                          ``device_type="cuda"`` at import time; it is
+                                                          rebound to ``"cpu"`` (so gloo is the backend)
+                                                          with a stand-in for the CUDA-only calls.
+flex -> SDPA           no accelerator is available        "FlexAttention does not support backward on
+                                                          CPU": the kernel is swapped for SDPA with a
+                                                          dense mask built from the block mask's
+                                                          ``mask_mod`` (O(T^2) memory, fine for the
+                                                          short sequences of CPU runs). Block masks
+                                                          are then built eagerly: compiling
+                                                          ``create_block_mask`` cost ~5 s per process.
+FSDP sum reduction     installed always, acts only when   "Cannot use ReduceOp.PREMUL_SUM with Gloo":
+                       FSDP's process group is gloo       FSDP modules are told to use plain sums (the
+                                                          scaling is done separately, same result).
+=====================  =================================  ===========================================
+
+Not patched here because it is a setting, not a code defect: with dp > 1 on torch
+2.13 the default ``--parallelism.spmd-backend spmd_types`` fails; use
+``partial_dtensor`` (``orchestrator.titan.configs`` does).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import resource
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+_applied: list[str] | None = None
+
+# Modules that copy ``device_type``/``device_module`` out of ``torchtitan.tools.utils`` at
+# import time; the rebinding has no effect on them once they are imported.
+_BINDS_DEVICE_AT_IMPORT = (
+    "torchtitan.components.metrics",
+    "torchtitan.distributed.parallel_dims",
+    "torchtitan.distributed.utils",
+    "torchtitan.models.common.token_dispatcher",
+    "torchtitan.tools.profiler",
+)
+_TRITON_MODULE = "torchtitan.distributed.minimal_async_ep.kernels"
+
+
+def apply() -> list[str]:
+    """Apply every patch whose condition holds; return the names of those applied."""
+    global _applied
+    if _applied is None:
+        applied = []
+        if not hasattr(dist, "set_timeout"):
+            dist.set_timeout = dist.distributed_c10d._set_pg_timeout
+            applied.append("set_timeout alias")
+        if importlib.util.find_spec("triton") is None and _TRITON_MODULE not in sys.modules:
+            sys.modules[_TRITON_MODULE] = _triton_stub(_TRITON_MODULE)
+            applied.append("triton stub")
+        if torch._utils._get_available_device_type() is None:
+            _use_cpu_device()
+            _use_sdpa_for_flex_attention()
+            applied += ["cpu device", "flex -> SDPA"]
+        _force_sum_reduction_on_gloo()
+        applied.append("FSDP sum reduction (gloo only)")
+        _applied = applied
+    return list(_applied)
+
+
+# -- triton --------------------------------------------------------------------------------------
+
+
+def _triton_stub(name: str) -> types.ModuleType:
+    """A module whose every attribute is a function that explains why it cannot run."""
+    stub = types.ModuleType(name, "Stand-in installed by orchestrator.titan.cpu_compat.")
+
+    def missing(attribute: str) -> Callable[..., Any]:
+        if attribute.startswith("__"):  # module protocol (__file__, __path__, ...): absent
+            raise AttributeError(attribute)
+
+        def unavailable(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(
+                f"{name}.{attribute} needs triton (CUDA), which is not installed; "
+                "MinimalAsyncEP expert parallelism cannot run on this machine"
+            )
+
+        return unavailable
+
+    stub.__getattr__ = missing  # type: ignore[method-assign]
+    return stub
+
+
+# -- cpu device ----------------------------------------------------------------------------------
+
+
+class _CpuDeviceModule:
+    """What TorchTitan calls on ``torch.cuda`` when the device is the CPU.
+
+    Memory statistics report the process's peak resident set size, so TorchTitan's
+    memory metrics stay meaningful.
+    """
+
+    @staticmethod
+    def set_device(device: torch.device | int) -> None:
+        """No-op: a CPU process has one device."""
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def device_count() -> int:
+        return 1
+
+    @staticmethod
+    def synchronize(device: torch.device | int | None = None) -> None:
+        """No-op: CPU kernels are synchronous."""
+
+    @staticmethod
+    def empty_cache() -> None:
+        """No-op: no caching allocator."""
+
+    @staticmethod
+    def reset_peak_memory_stats(device: torch.device | int | None = None) -> None:
+        """No-op: the peak RSS cannot be reset."""
+
+    @staticmethod
+    def get_device_name(device: torch.device | int | None = None) -> str:
+        return "cpu"
+
+    @staticmethod
+    def get_device_properties(device: torch.device | int | None = None) -> types.SimpleNamespace:
+        return types.SimpleNamespace(
+            name="cpu", total_memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        )
+
+    @staticmethod
+    def memory_stats(device: torch.device | int | None = None) -> dict[str, int]:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        return {
+            "active_bytes.all.peak": peak,
+            "reserved_bytes.all.peak": peak,
+            "num_alloc_retries": 0,
+            "num_ooms": 0,
+        }
+
+
+def _use_cpu_device() -> None:
+    """Rebind TorchTitan's import-time device choice from "cuda" to "cpu"."""
+    bound = sorted(m for m in _BINDS_DEVICE_AT_IMPORT if m in sys.modules)
+    if bound:
+        raise RuntimeError(
+            f"orchestrator.titan.cpu_compat.apply() must run before TorchTitan modules {bound} are "
+            "imported; import orchestrator.titan first"
+        )
+    from torchtitan.tools import utils
+
+    utils.device_type = "cpu"
+    utils.device_module = _CpuDeviceModule()
+
+
+# -- flex attention ------------------------------------------------------------------------------
+
+
+def _use_sdpa_for_flex_attention() -> None:
+    """Run TorchTitan's FlexAttention as SDPA with a dense mask (forward and backward on CPU).
+
+    The block masks are then only carriers of their ``mask_mod``, so they are built by
+    the eager ``create_block_mask``: compiling it costs each process ~5 s at its first step.
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+    from torchtitan.models.common import attention
+
+    attention.FlexAttention.compiled_flex_attn = staticmethod(_flex_as_sdpa)
+    attention._compiled_create_block_mask = create_block_mask
+
+
+def _flex_as_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    score_mod: Callable | None,
+    block_mask: Any,
+    scale: float | None,
+    enable_gqa: bool,
+    return_aux: Any,
+    kernel_options: dict,
+) -> tuple[torch.Tensor, Any]:
+    """Same contract as ``FlexAttention.compiled_flex_attn`` (q, k, v are [B, N, L, H])."""
+    from torch.nn.attention.flex_attention import AuxOutput, create_mask
+
+    if score_mod is not None:
+        raise NotImplementedError("cpu_compat's SDPA stand-in for FlexAttention has no score_mod")
+    batch, q_len, kv_len = q.shape[0], q.shape[-2], k.shape[-2]
+    mask = None
+    if block_mask is not None:
+        mask_batch = block_mask.shape[0]
+        mask = create_mask(block_mask.mask_mod, mask_batch, 1, q_len, kv_len, device=q.device)
+        mask = mask.expand(batch, 1, q_len, kv_len)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=scale, enable_gqa=enable_gqa
+    )
+    lse = None
+    if return_aux is not None and return_aux.lse:
+        if enable_gqa:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        scores = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        lse = torch.logsumexp(scores.float(), dim=-1)
+    return out, AuxOutput(lse=lse)
+
+
+# -- FSDP on gloo --------------------------------------------------------------------------------
+
+
+def _force_sum_reduction_on_gloo() -> None:
+    """Make TorchTitan's post-FSDP hook also select sum-only reductions when FSDP runs on gloo.
+
+    ``apply_fsdp_to_decoder`` calls ``disable_fsdp_gradient_division(model)`` once all
+    modules are sharded; wrapping that module-level function reaches every FSDP module.
+    """
+    from torch.distributed.fsdp import FSDPModule
+    from torchtitan.distributed import fsdp
+
+    original = fsdp.disable_fsdp_gradient_division
+
+    def disable_division_and_force_sum(model: torch.nn.Module) -> None:
+        original(model)
+        if dist.is_initialized() and dist.get_backend() == "gloo":
+            for module in model.modules():
+                if isinstance(module, FSDPModule):
+                    module.set_force_sum_reduction_for_comms(True)
+
+    fsdp.disable_fsdp_gradient_division = disable_division_and_force_sum

@@ -1,0 +1,385 @@
+"""``ZephonDataLoader``: the lane pipeline as TorchTitan 0.3.0's data loader component.
+
+TorchTitan builds it with ``config.dataloader.build(dp_world_size=, dp_rank=,
+tokenizer=, seq_len=, local_batch_size=, ...)`` and pulls micro-batches in its
+training loop. The mapping onto the lane pipeline::
+
+    Zephon                               TorchTitan
+    global_batch_size G (sequences)  ==  --training.global-batch-size (follows --dataloader.global-batch-size)
+    microbatch_size m                ==  --training.local-batch-size (the size of one pull)
+    pack_flat(max_length=T)          ==  --training.seq-len
+    dp_size, dp_rank                 ==  the data-parallel ("batch") mesh
+    G / (dp * m) micro-batches/step  ==  gradient accumulation steps
+
+Each pull yields ``({"input": ids, "positions": pos}, labels)``: int64 ``[m, T]``
+tensors; ``positions`` restart at 0 at every document start, which is what
+TorchTitan's block-causal (flex/varlen) attention masks are built from;
+``labels`` of padding are ``IGNORE_INDEX``. Only ``input`` and ``positions`` go in
+the dict, because TorchTitan passes every other key to the model's forward.
+
+Per step the ranks exchange their lane digests (see :mod:`.collectives`), so
+every rank knows the global batch digest; global rank 0 writes it to
+``<dump_folder>/zephon/steps.jsonl`` and the tokens and data wait go to
+TorchTitan's metric loggers.
+
+State: ``state_dict()`` gathers all ranks' pipeline states and merges them, so
+it is identical on every rank and complete for all lanes. DCP stores it once
+(under ``dataloader.zephon``) and any dp size dividing ``lanes`` can load it.
+``load_state_dict`` refuses states of TorchTitan's stock loader (per-rank
+``dp_rank_<r>`` keys) and of another data contract; a resumed trainer whose
+checkpoint brought no data state at all is refused at the first step. Nothing
+ever restarts the data silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+from torchtitan.components.checkpointer import DATALOADER
+from torchtitan.components.dataloader import BaseDataLoader
+from torchtitan.components.metrics import BaseLogger
+
+from orchestrator.titan.collectives import DataParallelGroup
+from orchestrator.titan.runlog import StepLog
+from orchestrator.titan.tokenizer import ZephonTokenizer
+from pipeline import (
+    IGNORE_INDEX,
+    ConfigError,
+    Dataset,
+    DigestChain,
+    MicroBatch,
+    Pipeline,
+    StateError,
+    WorkSource,
+    global_batch_digest,
+    merge_states,
+)
+from pipeline.state import check_state
+
+STATE_KEY = "zephon"
+"""Key of the data state inside TorchTitan's ``dataloader`` checkpoint entry."""
+STATE_FORMAT = "zephon.titan-dataloader.v1"
+
+_FLAGS = (
+    "lanes L = --dataloader.lanes, G = --dataloader.global-batch-size, "
+    "micro-batch = --training.local-batch-size, dp_size = the data-parallel degree"
+)
+
+
+@dataclass
+class TrainerLink:
+    """What the data loader needs from the trainer that runs it (see ``ZephonTrainer``)."""
+
+    step: Callable[[], int]
+    """The trainer's current step: 1-based while a step fetches its data."""
+    group: DataParallelGroup
+    """The data-parallel ranks to exchange lane digests and states with."""
+    metrics: BaseLogger
+    """TorchTitan's metric loggers."""
+    steps: StepLog
+    """The run's ``steps.jsonl``."""
+
+
+class ZephonDataLoader(BaseDataLoader):
+    """TorchTitan data loader over one rank's lanes of a Zephon ``Pipeline``."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(BaseDataLoader.Config):
+        """The data contract (all fields but the last four) and performance knobs.
+
+        The tokenizer, also part of the contract, is the trainer's (``--tokenizer.name``,
+        a ``ZephonTokenizer``). The inherited ``dataset``/``dataset_path`` belong to
+        TorchTitan's stock loader and must stay unset.
+        """
+
+        datasets: dict[str, str] = field(default_factory=dict)
+        """Dataset name -> comma-separated shard paths or globs (JSONL[.gz|.zst], Parquet, text)."""
+        text_field: str = "text"
+        """Record field holding the text, in every dataset."""
+        mixture: dict[str, float] = field(default_factory=dict)
+        """Token share per dataset (normalised); empty gives every dataset the same share."""
+        exhausted: Literal["repeat", "stop"] = "repeat"
+        """At a dataset's end: start its next epoch, or stop (the run ends with the data)."""
+        seed: int = 0
+        """Seed of the plan (per-dataset permutations)."""
+        lanes: int = 8
+        """Lanes L: a common multiple of every data-parallel size the run may use."""
+        global_batch_size: int = 8
+        """Sequences per step over all ranks, G, a multiple of lanes (TorchTitan's global batch)."""
+        shuffle_buffer: int = 64
+        """Sequences in each lane's shuffle buffer; 0 keeps the packed order."""
+        shuffle_seed: int = 0
+        """Seed of the shuffle."""
+        flush_every: int = 16
+        """Chunks per lane between flush points; bounds what a restore replays."""
+        chunk_tokens: int = 8192
+        """Estimated tokens per work chunk of the plan."""
+        tokenize_parallelism: int = 1
+        """Tokenize workers per rank; 0 tokenizes in the training process (performance only)."""
+        runner: Literal["inline", "threads", "processes"] = "threads"
+        """How tokenize workers run (performance only)."""
+        prefetch_steps: int = 2
+        """Steps assembled ahead on a background thread (performance only)."""
+        cache_dir: str | None = None
+        """Where shard indexes are cached; None: $ZEPHON_HOME/cache (performance only)."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        dp_world_size: int,
+        dp_rank: int,
+        tokenizer: ZephonTokenizer,
+        seq_len: int,
+        local_batch_size: int,
+        **kwargs: Any,
+    ) -> None:
+        # kwargs: snapshot_every_n_steps, a knob of the stock loader's StatefulDataLoader.
+        if not isinstance(tokenizer, ZephonTokenizer):
+            raise ConfigError(
+                f"the trainer's tokenizer is a {type(tokenizer).__qualname__}; the Zephon data "
+                "loader tokenizes with the trainer's tokenizer, which must be a ZephonTokenizer"
+            )
+        self.pipeline = build_pipeline(
+            config,
+            tokenizer=tokenizer.name,
+            dp_world_size=dp_world_size,
+            dp_rank=dp_rank,
+            seq_len=seq_len,
+            microbatch_size=local_batch_size,
+        )
+        self.dp_world_size = dp_world_size
+        self.microbatch_size = local_batch_size
+        self.global_batch_size = config.global_batch_size
+        self._link: TrainerLink | None = None
+        self._restored: dict[str, Any] | None = None
+        self._chain = DigestChain()
+        self._iterated = False
+        self._log_started = False
+        self._wait_seen = 0.0
+
+    def attach(self, link: TrainerLink) -> None:
+        """Connect to the trainer; required before iterating (``ZephonTrainer`` does it)."""
+        assert link.group.size == self.dp_world_size, (
+            f"the exchange group has {link.group.size} ranks, the data-parallel degree is "
+            f"{self.dp_world_size}"
+        )
+        self._link = link
+
+    # -- iteration -----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+        link = self._link
+        if link is None:
+            raise ConfigError(
+                "ZephonDataLoader is not attached to a trainer; build the trainer from "
+                "orchestrator.titan.trainer.ZephonTrainer.Config (zephon-train does)"
+            )
+        if self._iterated:
+            raise ConfigError("ZephonDataLoader is iterated once per run")
+        self._iterated = True
+        batches = iter(self.pipeline)
+        global_digest, tokens = "", 0
+        try:
+            while True:
+                batch = next(batches, None)
+                if batch is None or batch.index == 0:
+                    global_digest = self._start_step(batch, link)
+                    if global_digest is None:
+                        return
+                    tokens = 0
+                assert batch is not None
+                training = batch.to_training()
+                labels = training["labels"]
+                tokens += int((labels != IGNORE_INDEX).sum())
+                if batch.is_last:
+                    self._finish_step(batch.step + 1, global_digest, tokens, link)
+                yield {"input": training["input"], "positions": training["positions"]}, labels
+        finally:
+            batches.close()
+
+    def _start_step(self, batch: MicroBatch | None, link: TrainerLink) -> str | None:
+        """The global digest of the step ``batch`` opens; None when a rank has no step left.
+
+        Every rank takes part in the exchange, with or without a step, so all stop together.
+        """
+        if batch is not None:
+            self._check_step(batch.step, link)
+        digests = link.group.gather_lane_digests(
+            None if batch is None else batch.lane_digests, len(self.pipeline.owned_lanes)
+        )
+        if digests is None or batch is None:
+            return None
+        if not self._log_started:  # only once the data state is known to fit the trainer's
+            link.steps.start(resumed_step=batch.step)
+            self._log_started = True
+        return global_batch_digest(digests)
+
+    def _check_step(self, done: int, link: TrainerLink) -> None:
+        """Refuse to deliver data of another step than the trainer's (``done`` steps delivered)."""
+        trainer_done = link.step() - 1
+        if done == trainer_done:
+            return
+        if self._restored is None:
+            raise StateError(
+                f"the trainer resumes after step {trainer_done}, but its checkpoint brought no "
+                "Zephon data state (a model-only checkpoint, or 'dataloader' in "
+                "--checkpoint.exclude-from-loading); the data would silently restart from its "
+                "beginning. Resume from a full checkpoint saved by the Zephon data loader, or "
+                "start a new run."
+            )
+        raise StateError(
+            f"the data state is after step {done} but the trainer's is after step "
+            f"{trainer_done}; the checkpoint's data and train states disagree"
+        )
+
+    def _finish_step(self, step: int, global_digest: str, tokens: int, link: TrainerLink) -> None:
+        """Log the step that was just handed over in full (all ranks take part)."""
+        waited = self.pipeline.stats()["consumer_wait_s"]
+        tokens, wait_s = link.group.gather_counts(tokens, waited - self._wait_seen)
+        self._wait_seen = waited
+        fingerprint = self._chain.update(global_digest)
+        link.steps.write(
+            {
+                "step": step,
+                "global_digest": global_digest,
+                "data_fingerprint": fingerprint,
+                "tokens": tokens,
+                "data_wait_s": round(wait_s, 6),
+                "dp_size": self.dp_world_size,
+            }
+        )
+        link.metrics.log({"zephon/tokens": tokens, "zephon/data_wait_s": wait_s}, step)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The merged state of all ranks, identical on every rank (a collective once iterating).
+
+        Before iteration (DCP asks for a template to load into) it is the restored state,
+        or an empty placeholder.
+        """
+        if not self._iterated:
+            return {STATE_KEY: json.dumps(self._restored) if self._restored else ""}
+        assert self._link is not None
+        merged = merge_states(self._link.group.gather_objects(self.pipeline.state_dict()))
+        state = {
+            "format": STATE_FORMAT,
+            "pipeline": merged,
+            "data_fingerprint": self._chain.hexdigest,
+        }
+        return {STATE_KEY: json.dumps(state, sort_keys=True)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume from a state saved by any dp size; refuse any other state, naming why."""
+        saved = state_dict.get(STATE_KEY)
+        if not saved:
+            raise StateError(_describe_foreign_state(state_dict))
+        state = json.loads(saved)
+        if state.get("format") != STATE_FORMAT:
+            raise StateError(
+                f"the checkpoint's data state has format {state.get('format')!r}; this data "
+                f"loader reads {STATE_FORMAT!r}"
+            )
+        check_state(state["pipeline"], self.pipeline.contract(), self.pipeline.owned_lanes)
+        self.pipeline.load_state_dict(state["pipeline"])
+        self._chain = DigestChain(state["data_fingerprint"], int(state["pipeline"]["step"]))
+        self._restored = state
+
+    def close(self) -> None:
+        """Stop the pipeline's workers."""
+        self.pipeline.close()
+
+
+def build_pipeline(
+    config: ZephonDataLoader.Config,
+    *,
+    tokenizer: str,
+    dp_world_size: int,
+    dp_rank: int,
+    seq_len: int,
+    microbatch_size: int,
+) -> Pipeline:
+    """One rank's validated ``Pipeline`` for ``config`` (no data is read yet).
+
+    Raises ConfigError saying what to change, in TorchTitan's flag names.
+    """
+    if config.dataset or config.dataset_path:
+        raise ConfigError(
+            "--dataloader.dataset and --dataloader.dataset-path are settings of TorchTitan's "
+            "stock loader; the Zephon loader reads --dataloader.datasets NAME PATHS [NAME PATHS ...]"
+        )
+    if not config.datasets:
+        raise ConfigError(
+            "no datasets: set --dataloader.datasets NAME PATHS [NAME PATHS ...], e.g. "
+            "--dataloader.datasets code 'data/code/*.jsonl.zst' docs 'data/docs/*.parquet'"
+        )
+    datasets = [
+        Dataset(
+            name,
+            [p.strip() for p in paths.split(",") if p.strip()],
+            field=config.text_field,
+            exhausted=config.exhausted,
+            cache_dir=config.cache_dir,
+        )
+        for name, paths in sorted(config.datasets.items())
+    ]
+    source = WorkSource(
+        datasets,
+        config.mixture or dict.fromkeys(config.datasets, 1.0),
+        seed=config.seed,
+        chunk_tokens=config.chunk_tokens,
+    )
+    pipeline = (
+        Pipeline(source)
+        .options(
+            lanes=config.lanes,
+            dp_rank=dp_rank,
+            dp_size=dp_world_size,
+            flush_every=config.flush_every,
+            runner=config.runner,
+            prefetch_steps=config.prefetch_steps,
+        )
+        .tokenize(tokenizer, config.text_field, config.tokenize_parallelism)
+        .pack_flat(max_length=seq_len)
+        .shuffle(config.shuffle_buffer, config.shuffle_seed)
+        .batch(microbatch_size=microbatch_size, global_batch_size=config.global_batch_size)
+    )
+    try:
+        pipeline.validate()
+    except ConfigError as error:
+        raise ConfigError(f"{error} ({_FLAGS})") from None
+    return pipeline
+
+
+def check_checkpoint(checkpoint_id: str) -> None:
+    """Raise StateError, naming what it holds instead, unless the DCP checkpoint at
+    ``checkpoint_id`` holds a Zephon data state (remote checkpoints are not inspected)."""
+    if not os.path.isdir(checkpoint_id):
+        return
+    prefix = f"{DATALOADER}."
+    metadata = FileSystemReader(checkpoint_id).read_metadata()
+    keys = [k.removeprefix(prefix) for k in metadata.state_dict_metadata if k.startswith(prefix)]
+    if STATE_KEY not in keys:
+        raise StateError(f"{checkpoint_id}: {_describe_foreign_state(keys)}")
+
+
+def _describe_foreign_state(state: Iterable[str]) -> str:
+    keys = sorted(state)
+    if any(k.startswith("dp_rank_") for k in keys) or "world_size" in keys:
+        return (
+            f"the checkpoint's data state was saved by TorchTitan's stock data loader (keys "
+            f"{keys}): it holds per-rank reader positions, not Zephon lanes, so the lane "
+            "pipeline cannot continue that data. Resume with the loader the run was trained "
+            "with, or start a new run."
+        )
+    return (
+        f"the checkpoint has no Zephon data state (dataloader keys {keys}, expected "
+        f"'{STATE_KEY}'); resume from a checkpoint saved by the Zephon data loader"
+    )

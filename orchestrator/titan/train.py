@@ -1,0 +1,44 @@
+"""``zephon-train`` / ``python -m orchestrator.titan.train``: TorchTitan's trainer on the lane pipeline.
+
+Runs TorchTitan's own entry point (``torchtitan.train.main``) after
+:mod:`orchestrator.titan.cpu_compat` has prepared TorchTitan for this machine.
+Configs are Python functions returning a ``ZephonTrainer.Config``; ``--module``
+defaults to ``orchestrator.titan.configs``. Everything else is TorchTitan's CLI::
+
+    torchrun --nproc-per-node 2 -m orchestrator.titan.train --config zephon_debug \\
+        --dataloader.datasets code 'data/code/*.jsonl.zst' docs 'data/docs/*.jsonl.gz' \\
+        --dataloader.mixture code 0.7 docs 0.3 --dump-folder runs/a \\
+        --checkpoint.enable --checkpoint.interval 100
+
+(or ``torchrun --nproc-per-node 2 --no-python zephon-train ...``). Resuming on another
+number of processes is TorchTitan's own resume: the same ``--dump-folder``, or
+``--checkpoint.initial-load-path runs/a/checkpoint/step-N
+--checkpoint.no-initial-load-model-only`` for a new one.
+
+Per step, ``<dump-folder>/zephon/steps.jsonl`` gets the global batch digest;
+TorchTitan's metrics also go to ``<dump-folder>/zephon/metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from orchestrator.titan import cpu_compat
+
+DEFAULT_MODULE = "orchestrator.titan.configs"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse TorchTitan's CLI (``argv``, default ``sys.argv[1:]``) and train."""
+    cpu_compat.apply()
+    from torchtitan.train import main as torchtitan_main  # only ever after apply()
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not any(a == "--module" or a.startswith("--module=") for a in args):
+        args = ["--module", DEFAULT_MODULE, *args]
+    sys.argv[1:] = args  # torchtitan.train.main parses sys.argv
+    torchtitan_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""``orchestrator.titan.cpu_compat`` on this (CPU-only, torch 2.13) machine, and run-log names."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
+
+from orchestrator.titan import cpu_compat
+from orchestrator.titan.runlog import metric_name
+
+
+def test_patches_apply_where_their_condition_holds() -> None:
+    from torchtitan.tools import utils
+
+    applied = cpu_compat.apply()
+    assert cpu_compat.apply() == applied  # idempotent
+    assert "set_timeout alias" in applied and hasattr(dist, "set_timeout")
+    assert not torch.cuda.is_available()
+    assert {"cpu device", "flex -> SDPA", "triton stub"} <= set(applied)
+    assert utils.device_type == "cpu"
+
+
+def test_sdpa_stand_in_matches_flex_attention() -> None:
+    from torchtitan.models.common.attention import (
+        FlexAttention,
+        get_causal_mask_mod,
+        get_efficient_causal_mask_mod_for_packed_document,
+    )
+    from torchtitan.tools.utils import device_type
+
+    # Two rows of 12 tokens with documents starting at (0, 5) and (0, 3, 9).
+    positions = torch.tensor(
+        [[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 0, 1, 2, 3, 4, 5, 0, 1, 2]]
+    )
+    causal, document = (
+        get_causal_mask_mod(),
+        get_efficient_causal_mask_mod_for_packed_document(positions),
+    )
+
+    def mask_mod(
+        b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor
+    ) -> torch.Tensor:
+        return causal(b, h, q, kv) & document(b, h, q, kv)
+
+    block_mask = create_block_mask(mask_mod, 2, None, 12, 12, device=device_type)
+    q, k, v = (torch.randn(2, 4, 12, 8, dtype=torch.float64) for _ in range(3))
+    want, want_aux = flex_attention(q, k, v, block_mask=block_mask, return_aux=AuxRequest(lse=True))
+    got, got_aux = FlexAttention.compiled_flex_attn(
+        q,
+        k,
+        v,
+        score_mod=None,
+        block_mask=block_mask,
+        scale=None,
+        enable_gqa=False,
+        return_aux=AuxRequest(lse=True),
+        kernel_options={},
+    )
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_aux.lse, want_aux.lse.to(got_aux.lse.dtype))
+
+
+def test_metric_names_are_safe_for_trackers() -> None:
+    assert metric_name("throughput(tps)") == "throughput_tps"
+    assert metric_name("time_metrics/data_loading(%)") == "time_metrics/data_loading_pct"
+    assert metric_name("memory/max_active(GiB)") == "memory/max_active_GiB"
+    assert metric_name("loss_metrics/global_avg_loss") == "loss_metrics/global_avg_loss"

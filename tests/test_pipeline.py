@@ -15,7 +15,6 @@ from pipeline import (
     ConfigError,
     Dataset,
     Pipeline,
-    StageError,
     StateError,
     WorkSource,
     load_tokenizer,
@@ -174,23 +173,6 @@ def test_resume_does_not_re_measure_calibration(
     next(iter(resumed))
     assert fresh.tokens_per_byte == state["tokens_per_byte"]
     resumed.close()
-
-
-def test_worker_failure_names_the_record_and_leaks_no_threads(tmp_path: Path) -> None:
-    shard = tmp_path / "a.jsonl"
-    shard.write_text(
-        "".join(json.dumps({"text": f"document number {i} " * 20}) + "\n" for i in range(50))
-    )
-    ds = Dataset("a", [str(shard)], cache_dir=tmp_path / "cache")
-    source = WorkSource([ds], {"a": 1.0}, chunk_tokens=64)
-    source.calibrate(load_tokenizer("gpt2"))
-    shard.write_bytes(b"{garbage" + shard.read_bytes()[8:])
-    before = threading.active_count()
-    pipeline = make_pipeline(source, lanes=2, global_batch_size=2, parallelism=2)
-    with pytest.raises(StageError, match=r"dataset 'a', record pointer \('a', 0, \d+\)"):
-        for _ in pipeline:
-            pass
-    assert threading.active_count() == before
 
 
 def test_early_stop_shuts_workers_down(source: WorkSource) -> None:

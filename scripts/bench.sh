@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Benchmarks: set up (idempotent), install the `bench` extra (psutil) into .venv, then
+# run `python -m benchmarks.run` with the given arguments, e.g. `--quick` (~1 min smoke
+# run). Full run: < 15 min on 2 cores; results go to benchmarks/results/latest.{json,md}
+# (latest-quick.* with --quick). See benchmarks/README.md.
+# Safe to re-run: the install is skipped while .venv/.zephon-bench-installed holds the
+# sha256 of pyproject.toml.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/setup.sh
+
+venv=.venv
+stamp="$venv/.zephon-bench-installed"
+want="$("$venv/bin/python" -c 'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')"
+if [[ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]]; then
+    echo "bench: installing .[bench] into $venv"
+    # torch stays the pinned 2.13.0 that setup.sh installed (a CPU wheel on CPU machines).
+    "$venv/bin/python" -m pip install -qq -e ".[dev,bench]"
+    echo "$want" >"$stamp"
+else
+    echo "bench: .[bench] up to date ($stamp matches pyproject.toml)"
+fi
+
+exec "$venv/bin/python" -m benchmarks.run "$@"

@@ -158,7 +158,10 @@ class LaneStream:
                 self._windows.append(window)
             self._chunks_in_window += 1
             closes = self._chunks_in_window == self._flush_every
-            ticket = self._runner.submit(chunk)
+            try:
+                ticket = self._runner.submit(chunk)
+            except Exception as exc:  # e.g. BrokenProcessPool: a worker died since the last chunk
+                raise self._stage_error(chunk, exc) from exc
             self._inflight.append(_InFlight(self._next_window, closes, chunk, ticket))
             self._counters.tokenize.items_in += 1
             if closes:
@@ -208,9 +211,8 @@ class LaneStream:
             tokenized = item.ticket.result()
         except StageError:
             raise
-        except BaseException as exc:  # e.g. BrokenProcessPool when a worker process was killed
-            dataset, pointer = first_pointer(item.chunk, self._datasets)
-            raise StageError(self._runner.name, dataset, pointer, exc) from exc
+        except Exception as exc:  # e.g. BrokenProcessPool when a worker process was killed
+            raise self._stage_error(item.chunk, exc) from exc
         c = self._counters.tokenize
         c.wait_s += time.perf_counter() - began
         c.items_out += 1
@@ -220,6 +222,11 @@ class LaneStream:
         c.busy_s += tokenized.busy_s
         self._counters.pack.tokens += len(tokenized.tokens)
         return tokenized
+
+    def _stage_error(self, chunk: WorkChunk, exc: BaseException) -> StageError:
+        """The runner's failure on ``chunk``, naming its first record."""
+        dataset, pointer = first_pointer(chunk, self._datasets)
+        return StageError(self._runner.name, dataset, pointer, exc)
 
     def _close_window(self, window: _Window) -> None:
         tail = self._packer.flush()

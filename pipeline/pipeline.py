@@ -446,9 +446,13 @@ class Pipeline:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from a state (merged with ``merge_states`` if saved on several ranks).
 
-        Checked when iteration starts: same data contract, and every lane of this rank present.
+        Raises StateError now, naming what differs, unless the state has the same data
+        contract and every lane of this rank (checked again when iteration starts, in case
+        options change in between).
         """
         self._check_not_started()
+        self.validate()
+        check_state(state, self.contract(), self.owned_lanes)
         self._restore = state
 
     # -- observability -------------------------------------------------------------------------

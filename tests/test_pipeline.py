@@ -113,14 +113,16 @@ def test_state_from_another_contract_is_refused_naming_fields(source: WorkSource
     first_step(pipeline)
     state = pipeline.state_dict()
     pipeline.close()
-    other = make_pipeline(source, max_length=32)
-    other.load_state_dict(state)
     with pytest.raises(StateError, match="max_length: saved 64, configured 32"):
-        next(iter(other))
-    wrong_lanes = make_pipeline(source, lanes=4)
-    wrong_lanes.load_state_dict(state)
+        make_pipeline(source, max_length=32).load_state_dict(state)
     with pytest.raises(StateError, match="lanes: saved 8, configured 4"):
-        next(iter(wrong_lanes))
+        make_pipeline(source, lanes=4).load_state_dict(state)
+    # A configuration changed after loading is checked again when iteration starts.
+    moved = make_pipeline(source)
+    moved.load_state_dict(state)
+    moved.pack_flat(max_length=32)
+    with pytest.raises(StateError, match="max_length: saved 64, configured 32"):
+        next(iter(moved))
 
 
 def test_state_of_one_rank_cannot_restore_another_ranks_lanes(source: WorkSource) -> None:
@@ -128,10 +130,8 @@ def test_state_of_one_rank_cannot_restore_another_ranks_lanes(source: WorkSource
     first_step(rank0)
     state = rank0.state_dict()
     rank0.close()
-    rank1 = make_pipeline(source, dp_rank=1, dp_size=2)
-    rank1.load_state_dict(state)
     with pytest.raises(StateError, match=r"lacks lanes \[4, 5, 6, 7\].*merge_states"):
-        next(iter(rank1))
+        make_pipeline(source, dp_rank=1, dp_size=2).load_state_dict(state)
 
 
 def test_state_mid_step_is_refused(source: WorkSource) -> None:

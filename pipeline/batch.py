@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.digest import global_batch_digest
 from pipeline.stages.pack import PackedSequence
 
 if TYPE_CHECKING:
@@ -42,10 +41,6 @@ class MicroBatch:
     def tokens(self) -> np.ndarray:
         """int32 [m, T+1] token ids (inputs plus the final label)."""
         return np.stack([s.tokens for s in self.sequences])
-
-    def local_digest(self) -> str:
-        """Global batch digest when this rank owns every lane (dp size 1)."""
-        return global_batch_digest(self.lane_digests)
 
     def to_training(self) -> dict[str, torch.Tensor | list[torch.Tensor]]:
         """Tensors for a training step.

@@ -358,8 +358,7 @@ class Pipeline:
             raise ConfigError(
                 "a Pipeline is iterated once; build a new one (and load_state_dict) to resume"
             )
-        self.validate()
-        contract = self.contract()
+        contract = self.contract()  # validates the configuration first
         tokenizer = self._tokenizer()
         first_step = 0
         if self._restore is not None:
@@ -451,7 +450,6 @@ class Pipeline:
         options change in between).
         """
         self._check_not_started()
-        self.validate()
         check_state(state, self.contract(), self.owned_lanes)
         self._restore = state
 

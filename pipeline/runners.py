@@ -37,10 +37,6 @@ class Ticket(Protocol[R_co]):
         """Block until the item is done; return its result or raise its error."""
         ...
 
-    def done(self) -> bool:
-        """True once the result is available without waiting."""
-        ...
-
 
 class _Deferred(Generic[R]):
     """An inline ticket: the work runs when its result is first asked for."""
@@ -50,9 +46,6 @@ class _Deferred(Generic[R]):
 
     def result(self) -> R:
         return self._work(self._item)
-
-    def done(self) -> bool:
-        return False
 
 
 def _install(work: Callable[[Any], Any]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from benchmarks.timing import Stopwatch, Throughput, time_batches
 from benchmarks.workload import MICROBATCH, SEED, SEQ_LEN, TOKENIZER_ID, Workload, open_source
-from pipeline import MicroBatch, Pipeline, WorkSource, load_tokenizer
+from pipeline import MicroBatch, Pipeline, WorkSource, global_batch_digest, load_tokenizer
 
 SHUFFLE_BUFFER = 64
 """Sequences in each lane's shuffle buffer."""
@@ -131,7 +131,7 @@ def _checkpoints(source: WorkSource, steps: Iterable[int]) -> tuple[list[_Checkp
         batches = iter(pipeline)
         for batch in batches:
             if taken and not taken[-1].next_digest:
-                taken[-1].next_digest = batch.local_digest()
+                taken[-1].next_digest = global_batch_digest(batch.lane_digests)
                 if len(taken) == len(wanted):
                     break
             if batch.is_last and batch.step + 1 == wanted[len(taken)]:
@@ -154,7 +154,7 @@ def _time_restore(source: WorkSource, checkpoint: _Checkpoint) -> dict[str, Any]
         "cpu_s": watch.cpu_s,
         "other_load_percent": watch.other_load_percent,
         "tokenized": tokenized,
-        "matches": first.local_digest() == checkpoint.next_digest,
+        "matches": global_batch_digest(first.lane_digests) == checkpoint.next_digest,
     }
 
 

@@ -18,6 +18,12 @@ Calibration. ``tokens_per_byte`` is measured once per dataset with the run's
 tokenizer on a deterministic sample (records in a seeded order until
 ``calibration_bytes``). The values are part of the plan: they are stored in
 pipeline states and adopted on restore, never re-measured.
+
+Held-out records. With ``holdout_bytes = B > 0`` each dataset sets records
+aside for evaluation: its records in the order ``perm(name)`` (seeded by the
+dataset name only, so every seed, mixture and lane count holds out the same
+records) are taken until their bytes reach ``B``. Training never sees them:
+the epoch permutations above run over the remaining ``n_d`` records.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from pipeline.stages.tokenize import WorkChunk
 from pipeline.tokenizer import Tokenizer
 
 _CALIBRATION_STREAM = 0xCA1B
+_HOLDOUT_STREAM = 0x4E1D
+_MAX_HOLDOUT_FRACTION = 0.5
 _MAX_CALIBRATION_RECORDS = 4096
 
 
@@ -55,6 +63,7 @@ class WorkSource:
         seed: int = 0,
         chunk_tokens: int = 8192,
         calibration_bytes: int = 1 << 20,
+        holdout_bytes: int = 0,
     ) -> None:
         if not datasets:
             raise ConfigError("WorkSource needs at least one Dataset.")
@@ -66,11 +75,15 @@ class WorkSource:
             raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
         if chunk_tokens < 1 or calibration_bytes < 1:
             raise ConfigError("chunk_tokens and calibration_bytes must be >= 1")
+        if not isinstance(holdout_bytes, int) or holdout_bytes < 0:
+            raise ConfigError(f"holdout_bytes must be an integer >= 0, got {holdout_bytes!r}")
         self.datasets = list(datasets)
         self.mixture = Mixture(mixture, names)
         self.seed = seed
         self.chunk_tokens = chunk_tokens
         self.calibration_bytes = calibration_bytes
+        self.holdout_bytes = holdout_bytes
+        self._training: list[np.ndarray] | None = None
         self._tokens_per_byte: dict[str, float] | None = None
         self._costs: list[np.ndarray] | None = None
         self._lock = threading.Lock()
@@ -92,6 +105,7 @@ class WorkSource:
             "mixture": self.mixture.canonical(),
             "seed": self.seed,
             "chunk_tokens": self.chunk_tokens,
+            "holdout_bytes": self.holdout_bytes,
         }
 
     # -- calibration ---------------------------------------------------------------------------
@@ -141,16 +155,44 @@ class WorkSource:
         tokens = sum(len(ids) for ids in tokenizer.encode_batch(texts))
         return tokens / max(1, int(ds.record_bytes[sample].sum()))
 
+    # -- held-out records --------------------------------------------------------------------
+
+    def heldout_records(self, dataset_index: int) -> np.ndarray:
+        """Global ids of a dataset's held-out records, in their selection order."""
+        ds = self.datasets[dataset_index]
+        if self.holdout_bytes == 0:
+            return np.zeros(0, dtype=np.int64)
+        order = np.random.default_rng([_HOLDOUT_STREAM, _name_key(ds.name)]).permutation(
+            ds.num_records
+        )
+        take = int(np.searchsorted(np.cumsum(ds.record_bytes[order]), self.holdout_bytes)) + 1
+        if take > ds.num_records * _MAX_HOLDOUT_FRACTION:
+            raise ConfigError(
+                f"dataset {ds.name!r}: holding out {self.holdout_bytes} bytes takes {take} of its "
+                f"{ds.num_records} records (more than {_MAX_HOLDOUT_FRACTION:.0%}); lower "
+                "holdout_bytes or add data"
+            )
+        return order[:take].astype(np.int64)
+
+    def training_records(self, dataset_index: int) -> np.ndarray:
+        """Global ids of the records training draws from (all but the held-out), sorted."""
+        with self._lock:
+            if self._training is None:
+                self._training = [
+                    np.setdiff1d(np.arange(ds.num_records, dtype=np.int64), self.heldout_records(d))
+                    for d, ds in enumerate(self.datasets)
+                ]
+            return self._training[dataset_index]
+
     # -- lane plans ----------------------------------------------------------------------------
 
     def permutation(self, dataset_index: int, epoch: int) -> np.ndarray:
-        """Record order of ``epoch`` of a dataset (seeded by seed, dataset name and epoch)."""
-        return _permutation(
-            self.seed,
-            _name_key(self.datasets[dataset_index].name),
-            self.datasets[dataset_index].num_records,
-            epoch,
+        """Record ids of ``epoch`` of a dataset, in order (seeded by seed, dataset name, epoch)."""
+        training = self.training_records(dataset_index)
+        order = _permutation(
+            self.seed, _name_key(self.datasets[dataset_index].name), len(training), epoch
         )
+        return order if self.holdout_bytes == 0 else training[order]
 
     def lane_plan(
         self, lane: int, num_lanes: int, state: Mapping[str, Any] | None = None
@@ -184,7 +226,7 @@ class LanePlan:
         self.lane = lane
         self.num_lanes = num_lanes
         names = [ds.name for ds in source.datasets]
-        self._sizes = [ds.num_records for ds in source.datasets]
+        self._sizes = [len(source.training_records(d)) for d in range(len(source.datasets))]
         self._stops = [ds.exhausted == "stop" for ds in source.datasets]
         if state is None:
             self._chunk = 0

@@ -16,6 +16,7 @@ from torchtitan.models.llama3.config_registry import llama3_debugmodel
 from torchtitan.trainer import Trainer
 
 from orchestrator.titan.dataloader import ZephonDataLoader
+from orchestrator.titan.evaluator import HeldOutEvaluator
 from orchestrator.titan.tokenizer import ZephonTokenizer
 from orchestrator.titan.trainer import ZephonTrainer
 from pipeline import ConfigError, load_tokenizer
@@ -26,7 +27,11 @@ def zephon_config(
 ) -> ZephonTrainer.Config:
     """``base`` fed by ``dataloader`` and ``tokenizer``, its model vocabulary sized to it."""
     settings = {f.name: getattr(base, f.name) for f in fields(base) if f.init}
-    settings.update(tokenizer=ZephonTokenizer.Config(name=tokenizer), dataloader=dataloader)
+    settings.update(
+        tokenizer=ZephonTokenizer.Config(name=tokenizer),
+        dataloader=dataloader,
+        validator=HeldOutEvaluator.Config(freq=base.validator.freq),
+    )
     vocab = load_tokenizer(tokenizer).vocab_size
     assert base.model_spec is not None, "the base config has no model_spec"
     _set_vocab(base.model_spec.model, base.loss, vocab)

@@ -119,6 +119,8 @@ class ZephonDataLoader(BaseDataLoader):
         """Chunks per lane between flush points; bounds what a restore replays."""
         chunk_tokens: int = 8192
         """Estimated tokens per work chunk of the plan."""
+        holdout_bytes: int = 0
+        """Bytes of each dataset held out from training for ``--validator`` (0: none)."""
         tokenize_parallelism: int = 1
         """Tokenize workers per rank; 0 tokenizes in the training process (performance only)."""
         runner: Literal["inline", "threads", "processes"] = "threads"
@@ -333,6 +335,7 @@ def build_pipeline(
         config.mixture or dict.fromkeys(config.datasets, 1.0),
         seed=config.seed,
         chunk_tokens=config.chunk_tokens,
+        holdout_bytes=config.holdout_bytes,
     )
     pipeline = (
         Pipeline(source)

@@ -23,16 +23,16 @@ from typing import Any
 
 from torchtitan.components.metrics import BaseLogger
 
-RUN_SUBDIR = "zephon"
-STEPS_FILE = "steps.jsonl"
-METRICS_FILE = "metrics.jsonl"
+from orchestrator.runfolder import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
 
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSONL file ([] if it does not exist)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+__all__ = [
+    "METRICS_FILE",
+    "RUN_SUBDIR",
+    "STEPS_FILE",
+    "JsonlMetricsLogger",
+    "StepLog",
+    "read_jsonl",
+]
 
 
 class StepLog:

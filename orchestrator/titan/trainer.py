@@ -40,6 +40,7 @@ from orchestrator.titan.dataloader import (
     build_pipeline,
     check_checkpoint,
 )
+from orchestrator.titan.evaluator import HeldOutEvaluator
 from orchestrator.titan.runlog import (
     METRICS_FILE,
     RUN_SUBDIR,
@@ -60,6 +61,7 @@ class ZephonTrainer(Trainer):
 
         tokenizer: ZephonTokenizer.Config = field(default_factory=ZephonTokenizer.Config)
         dataloader: ZephonDataLoader.Config = field(default_factory=ZephonDataLoader.Config)
+        validator: HeldOutEvaluator.Config = field(default_factory=HeldOutEvaluator.Config)
 
         def __post_init__(self) -> None:
             Trainer.Config.__post_init__(self)  # slots=True dataclasses cannot use bare super()
@@ -104,18 +106,26 @@ class ZephonTrainer(Trainer):
             loggers.add_logger(JsonlMetricsLogger(run_dir / METRICS_FILE))
             self.metrics_processor.logger = loggers
         dims = self.parallel_dims
+        dp_group = dims.get_mesh("batch").get_group() if dims.dp_enabled else None
         self.dataloader.attach(
             TrainerLink(
                 step=lambda: self.step,
-                group=DataParallelGroup(
-                    dims.get_mesh("batch").get_group() if dims.dp_enabled else None,
-                    self.device,
-                    size=self.dataloader.dp_world_size,
-                ),
+                group=DataParallelGroup(dp_group, self.device, size=self.dataloader.dp_world_size),
                 metrics=self.metrics_processor.logger,
                 steps=StepLog(run_dir / STEPS_FILE, enabled=is_rank0),
             )
         )
+        if config.validator.enable:
+            assert isinstance(self.validator, HeldOutEvaluator), "validator must be Zephon's"
+            self.validator.attach(
+                source=self.dataloader.pipeline.source,
+                tokenizer=load_tokenizer(config.tokenizer.name),
+                metrics=self.metrics_processor.logger,
+                run_dir=run_dir,
+                last_step=config.training.steps,
+                group=dp_group,
+                is_rank0=is_rank0,
+            )
 
     def init_distributed(self) -> ParallelDims:
         """TorchTitan's, then the data layout is validated at once: the first point where the

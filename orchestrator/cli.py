@@ -1,0 +1,192 @@
+"""``zephon``: the command line over :mod:`orchestrator.api`, for people and agents.
+
+::
+
+    zephon plan    [-c FILE] [key=value ...] [--dp N]          dry run: resolved plan + fingerprints
+    zephon run     [-c FILE] [key=value ...] [--dp N] [--name NAME]
+    zephon resume  RUN_FOLDER [--dp N] [--steps N]
+    zephon compare [RUN_ID ...] [--experiment NAME | --sweep NAME] [--tracking-uri URI]
+    zephon verify-elastic [-c FILE] [key=value ...] --dp A --resume-dp B [--split-step S]
+    zephon sync    RUN_FOLDER
+
+``--json`` prints exactly one JSON object on stdout (errors too:
+``{"error": {"kind", "message", "problems"}}``); progress goes to stderr.
+
+Exit codes (stable; agents rely on them):
+
+====  ==========================================================================
+0     success (comparison accepted, every digest matched)
+1     training failed or was killed; the log tail is in the output
+2     invalid experiment, arguments or files: nothing was launched
+3     the guarantee check failed: comparison refused, or digests differ
+4     the tracking server is unreachable (before launch, or on sync)
+130   interrupted (SIGINT/SIGTERM); resume the run folder later
+====  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pipeline import ConfigError, DataError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+EXIT_REFUSED = 3
+EXIT_TRACKING = 4
+EXIT_INTERRUPTED = 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zephon", description="Data-mix experiments with elastic-deterministic data."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help_text: str, experiment: bool = False) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+        if experiment:
+            p.add_argument("-c", "--config", help="experiment YAML file")
+            p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=40")
+        return p
+
+    p = command("plan", "resolve and validate an experiment; print the plan, launch nothing", True)
+    p.add_argument("--dp", type=int, help="data-parallel size (default: from free devices)")
+    p = command("run", "train one experiment to the end", True)
+    p.add_argument("--dp", type=int, help="data-parallel size (default: from free devices)")
+    p.add_argument("--name", help="run folder name (default: <name>-<variant>-<time>)")
+    p = command("resume", "continue a run from its last checkpoint, on any dp size")
+    p.add_argument("folder", help="run folder")
+    p.add_argument("--dp", type=int, help="data-parallel size (any divisor of the lanes)")
+    p.add_argument("--steps", type=int, help="train to this step instead of the planned end")
+    p = command("compare", "compare runs' eval scores, or refuse with the reason")
+    p.add_argument("run_ids", nargs="*", help="MLflow run ids")
+    p.add_argument("--experiment", help="all runs of this MLflow experiment")
+    p.add_argument("--sweep", help="all runs of this sweep")
+    p.add_argument("--tracking-uri", help="MLflow URI (default: ./mlflow.db)")
+    p = command(
+        "verify-elastic", "train, checkpoint, resume on another dp size, check digests", True
+    )
+    p.add_argument("--dp", type=int, required=True, help="dp size of the first segment")
+    p.add_argument("--resume-dp", type=int, required=True, help="dp size after the checkpoint")
+    p.add_argument("--split-step", type=int, help="checkpoint step (default: half the steps)")
+    p = command("sync", "send a run folder's pending metrics and artifacts to its MLflow run")
+    p.add_argument("folder", help="run folder")
+    return parser
+
+
+def _plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator import api
+
+    return EXIT_OK, api.plan(args.config, dp=args.dp, overrides=args.overrides).to_dict()
+
+
+def _run_result(result: Any) -> tuple[int, dict[str, Any]]:
+    code = {"succeeded": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(result.status, EXIT_FAILED)
+    return code, result.to_dict()
+
+
+def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator import api
+
+    result = api.run(args.config, dp=args.dp, run_name=args.name, overrides=args.overrides,
+                     progress=sys.stderr)  # fmt: skip
+    return _run_result(result)
+
+
+def _resume(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator import api
+
+    return _run_result(api.resume(args.folder, dp=args.dp, steps=args.steps, progress=sys.stderr))
+
+
+def _compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator import api
+
+    if not args.run_ids and not args.experiment and not args.sweep:
+        raise ConfigError("name the runs: RUN_ID ..., --experiment NAME or --sweep NAME")
+    verdict = api.compare(args.run_ids, experiment=args.experiment, sweep=args.sweep,
+                          tracking_uri=args.tracking_uri)  # fmt: skip
+    return (EXIT_OK if verdict["accepted"] else EXIT_REFUSED), verdict
+
+
+def _verify(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator import api
+
+    report = api.verify_elastic(args.config, first_dp=args.dp, second_dp=args.resume_dp,
+                                split_step=args.split_step, overrides=args.overrides,
+                                progress=sys.stderr)  # fmt: skip
+    return (EXIT_OK if report["ok"] else EXIT_REFUSED), report
+
+
+def _sync(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator import api
+
+    return EXIT_OK, api.sync(args.folder)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], tuple[int, dict[str, Any]]]] = {
+    "plan": _plan,
+    "run": _run,
+    "resume": _resume,
+    "compare": _compare,
+    "verify-elastic": _verify,
+    "sync": _sync,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one ``zephon`` command; returns (and, as a script, exits with) its exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        code, payload = COMMANDS[args.command](args)
+    except (
+        Exception,
+        KeyboardInterrupt,
+    ) as error:  # every failure becomes a stable exit code and a clear message
+        code, payload = _error(error)
+    _print(payload, args.json)
+    return code
+
+
+def _error(error: BaseException) -> tuple[int, dict[str, Any]]:
+    from orchestrator.launch import LaunchError
+    from orchestrator.tracking import TrackingUnavailable
+
+    if isinstance(error, TrackingUnavailable):
+        code, kind = EXIT_TRACKING, "tracking_unavailable"
+    elif isinstance(error, (ConfigError, DataError, FileNotFoundError, ValueError)):
+        code, kind = EXIT_INVALID, "invalid"
+    elif isinstance(error, LaunchError):
+        code, kind = EXIT_FAILED, "launch_failed"
+    elif isinstance(error, KeyboardInterrupt):
+        code, kind = EXIT_INTERRUPTED, "interrupted"
+    else:
+        raise error
+    problems = getattr(error, "problems", [str(error)])
+    return code, {"error": {"kind": kind, "message": str(error), "problems": problems}}
+
+
+def _print(payload: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(payload, default=str))
+    elif "error" in payload:
+        print(f"zephon: {payload['error']['message']}", file=sys.stderr)
+    elif "markdown" in payload:
+        print(payload["markdown"])
+        print(f"comparison run: {payload['comparison_run_id']} ({payload['tracking_uri']})")
+    else:
+        for key, value in payload.items():
+            if key not in ("config", "contract", "command") or value is None:
+                text = value if isinstance(value, str) else json.dumps(value, default=str)
+                print(f"{key}: {text}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

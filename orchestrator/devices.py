@@ -1,0 +1,99 @@
+"""Which devices are free now, and the dp size a run gets on them.
+
+CUDA: every visible GPU whose memory is less than ``BUSY_MEMORY_FRACTION`` used
+(``torch.cuda.mem_get_info``; another job's allocation shows up there) counts
+as free. CPU: one process per usable core (``os.sched_getaffinity``). The dp
+size of a run is the one requested, if the devices allow it, else the largest
+divisor of the lane count that fits: data is identical on every dp size, so
+the choice only changes speed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from orchestrator.experiment import ExperimentConfig, ExperimentError, divisors, dp_problems
+
+BUSY_MEMORY_FRACTION = 0.10
+
+
+@dataclass(frozen=True)
+class Devices:
+    """Free devices of one kind on this machine."""
+
+    kind: str
+    """``cuda`` or ``cpu``."""
+    count: int
+    """Free GPUs, or usable cores."""
+    name: str
+    """GPU model, or ``cpu``."""
+    gpu_ids: tuple[int, ...] = ()
+    """Indexes of the free GPUs (for ``CUDA_VISIBLE_DEVICES``)."""
+
+    @property
+    def label(self) -> str:
+        return "cpu" if self.kind == "cpu" else f"cuda:{self.name}"
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def discover(device: str = "auto") -> Devices:
+    """Free devices now: CUDA GPUs if ``device`` allows and any is free, else CPU cores."""
+    if device in ("auto", "cuda"):
+        gpus = _free_gpus()
+        if gpus:
+            import torch
+
+            return Devices("cuda", len(gpus), torch.cuda.get_device_name(gpus[0]), tuple(gpus))
+        if device == "cuda":
+            raise ExperimentError(
+                ["resources.device=cuda but no free CUDA GPU is visible; use device=auto or cpu"]
+            )
+    return Devices("cpu", usable_cores(), "cpu")
+
+
+def _free_gpus() -> list[int]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    free = []
+    for i in range(torch.cuda.device_count()):
+        available, total = torch.cuda.mem_get_info(i)
+        if (total - available) / total < BUSY_MEMORY_FRACTION:
+            free.append(i)
+    return free
+
+
+def choose_dp(config: ExperimentConfig, devices: Devices, requested: int | None = None) -> int:
+    """The dp size for ``config`` on ``devices`` (module docstring); ExperimentError if none fits."""
+    r = config.resources
+    per_node = devices.count if devices.kind == "cuda" else (r.max_procs or devices.count)
+    capacity = per_node * max(1, r.nodes)
+    requested = r.dp if requested is None else requested
+    if requested is not None:
+        problems = dp_problems(config, requested)
+        over = requested > capacity and not (devices.kind == "cpu" and r.oversubscribe)
+        if over:
+            problems.append(
+                f"dp={requested} needs {requested} {devices.kind} devices but {capacity} are free; "
+                "pick a smaller dp"
+                + (" or set resources.oversubscribe=true" if devices.kind == "cpu" else "")
+            )
+        if problems:
+            raise ExperimentError(problems)
+        return requested
+    fitting = [
+        k for k in divisors(config.data.lanes) if k <= capacity and not dp_problems(config, k)
+    ]
+    if not fitting:
+        raise ExperimentError(
+            [f"no dp size fits: lanes={config.data.lanes}, {capacity} free {devices.kind} devices"]
+        )
+    return max(fitting)

@@ -1,0 +1,344 @@
+"""Launching TorchTitan for an experiment: the command, the launchers, and the progress monitor.
+
+::
+
+    ExperimentConfig --trainer_args--> TorchTitan flags (zephon-train)
+                     --torchrun_command(dp, node)--> [python -m torch.distributed.run ...]
+    launcher: local      one torchrun on this machine, dp processes
+              multinode  this machine's torchrun of a c10d rendezvous (run it on every node)
+              slurm      submitit submits a job whose tasks run torchrun, one per node
+    monitor:  follows <run>/titan/zephon/steps.jsonl while the launch runs:
+              progress (a bar on a terminal, plain lines otherwise) and periodic callbacks
+
+Commands are argument lists, never shell strings. torchrun's output goes to
+``<run>/launch.log`` (appended per segment); a failed launch raises
+:class:`LaunchError` carrying the log tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from orchestrator.devices import Devices, usable_cores
+from orchestrator.experiment import ExperimentConfig, dataloader_config
+from orchestrator.runfolder import RunFolder
+
+TRAIN_MODULE = "orchestrator.titan.train"
+POLL_S = 1.0
+
+
+class LaunchError(RuntimeError):
+    """A launch that failed; the message ends with the tail of its log."""
+
+
+def trainer_args(config: ExperimentConfig, folder: RunFolder) -> list[str]:
+    """TorchTitan's flags for ``config`` (``zephon-train`` parses them)."""
+    d, t = config.data, config.train
+    data = dataloader_config(config)
+    datasets = [x for name in sorted(data.datasets) for x in (name, data.datasets[name])]
+    args = [
+        "--module", config.model.module,
+        "--config", config.model.config,
+        "--dump-folder", str(folder.titan_dir.absolute()),
+        "--tokenizer.name", d.tokenizer,
+        "--dataloader.datasets", *datasets,
+        "--dataloader.text-field", d.text_field,
+        "--dataloader.exhausted", d.exhausted,
+        "--dataloader.seed", str(d.seed),
+        "--dataloader.lanes", str(d.lanes),
+        "--dataloader.global-batch-size", str(d.global_batch_size),
+        "--dataloader.shuffle-buffer", str(d.shuffle_buffer),
+        "--dataloader.shuffle-seed", str(d.shuffle_seed),
+        "--dataloader.flush-every", str(d.flush_every),
+        "--dataloader.chunk-tokens", str(d.chunk_tokens),
+        "--dataloader.holdout-bytes", str(d.holdout_bytes),
+        "--training.seq-len", str(d.seq_len),
+        "--training.local-batch-size", str(t.microbatch_size),
+        "--training.steps", str(t.steps),
+        "--debug.seed", str(t.seed),
+        "--checkpoint.enable",
+        "--checkpoint.interval", str(t.checkpoint_interval),
+        "--checkpoint.keep-latest-k", str(t.keep_checkpoints),
+        "--metrics.log-freq", "1",
+        "--comm.train-timeout-seconds", "600",  # oversubscribed CPUs: a step can take seconds
+    ]  # fmt: skip
+    if data.mixture:
+        args += ["--dataloader.mixture"]
+        args += [x for name in sorted(data.mixture) for x in (name, repr(data.mixture[name]))]
+    if data.cache_dir:
+        args += ["--dataloader.cache-dir", data.cache_dir]
+    if config.eval.enable:
+        args += ["--validator.enable", "--validator.freq", str(config.eval.interval)]
+    return args + list(config.model.args)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_command(
+    config: ExperimentConfig,
+    folder: RunFolder,
+    dp: int,
+    *,
+    nodes: int = 1,
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
+) -> list[str]:
+    """The torchrun command of one node: ``dp // nodes`` processes."""
+    assert dp % nodes == 0, f"dp ({dp}) must be a multiple of nodes ({nodes})"
+    if nodes == 1 and rdzv_endpoint is None:
+        rendezvous = [f"--master-port={free_port()}"]
+    else:
+        rendezvous = [
+            f"--nnodes={nodes}",
+            f"--node-rank={node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv_endpoint}",
+            f"--rdzv-id={folder.name}",
+        ]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *rendezvous,
+        f"--nproc-per-node={dp // nodes}",
+        "-m",
+        TRAIN_MODULE,
+        *trainer_args(config, folder),
+    ]
+
+
+def launch_env(folder: RunFolder, devices: Devices, procs_per_node: int) -> dict[str, str]:
+    """The environment of a launch: caches in the run folder, a fair share of threads."""
+    env = dict(os.environ)
+    env.update(
+        HF_HOME=str(folder.path.absolute() / ".hf"),
+        HF_DATASETS_OFFLINE="1",
+        TORCHINDUCTOR_CACHE_DIR=str(folder.path.absolute() / ".inductor"),
+        OMP_NUM_THREADS=str(max(1, usable_cores() // procs_per_node)),
+        PYTHONUNBUFFERED="1",
+    )
+    if devices.kind == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in devices.gpu_ids[:procs_per_node])
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+# -- progress ----------------------------------------------------------------------------------
+
+
+class Progress:
+    """Training progress from ``steps.jsonl``: a bar on a terminal, one line per ~10 s otherwise."""
+
+    def __init__(self, total_steps: int, stream: TextIO | None = None, label: str = "") -> None:
+        self.total = total_steps
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty()
+        self.label = label
+        self._start = time.monotonic()
+        self._first: tuple[int, float] | None = None
+        self._last_line = 0.0
+        self._shown = -1
+
+    def update(self, folder: RunFolder) -> None:
+        steps = folder.steps()
+        if not steps:
+            return
+        done = max(steps)
+        now = time.monotonic()
+        if self._first is None:
+            self._first = (done, now)
+        tokens = sum(r.get("tokens", 0) for s, r in steps.items() if s > self._first[0])
+        rate = tokens / (now - self._first[1]) if now > self._first[1] else 0.0
+        loss = folder.metrics().get(done, {}).get("loss_metrics/global_avg_loss")
+        loss_text = f" loss {loss:.3f}" if isinstance(loss, float) else ""
+        if self.tty:
+            width = 24
+            filled = int(width * done / max(1, self.total))
+            self.stream.write(
+                f"\r{self.label}[{'#' * filled}{'.' * (width - filled)}] step {done}/{self.total}"
+                f" {rate:,.0f} tok/s{loss_text}   "
+            )
+            self.stream.flush()
+        elif done != self._shown and (now - self._last_line >= 10 or done == self.total):
+            self.stream.write(
+                f"{self.label}step {done}/{self.total}, {rate:,.0f} tokens/s{loss_text}, "
+                f"{now - self._start:.0f} s\n"
+            )
+            self.stream.flush()
+            self._last_line = now
+        self._shown = done
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# -- launchers ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Launch:
+    """What to run for one segment of a run and how to watch it."""
+
+    commands: list[list[str]]
+    """One torchrun command per node this machine runs."""
+    env: dict[str, str]
+    folder: RunFolder
+    timeout_s: float | None = None
+    on_tick: Callable[[RunFolder], None] | None = None
+    """Called about once a second while training runs (progress, tracking sync)."""
+    tick_every_s: float = POLL_S
+
+
+def run_local(launch: Launch) -> int:
+    """Run ``launch.commands`` here, output appended to ``launch.log``; their worst exit status.
+
+    Each torchrun runs in its own process group, killed whole on time-out, on
+    SIGINT/SIGTERM to this process, or when another node's torchrun fails.
+    """
+    folder = launch.folder
+    folder.path.mkdir(parents=True, exist_ok=True)
+    with folder.log_path.open("ab") as log:
+        log.write(f"\n=== launch {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        log.flush()
+        agents = [
+            subprocess.Popen(
+                command,
+                cwd=folder.path,
+                env=launch.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            for command in launch.commands
+        ]
+    deadline = None if launch.timeout_s is None else time.monotonic() + launch.timeout_s
+    previous = (
+        {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        if _main_thread()
+        else {}
+    )
+    interrupted: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        interrupted.append(signum)
+
+    for sig in previous:
+        signal.signal(sig, stop)
+    try:
+        while any(a.poll() is None for a in agents):
+            failed = any(a.returncode not in (None, 0) for a in agents)
+            late = deadline is not None and time.monotonic() > deadline
+            if interrupted or failed or late:
+                _kill(agents)
+                if late:
+                    with folder.log_path.open("a") as log:
+                        log.write(f"\n[zephon] killed after {launch.timeout_s} s\n")
+                break
+            if launch.on_tick is not None:
+                launch.on_tick(folder)
+            time.sleep(launch.tick_every_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _kill(agents)
+    if launch.on_tick is not None:
+        launch.on_tick(folder)
+    if interrupted:
+        return -interrupted[0]
+    return next((a.returncode for a in agents if a.returncode != 0), 0)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _kill(agents: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each live process group, SIGKILL what is left after 10 s."""
+    live = [a for a in agents if a.poll() is None]
+    for agent in live:
+        _signal_group(agent.pid, signal.SIGTERM)
+    end = time.monotonic() + 10
+    while any(a.poll() is None for a in live) and time.monotonic() < end:
+        time.sleep(0.1)
+    for agent in live:
+        if agent.poll() is None:
+            _signal_group(agent.pid, signal.SIGKILL)
+        agent.wait()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+
+
+def run_slurm(launch: Launch, nodes: int, parameters: dict[str, object]) -> int:
+    """Submit the launch to Slurm through submitit (``cluster="local"`` runs it here, for tests)
+    and wait for it; each of ``nodes`` tasks runs this node's torchrun."""
+    import submitit
+
+    cluster = str(parameters.get("cluster", "slurm"))
+    executor = submitit.AutoExecutor(folder=launch.folder.path / "submitit", cluster=cluster)
+    settings = {k: v for k, v in parameters.items() if k != "cluster"}
+    if cluster != "local":
+        settings.setdefault("nodes", nodes)
+        settings.setdefault("tasks_per_node", 1)
+    executor.update_parameters(**settings)
+    job = executor.submit(_slurm_task, launch.commands[0], launch.env, str(launch.folder.path))
+    with launch.folder.log_path.open("a") as log:
+        log.write(f"\n=== submitit job {job.job_id} ({cluster})\n")
+    while not job.done():
+        if launch.on_tick is not None:
+            launch.on_tick(launch.folder)
+        time.sleep(launch.tick_every_s)
+    if launch.on_tick is not None:
+        launch.on_tick(launch.folder)
+    try:
+        return int(job.result())
+    except Exception as error:  # submitit re-raises the task's failure here
+        with launch.folder.log_path.open("a") as log:
+            log.write(f"\n[zephon] submitit job {job.job_id} failed: {error}\n")
+        return 1
+
+
+def _slurm_task(command: list[str], env: dict[str, str], cwd: str) -> int:
+    """Inside the Slurm job: this node's torchrun, rendezvous on the job's first node."""
+    import submitit
+
+    job = submitit.JobEnvironment()
+    if job.num_nodes > 1:
+        endpoint = f"{job.hostnames[0]}:29512"
+        command = [
+            c
+            for c in command
+            if not c.startswith(("--master-port", "--nnodes", "--node-rank", "--rdzv"))
+        ]
+        command[3:3] = [
+            f"--nnodes={job.num_nodes}",
+            f"--node-rank={job.node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-id={job.job_id}",
+        ]
+    with open(Path(cwd) / "launch.log", "ab") as log:
+        return subprocess.run(
+            command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, check=False
+        ).returncode

@@ -104,3 +104,33 @@ def test_calibration_measures_more_tokens_per_byte_for_code(small: list[Dataset]
     tpb = source.calibrate(load_tokenizer("gpt2"))
     assert 0 < tpb["a"] < tpb["b"] < 1
     assert source.calibrate(load_tokenizer("gpt2")) == tpb  # measured once
+
+
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_held_out_records_are_never_trained_on(small: list[Dataset], lanes: int) -> None:
+    source = WorkSource(small, {"a": 0.7, "b": 0.3}, seed=1, chunk_tokens=16, holdout_bytes=60)
+    source.calibrate(load_tokenizer("gpt2"))
+    held = {d: set(source.heldout_records(d).tolist()) for d in range(2)}
+    assert all(held.values())
+    for d, ds in enumerate(small):
+        assert int(ds.record_bytes[sorted(held[d])].sum()) >= 60
+    seen = Counter(r for records in drain(source, lanes).values() for r in records)
+    trained = {d: {i for dd, i in seen if dd == d} for d in range(2)}
+    for d, ds in enumerate(small):  # "stop": every other record exactly once
+        assert trained[d] == set(range(ds.num_records)) - held[d]
+    assert set(seen.values()) == {1}
+
+
+def test_held_out_records_depend_on_the_dataset_only(small: list[Dataset]) -> None:
+    def held(seed: int, mixture: dict[str, float]) -> list[list[int]]:
+        source = WorkSource(small, mixture, seed=seed, holdout_bytes=80)
+        return [source.heldout_records(d).tolist() for d in range(2)]
+
+    assert held(1, {"a": 0.7, "b": 0.3}) == held(9, {"a": 0.1, "b": 0.9})
+    assert WorkSource(small, {"a": 1, "b": 1}, holdout_bytes=0).contract()["holdout_bytes"] == 0
+
+
+def test_holding_out_too_much_is_refused(small: list[Dataset]) -> None:
+    source = WorkSource(small, {"a": 0.5, "b": 0.5}, holdout_bytes=10**9)
+    with pytest.raises(ConfigError, match="lower holdout_bytes or add data"):
+        source.heldout_records(0)

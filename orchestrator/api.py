@@ -110,7 +110,7 @@ def plan(
     if not isinstance(config, ExperimentConfig) or overrides:
         config = load_experiment(config, overrides)
     validate(config, dp)
-    devices = discover(config.resources.device)
+    devices = discover(config.resources.device, config.resources.gpu_ids)
     chosen = choose_dp(config, devices, dp)
     prints = fingerprints(config, chosen)
     name = (
@@ -182,7 +182,7 @@ def resume(
     if steps is not None:
         config = replace(config, train=replace(config.train, steps=steps))
     validate(config, dp)
-    devices = discover(config.resources.device)
+    devices = discover(config.resources.device, config.resources.gpu_ids)
     chosen = choose_dp(config, devices, dp)
     tracker = _tracker(config) if folder.state().get("tracking_enabled", True) else None
     return _train(folder, config, chosen, devices, tracker, progress)
@@ -254,7 +254,7 @@ def _train(
     per_node = dp // r.nodes
     command = build_torchrun_command(config, folder, dp, nodes=r.nodes, node_rank=r.node_rank,
                                      rdzv_endpoint=_endpoint(config))  # fmt: skip
-    launch = Launch([command], launch_env(folder, devices, per_node), folder,
+    launch = Launch([command], launch_env(folder, devices, per_node, r.max_procs), folder,
                     timeout_s=r.timeout_s, on_tick=tick)  # fmt: skip
     try:
         code = run_slurm(launch, r.nodes, r.slurm) if r.launcher == "slurm" else run_local(launch)
@@ -327,12 +327,13 @@ def compare(
     tracking_uri: str | None = None,
     parent_run_id: str | None = None,
     workdir: str | Path | None = None,
-    plot: bool = True,
+    into_run_id: str | None = None,
 ) -> dict[str, Any]:
     """The comparison guard over MLflow runs (by id, or all runs of an experiment or sweep).
 
     Returns the verdict (``accepted``, ``rows``, ``refusals``), the comparison run's id
-    and its artifacts; the verdict is logged to MLflow either way.
+    and its artifacts; the verdict is logged to MLflow either way: to a new comparison
+    run (a child of ``parent_run_id`` if given), or into the run ``into_run_id``.
     """
     from mlflow import MlflowClient
 
@@ -348,7 +349,7 @@ def compare(
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="zephon-compare-"))
     comparison_run = guard.log_comparison(
         client, comparison, runs, experiment=experiment or "zephon",
-        parent_run_id=parent_run_id, workdir=work,
+        parent_run_id=parent_run_id, workdir=work, into_run_id=into_run_id,
     )  # fmt: skip
     return {**comparison.to_json(), "comparison_run_id": comparison_run, "tracking_uri": uri,
             "markdown": comparison.to_markdown()}  # fmt: skip

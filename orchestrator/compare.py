@@ -734,6 +734,7 @@ def log_comparison(
     experiment: str,
     parent_run_id: str | None = None,
     workdir: Path,
+    into_run_id: str | None = None,
 ) -> str:
     """Log ``comparison`` as an MLflow run of ``experiment`` (created if missing); return its id.
 
@@ -742,23 +743,29 @@ def log_comparison(
     ``mlflow.parentRunId`` if ``parent_run_id`` is given; its description is the markdown
     report. Artifacts: ``comparison.json``, ``comparison.md`` and, if accepted,
     ``comparison.png``, written first under ``workdir/<run name>/``. The run ends FINISHED
-    whatever the verdict (FAILED only if logging itself fails).
+    whatever the verdict (FAILED only if logging itself fails). With ``into_run_id`` the
+    verdict tags, description and artifacts go to that existing run instead (a sweep's
+    parent), which is left as it is.
     """
     ids = [r.run_id for r in _ordered(runs)]
     name = comparison_name(ids)
-    found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
     markdown = comparison.to_markdown()
     tags = {
-        TAG_KIND: "comparison",
         TAG_VERDICT: "accepted" if comparison.accepted else "refused",
         TAG_COMPARED: ",".join(ids),
         "mlflow.note.content": markdown,
     }
-    if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
-    run = client.create_run(experiment_id, tags=tags, run_name=name)
-    run_id = run.info.run_id
+    if into_run_id:
+        run_id = into_run_id
+        for key, value in tags.items():
+            client.set_tag(run_id, key, value)
+    else:
+        found = client.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+        tags[TAG_KIND] = "comparison"
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run_id = client.create_run(experiment_id, tags=tags, run_name=name).info.run_id
     try:
         folder = Path(workdir) / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -772,9 +779,11 @@ def log_comparison(
         for path in files:
             client.log_artifact(run_id, str(path))
     except BaseException:
-        client.set_terminated(run_id, "FAILED")
+        if not into_run_id:
+            client.set_terminated(run_id, "FAILED")
         raise
-    client.set_terminated(run_id, "FINISHED")
+    if not into_run_id:
+        client.set_terminated(run_id, "FINISHED")
     return run_id
 
 

@@ -43,10 +43,13 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def discover(device: str = "auto") -> Devices:
-    """Free devices now: CUDA GPUs if ``device`` allows and any is free, else CPU cores."""
+def discover(device: str = "auto", gpu_ids: list[int] | None = None) -> Devices:
+    """Free devices now: CUDA GPUs if ``device`` allows and any is free, else CPU cores.
+
+    ``gpu_ids`` restricts the GPUs to those indexes (a scheduler's lease).
+    """
     if device in ("auto", "cuda"):
-        gpus = _free_gpus()
+        gpus = [i for i in _free_gpus() if gpu_ids is None or i in gpu_ids]
         if gpus:
             import torch
 

@@ -122,7 +122,9 @@ class ResourcesSection:
     device: str = "auto"
     """``auto`` (CUDA if any GPU is free, else CPU), ``cuda`` or ``cpu``."""
     max_procs: int | None = None
-    """Most processes on CPU; None: the usable cores."""
+    """Most processes on CPU, and the cores their threads share; None: the usable cores."""
+    gpu_ids: list[int] | None = None
+    """CUDA GPUs this run may use (indexes); None: every free one."""
     oversubscribe: bool = False
     """Allow a requested dp above ``max_procs`` on CPU (slower, for tests on small machines)."""
     launcher: str = "local"
@@ -252,6 +254,10 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         problems.append(f"resources.launcher={r.launcher!r}: use local, multinode or slurm")
     if r.launcher == "multinode" and not r.rdzv_endpoint:
         problems.append("resources.launcher=multinode needs resources.rdzv_endpoint=HOST:PORT")
+    if r.max_procs is not None and r.max_procs < 1:
+        problems.append(f"resources.max_procs must be >= 1, got {r.max_procs}")
+    if r.gpu_ids is not None and (not r.gpu_ids or min(r.gpu_ids) < 0):
+        problems.append(f"resources.gpu_ids must list GPU indexes >= 0, got {r.gpu_ids}")
     if r.nodes < 1 or not 0 <= r.node_rank < max(r.nodes, 1):
         problems.append(f"resources.nodes ({r.nodes}) / node_rank ({r.node_rank}) out of range")
     dp = r.dp if dp is None else dp

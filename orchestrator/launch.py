@@ -121,14 +121,17 @@ def torchrun_command(
     ]
 
 
-def launch_env(folder: RunFolder, devices: Devices, procs_per_node: int) -> dict[str, str]:
-    """The environment of a launch: caches in the run folder, a fair share of threads."""
+def launch_env(
+    folder: RunFolder, devices: Devices, procs_per_node: int, cores: int | None = None
+) -> dict[str, str]:
+    """The environment of a launch: caches in the run folder, each process an equal share
+    of ``cores`` (default: the usable cores) as threads."""
     env = dict(os.environ)
     env.update(
         HF_HOME=str(folder.path.absolute() / ".hf"),
         HF_DATASETS_OFFLINE="1",
         TORCHINDUCTOR_CACHE_DIR=str(folder.path.absolute() / ".inductor"),
-        OMP_NUM_THREADS=str(max(1, usable_cores() // procs_per_node)),
+        OMP_NUM_THREADS=str(max(1, (cores or usable_cores()) // procs_per_node)),
         PYTHONUNBUFFERED="1",
     )
     if devices.kind == "cuda":

@@ -10,7 +10,8 @@ Algorithm, per evaluation::
     for each dataset d, each held-out document x (tokens t = encode(x) + [EOS]):
         windows of T+1 tokens overlapping by one: inputs t[i:i+T], labels t[i+1:i+T+1]
     rows of all datasets, in order, are dealt round-robin to the dp ranks
-    (padded with empty rows so every rank runs the same number of forwards: FSDP needs it)
+    (padded with empty rows so every rank runs the same number of forwards and loss calls:
+    FSDP needs it)
     nll[d]  = sum over d's labels of -ln p(label)        (all-reduced over the dp group)
     bpb[d]  = nll[d] / ln 2 / utf8_bytes(d's documents)
     aggregate = mean over datasets of bpb[d]
@@ -128,11 +129,14 @@ class HeldOutEvaluator(Validator):
                 predictions = model(inputs_, **extra)
                 # TorchTitan's loss (reduction "sum"; it applies the output layer itself when
                 # the loss is chunked), one row at a time to attribute each row to its dataset.
-                for i, row in enumerate(take.tolist()):
+                # Padding rows too: a chunked loss unshards the output layer (a collective),
+                # so every rank must make the same number of calls.
+                for i in range(m):
                     loss_sum, _ = self.loss_fn(predictions[i : i + 1], labels_[i : i + 1])
-                    d = int(rows.dataset[row])
-                    nll[d] += float(loss_sum)
-                    tokens[d] += int((labels[i] != IGNORE_INDEX).sum())
+                    if i < len(take):
+                        d = int(rows.dataset[take[i]])
+                        nll[d] += float(loss_sum)
+                        tokens[d] += int((labels[i] != IGNORE_INDEX).sum())
         if group is not None or self.dp_world_size > 1:
             dist.all_reduce(nll, group=group)
             dist.all_reduce(tokens, group=group)

@@ -1,0 +1,68 @@
+"""``zephon-run``: the Hydra app that runs one experiment of ``conf/`` through the orchestrator.
+
+::
+
+    zephon-run                               train the defaults (conf/config.yaml)
+    zephon-run train=smoke mix=code_heavy    other presets; any key: data.seq_len=256
+    zephon-run dry_run=true                  the resolved plan and fingerprints only
+    zephon-run -m train.steps=10,20          Hydra multirun (stock sweeper and launcher)
+    zephon-run -m hydra/sweeper=zephon_mix hydra/launcher=zephon \\
+        hydra.sweeper.mix.grid_resolution=0.5 'hydra.sweeper.replicate_dp=[1,2]'
+
+A job returns :meth:`RunResult.to_dict` (or the plan's dict on a dry run); a run
+that does not succeed raises :class:`RunFailed`, so Hydra reports the job failed.
+The job reads nothing from ``HydraConfig``: launchers may run jobs in threads.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from sweeps.config import split
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+"""The config tree (``conf/`` next to ``sweeps/``; Zephon is installed editable)."""
+
+
+class RunFailed(RuntimeError):
+    """A run that ended in another status than ``succeeded``."""
+
+
+def run_job(cfg: DictConfig) -> dict[str, Any]:
+    """Run (or, with ``dry_run``, plan) the experiment of ``cfg``; see the module docstring."""
+    from orchestrator import api
+
+    experiment, options = split(cfg)
+    if options.dry_run:
+        plan = api.plan(experiment, run_name=options.run_name).to_dict()
+        print(json.dumps(plan, indent=2))
+        return plan
+    result = api.run(
+        experiment,
+        run_name=options.run_name,
+        progress=sys.stderr,
+        parent_run_id=options.parent_run_id,
+        sweep=options.sweep_name,
+    )
+    if result.status != "succeeded":
+        raise RunFailed(f"run {result.run_name} {result.status}:\n" + "\n".join(result.messages))
+    score = result.eval["aggregate_bpb"] if result.eval else None
+    print(f"[zephon-run] {result.run_name}: {result.steps} steps on dp {result.dp_sizes}, "
+          f"held-out bits/byte {score}, MLflow run {result.mlflow_run_id}, folder {result.folder}")  # fmt: skip
+    return result.to_dict()
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def main(cfg: DictConfig) -> dict[str, Any]:
+    """The ``zephon-run`` console script."""
+    return run_job(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""The ``zephon`` Hydra launcher: a sweep's jobs run at once, as far as the free devices allow.
+
+Each job's experiment asks for the dp sizes it accepts: its ``resources.dp``
+if set (replicates), else every divisor of its lanes that divides its batch. A
+:class:`~orchestrator.pool.DevicePool` over the devices free when the sweep
+starts hands out leases (first fit, in job order); a job starts with overrides
+that pin it to its lease::
+
+    resources.dp=<size>  and  resources.max_procs=<size>   (CPU: its share of the cores)
+                         or   resources.gpu_ids=[i, j]     (CUDA: its GPUs)
+
+then runs through Hydra's ``run_job`` in a thread (the training itself is a
+``torchrun`` subprocess). Job configs are composed one at a time; Hydra's
+per-job logging setup is skipped, since it is process-global. A job that can
+never fit fails at once with the reason; the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict
+
+from orchestrator.devices import discover
+from orchestrator.experiment import divisors, dp_problems
+from orchestrator.pool import DevicePool, Lease
+from sweeps.config import experiment_from
+
+log = logging.getLogger(__name__)
+
+PINNED_KEYS = ("resources.dp", "resources.max_procs", "resources.gpu_ids")
+"""Overrides the launcher sets from a lease (a job's own values for them are replaced)."""
+
+
+@dataclass
+class ZephonLauncherConf:
+    """``hydra/launcher=zephon``; set fields as ``hydra.launcher.<field>=...``."""
+
+    _target_: str = "hydra_plugins.zephon.ZephonLauncher"
+    device: str = "auto"
+    """Devices to share: ``auto`` (CUDA GPUs if any is free, else CPU cores), ``cuda``, ``cpu``."""
+    capacity: int | None = None
+    """Most devices the sweep uses at once; None: every free one."""
+
+
+class ZephonLauncher(Launcher):
+    """Hydra launcher running jobs concurrently on leased devices (module docstring)."""
+
+    def __init__(self, device: str = "auto", capacity: int | None = None) -> None:
+        super().__init__()
+        assert capacity is None or capacity >= 1, f"capacity must be >= 1, got {capacity}"
+        self.device = device
+        self.capacity = capacity
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
+        self._compose = threading.Lock()
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        """Run every job (module docstring); returns one JobReturn per job, in order."""
+        from hydra.core.utils import setup_globals
+
+        assert self.config is not None and self.hydra_context is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        pool = DevicePool(discover(self.device), self.capacity)
+        log.info(
+            "Launching %d jobs on %d free %s devices",
+            len(job_overrides),
+            pool.capacity,
+            pool.devices.kind,
+        )
+        futures: list[Future[JobReturn]] = []
+        for number, overrides in enumerate(job_overrides, start=initial_job_idx):
+            log.info("\t#%d : %s", number, " ".join(filter_overrides(overrides)))
+            with self._compose:
+                experiment = experiment_from(
+                    self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+                )
+            r = experiment.resources
+            sizes = [r.dp] if r.dp is not None else [
+                k for k in divisors(experiment.data.lanes) if not dp_problems(experiment, k)
+            ]  # fmt: skip
+            futures.append(
+                pool.submit(
+                    sizes, lambda lease, n=number, o=list(overrides): self._run(n, o, lease)
+                )
+            )
+        returns = []
+        for number, future in enumerate(futures, start=initial_job_idx):
+            error = future.exception()
+            if error is None:
+                returns.append(future.result())
+            else:  # never started (no fit) or Hydra itself failed: a failed job all the same
+                log.error("job #%d failed: %s", number, error)
+                returns.append(JobReturn(status=JobStatus.FAILED, _return_value=error))
+        return returns
+
+    def _run(self, number: int, overrides: list[str], lease: Lease) -> JobReturn:
+        """Compose job ``number`` pinned to ``lease`` and run it with Hydra's ``run_job``."""
+        assert self.config is not None and self.hydra_context is not None
+        assert self.task_function is not None
+        pinned = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] not in PINNED_KEYS]
+        pinned.append(f"resources.dp={lease.size}")
+        if lease.devices.kind == "cuda":
+            pinned.append(f"resources.gpu_ids=[{','.join(map(str, lease.devices.gpu_ids))}]")
+        else:
+            pinned.append(f"resources.max_procs={lease.size}")
+        with self._compose:
+            config = self.hydra_context.config_loader.load_sweep_config(self.config, pinned)
+            with open_dict(config):
+                config.hydra.job.id = number
+                config.hydra.job.num = number
+        log.info("\t#%d started on %d %s device(s)", number, lease.size, lease.devices.kind)
+        return run_job(
+            hydra_context=self.hydra_context,
+            task_function=self.task_function,
+            config=config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+            configure_logging=False,
+        )

@@ -1,0 +1,509 @@
+"""Data-mix variants for a sweep: hand-listed mixes, a grid on the simplex, Dirichlet draws
+and one-at-a-time perturbations of a base mix, all in one canonical form.
+
+Pure logic (no Hydra, no MLflow, no torch): a sweep turns each variant into Hydra
+overrides with :func:`override_strings`, names it with :func:`mix_label` and logs
+:func:`describe` as run parameters.
+
+Canonical form. A mix gives each domain a share of tokens. With ``D = 10**decimals`` and
+the domains sorted, the canonical form of weights ``w`` is a tuple of integer units ``u``
+with ``sum(u) == D`` (domain ``i`` gets weight ``u_i / D``), found by the largest-remainder
+method::
+
+    x_i = w_i * D / sum(w)       exactly (the float weights read as fractions), then
+                                 rounded to 1e-9 of a unit
+    u_i = floor(x_i)
+    the D - sum(u) leftover units go one each to the largest remainders x_i - u_i
+    (ties: the domain first in sorted order)
+
+Equal mixes give identical units: ``{a: 1, b: 1}`` and ``{a: 0.5, b: 0.5}`` both give
+``(D/2, D/2)``. Rounding ``x_i`` to 1e-9 of a unit makes mixes that are proportional only
+up to float rounding agree as well: at one decimal ``{a: 3, b: 1, c: 16}`` ties ``a``
+and ``b`` at remainder 0.5 and gives ``(2, 0, 8)``; so does ``{a: 0.3, b: 0.1, c: 1.6}``,
+although in floats the remainder of ``a`` comes out a hair below that of ``b`` (exact
+fractions alone would give ``(1, 1, 8)``). Every weight is within one unit of its exact
+share. Weights are returned as ``u_i / D``, the floats nearest to the rounded decimals
+(their float sum may differ from 1 in the last bit).
+
+Bounds. ``min``/``max`` bound the canonical weights of every generator, inclusive:
+domain ``i`` needs ``ceil(min_i * D) <= u_i <= floor(max_i * D)`` (1e-9 units of
+tolerance, so a bound of 0.29 is 290 units at three decimals, not 291).
+
+Generators, in this order. A mix produced before (in canonical form) is skipped, so the
+first occurrence is kept::
+
+    explicit   each listed mix, canonicalised; it must lie within the bounds.
+    grid       n = 1 / grid_resolution steps of s = D / n units: every composition
+               (c_1, ..., c_k) of n into k = len(domains) parts c_i >= 0, in
+               lexicographic order, gives u_i = c_i * s; mixes outside the bounds
+               are dropped. There are C(n + k - 1, k - 1) compositions; more than
+               100 x max_variants are refused before enumerating.
+    dirichlet  p ~ Dirichlet(alpha, ..., alpha), drawn one at a time from
+               numpy.random.default_rng(seed) and canonicalised; kept when within the
+               bounds and new, until dirichlet_draws are kept (at most
+               1000 x dirichlet_draws draws).
+    perturb    the base b (canonicalised; it must lie within the bounds), then for
+               each domain d in sorted order and each sign in (+, -):
+                   b'_d = b_d +- delta
+                   b'_j = b_j * (1 - b'_d) / (1 - b_d)     for j != d
+               canonicalised; skipped when b'_d is outside [0, 1], when b_d = 1 (the
+               other domains are all 0, so nothing can be rescaled to make up the
+               difference) or when outside the bounds.
+
+Errors. The request is checked before any mix is generated, and every problem found is
+reported at once in one :class:`MixError`. The problems only generating can show (a grid
+with no mix within the bounds, Dirichlet draws that cannot find enough new mixes, more
+than max_variants variants) are collected the same way, after generating.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ConfigError
+
+_TOLERANCE = 1e-9
+"""Slack of float comparisons: grid steps, bounds in units, perturbed weights."""
+_SUBUNITS = 10**9
+"""Exact shares are rounded to 1/_SUBUNITS of a unit before the largest-remainder step."""
+_GRID_ENUMERATION_FACTOR = 100
+"""Grids with more than this many times max_variants compositions are refused unenumerated."""
+_DIRICHLET_ATTEMPTS_PER_DRAW = 1000
+"""Draws allowed per requested Dirichlet mix before giving up."""
+
+
+class MixError(ConfigError):
+    """A mix or a mix request that cannot work; ``problems`` lists every reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(
+            "invalid data mix:\n" + "\n".join(f"  - {p}" for p in problems)
+            if len(problems) > 1
+            else f"invalid data mix: {problems[0]}"
+        )
+
+
+@dataclass
+class MixSpace:
+    """The data-mix variants a sweep asks for (see the module docstring for the algorithms)."""
+
+    explicit: list[dict[str, float]] = field(default_factory=list)
+    """Mixes listed by hand (weights are normalised; missing domains get 0)."""
+    grid_resolution: float | None = None
+    """Step of a grid on the simplex, e.g. 0.25 for weights 0, 0.25, ..., 1; None: no grid."""
+    dirichlet_draws: int = 0
+    """New mixes to draw from a symmetric Dirichlet distribution (0: none)."""
+    dirichlet_alpha: float = 1.0
+    """Concentration of the Dirichlet: 1 is uniform on the simplex, below 1 favours corners."""
+    seed: int = 0
+    """Seed of the Dirichlet draws."""
+    perturb_base: dict[str, float] | None = None
+    """Mix whose weights are moved one domain at a time; None: no perturbations."""
+    perturb_delta: float = 0.1
+    """Amount added to and taken from one domain's weight per perturbation."""
+    min: dict[str, float] = field(default_factory=dict)
+    """Least canonical weight per domain (inclusive), applied to every generator."""
+    max: dict[str, float] = field(default_factory=dict)
+    """Most canonical weight per domain (inclusive), applied to every generator."""
+    decimals: int = 3
+    """Decimal places of every weight."""
+    max_variants: int = 256
+    """Most variants a request may yield."""
+
+
+def canonical(
+    weights: Mapping[str, float], domains: Sequence[str], decimals: int
+) -> dict[str, float]:
+    """``weights`` normalised and rounded by the largest-remainder method to ``decimals``
+    decimals, for every domain in sorted order (missing domains get 0).
+
+    Equal mixes give identical results, e.g. ``{a: 1, b: 1}`` and ``{a: 0.5, b: 0.5}``.
+    Raises :class:`MixError` for unknown domains, weights that are not finite and >= 0,
+    weights summing to 0, empty or repeated ``domains`` and ``decimals`` outside 1..6.
+    """
+    problems = _domain_problems(domains) + _decimals_problems(decimals)
+    problems += _weight_problems(weights, set(domains), f"the mix {dict(weights)}")
+    if problems:
+        raise MixError(problems)
+    ordered = sorted(domains)
+    scale = 10**decimals
+    return _as_mix(_units([weights.get(d, 0.0) for d in ordered], scale), ordered, scale)
+
+
+def override_strings(
+    mix: Mapping[str, float], decimals: int, key: str = "data.mixture"
+) -> list[str]:
+    """Hydra overrides ``++<key>.<domain>=<weight>`` for every domain of ``mix`` in sorted
+    order, weights canonicalised and printed with exactly ``decimals`` decimals (zeros too).
+
+    Equal mixes give identical strings.
+    """
+    return [
+        f"++{key}.{domain}={weight:.{decimals}f}"
+        for domain, weight in canonical(mix, list(mix), decimals).items()
+    ]
+
+
+def mix_label(mix: Mapping[str, float], decimals: int) -> str:
+    """``mix`` canonicalised as ``domain=weight`` pairs in sorted order, e.g.
+    ``code=0.500,docs=0.300,i18n=0.200``."""
+    return ",".join(
+        f"{domain}={weight:.{decimals}f}"
+        for domain, weight in canonical(mix, list(mix), decimals).items()
+    )
+
+
+def variants(space: MixSpace, domains: list[str]) -> list[dict[str, float]]:
+    """The distinct canonical mixes ``space`` asks for over ``domains``, generator by
+    generator (explicit, grid, Dirichlet, perturbations), first occurrence kept.
+
+    Raises :class:`MixError` listing every problem of the request before generating;
+    the problems met while generating (a grid with no mix within the bounds, too few new
+    Dirichlet mixes, more than ``space.max_variants`` variants) are collected and raised
+    together after generating.
+    """
+    problems = _request_problems(space, domains)
+    if problems:
+        raise MixError(problems)
+    ordered = sorted(domains)
+    scale = 10**space.decimals
+    lows, highs = _bound_units(space, ordered)
+
+    def within_bounds(units: tuple[int, ...]) -> bool:
+        return all(low <= u <= high for low, u, high in zip(lows, units, highs, strict=True))
+
+    generator_of: dict[tuple[int, ...], str] = {}  # units of each variant kept -> its generator
+
+    def keep(units: tuple[int, ...], generator: str) -> bool:
+        if units in generator_of:
+            return False
+        generator_of[units] = generator
+        return True
+
+    for mix in space.explicit:
+        keep(_units([mix.get(d, 0.0) for d in ordered], scale), "explicit")
+
+    if space.grid_resolution is not None:
+        steps = round(1 / space.grid_resolution)
+        on_grid = [
+            units
+            for parts in _compositions(steps, len(ordered))
+            if within_bounds(units := tuple(part * (scale // steps) for part in parts))
+        ]
+        if not on_grid:
+            problems.append(
+                f"grid_resolution={space.grid_resolution} gives no mix within the bounds "
+                f"({_bounds_text(space)}); use a finer grid_resolution or widen min/max"
+            )
+        for units in on_grid:
+            keep(units, "grid")
+
+    if space.dirichlet_draws > 0:
+        rng = np.random.default_rng(space.seed)
+        alphas = np.full(len(ordered), space.dirichlet_alpha)
+        attempts = _DIRICHLET_ATTEMPTS_PER_DRAW * space.dirichlet_draws
+        kept = drawn = 0
+        while kept < space.dirichlet_draws and drawn < attempts:
+            drawn += 1
+            units = _units(rng.dirichlet(alphas).tolist(), scale)
+            if within_bounds(units) and keep(units, "dirichlet"):
+                kept += 1
+        if kept < space.dirichlet_draws:
+            problems.append(
+                f"dirichlet_draws={space.dirichlet_draws}: only {kept} new mixes within the "
+                f"bounds ({_bounds_text(space)}) after {attempts} draws; the bounds are "
+                "too tight (or too few distinct mixes exist at "
+                f"decimals={space.decimals}): widen min/max, raise decimals or lower "
+                "dirichlet_draws"
+            )
+
+    if space.perturb_base is not None:
+        base = _units([space.perturb_base.get(d, 0.0) for d in ordered], scale)
+        keep(base, "perturbations")
+        for units in _perturbations(base, space.perturb_delta, scale):
+            if within_bounds(units):
+                keep(units, "perturbations")
+
+    if len(generator_of) > space.max_variants:
+        per_generator = ", ".join(
+            f"{generator} {count}" for generator, count in Counter(generator_of.values()).items()
+        )
+        problems.append(
+            f"the request yields {len(generator_of)} variants ({per_generator}), more than "
+            f"max_variants={space.max_variants}; ask for fewer (fewer explicit mixes, a "
+            "coarser grid_resolution, fewer dirichlet_draws, tighter min/max) or raise "
+            "max_variants"
+        )
+    if problems:
+        raise MixError(problems)
+    return [_as_mix(units, ordered, scale) for units in generator_of]
+
+
+def describe(space: MixSpace) -> dict[str, Any]:
+    """A JSON-friendly description of ``space`` for logging as run parameters: the fields
+    of the generators it uses, its bounds if any, ``decimals`` and ``max_variants``."""
+    description: dict[str, Any] = {}
+    if space.explicit:
+        description["explicit"] = [dict(mix) for mix in space.explicit]
+    if space.grid_resolution is not None:
+        description["grid_resolution"] = space.grid_resolution
+    if space.dirichlet_draws:
+        description["dirichlet_draws"] = space.dirichlet_draws
+        description["dirichlet_alpha"] = space.dirichlet_alpha
+        description["seed"] = space.seed
+    if space.perturb_base is not None:
+        description["perturb_base"] = dict(space.perturb_base)
+        description["perturb_delta"] = space.perturb_delta
+    if space.min:
+        description["min"] = dict(space.min)
+    if space.max:
+        description["max"] = dict(space.max)
+    description["decimals"] = space.decimals
+    description["max_variants"] = space.max_variants
+    return description
+
+
+def _units(weights: Sequence[float], scale: int) -> tuple[int, ...]:
+    """Largest-remainder rounding of valid ``weights`` to integer units summing to ``scale``."""
+    ratios = [float(w).as_integer_ratio() for w in weights]
+    denominator = max(d for _, d in ratios)  # powers of two: the largest is a common one
+    numerators = [n * (denominator // d) for n, d in ratios]
+    total = sum(numerators)
+    # x_i in 1/_SUBUNITS of a unit, rounded half up: floor(n_i * scale * S / total + 1/2).
+    subunits = [(2 * n * scale * _SUBUNITS + total) // (2 * total) for n in numerators]
+    floors = [s // _SUBUNITS for s in subunits]
+    leftover = scale - sum(floors)
+    by_remainder = sorted(range(len(floors)), key=lambda i: (-(subunits[i] % _SUBUNITS), i))
+    for i in by_remainder[:leftover]:
+        floors[i] += 1
+    return tuple(floors)
+
+
+def _as_mix(units: tuple[int, ...], ordered: Sequence[str], scale: int) -> dict[str, float]:
+    return {domain: u / scale for domain, u in zip(ordered, units, strict=True)}
+
+
+def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
+    """Every way to write ``total`` as ``parts`` ordered non-negative integers, in
+    lexicographic order (stars and bars: ``parts - 1`` bars among ``total + parts - 1``
+    slots; the parts are the runs of stars between them)."""
+    slots = total + parts - 1
+    for bars in itertools.combinations(range(slots), parts - 1):
+        edges = (-1, *bars, slots)
+        yield tuple(right - left - 1 for left, right in itertools.pairwise(edges))
+
+
+def _perturbations(base: tuple[int, ...], delta: float, scale: int) -> Iterator[tuple[int, ...]]:
+    """The one-at-a-time perturbations of ``base`` (units), before the bounds."""
+    weights = [u / scale for u in base]
+    for i, weight in enumerate(weights):
+        if base[i] == scale:
+            continue
+        rest = (scale - base[i]) / scale
+        for target in (weight + delta, weight - delta):
+            if not -_TOLERANCE <= target <= 1 + _TOLERANCE:
+                continue
+            moved = min(max(target, 0.0), 1.0)
+            yield _units(
+                [moved if j == i else w * (1 - moved) / rest for j, w in enumerate(weights)],
+                scale,
+            )
+
+
+def _bound_units(space: MixSpace, ordered: Sequence[str]) -> tuple[list[int], list[int]]:
+    """Least and most units per domain allowed by ``space.min``/``space.max``."""
+    scale = 10**space.decimals
+    lows = [math.ceil(space.min.get(d, 0.0) * scale - _TOLERANCE) for d in ordered]
+    highs = [math.floor(space.max.get(d, 1.0) * scale + _TOLERANCE) for d in ordered]
+    return lows, highs
+
+
+def _bounds_text(space: MixSpace) -> str:
+    return f"min={dict(space.min)}, max={dict(space.max)}"
+
+
+def _domain_problems(domains: Sequence[str]) -> list[str]:
+    if not domains:
+        return ["no domains given: name at least one domain"]
+    repeated = sorted(d for d, count in Counter(domains).items() if count > 1)
+    if repeated:
+        return [f"domains {repeated} are listed more than once; list each domain once"]
+    return []
+
+
+def _decimals_problems(decimals: int) -> list[str]:
+    if isinstance(decimals, bool) or not isinstance(decimals, int) or not 1 <= decimals <= 6:
+        return [f"decimals={decimals!r}: use a whole number from 1 to 6"]
+    return []
+
+
+def _is_share(value: object) -> bool:
+    """Whether ``value`` is a number in [0, 1]."""
+    return isinstance(value, int | float) and 0 <= value <= 1
+
+
+def _weight_problems(weights: Mapping[str, float], known: set[str], what: str) -> list[str]:
+    """Why ``weights`` is not a mix over the ``known`` domains ([] if it is)."""
+    problems = []
+    unknown = sorted(set(weights) - known)
+    if unknown:
+        problems.append(
+            f"{what} names unknown domains {unknown}; known domains: {sorted(known)}. "
+            "Fix the names or add the domains."
+        )
+    bad = {
+        d: w
+        for d, w in weights.items()
+        if not isinstance(w, int | float) or not math.isfinite(w) or w < 0
+    }
+    if bad:
+        problems.append(f"{what} has weights {bad}; weights must be finite numbers >= 0")
+    elif sum(weights.values()) <= 0:
+        problems.append(f"{what} has weights summing to 0; give at least one domain a weight > 0")
+    return problems
+
+
+def _request_problems(space: MixSpace, domains: Sequence[str]) -> list[str]:
+    """Every problem of ``space`` over ``domains`` that shows before generating."""
+    problems = _domain_problems(domains) + _decimals_problems(space.decimals)
+    units_computable = not problems
+    known = set(domains)
+
+    bound_problems = []
+    for side, bounds in (("min", space.min), ("max", space.max)):
+        unknown = sorted(set(bounds) - known)
+        if unknown:
+            bound_problems.append(
+                f"{side} names unknown domains {unknown}; known domains: {sorted(known)}. "
+                "Fix the names or add the domains."
+            )
+        for domain, bound in sorted(bounds.items()):
+            if not _is_share(bound):
+                bound_problems.append(f"{side}.{domain}={bound!r} is outside [0, 1]")
+    for domain in sorted(set(space.min) & set(space.max)):
+        low, high = space.min[domain], space.max[domain]
+        if _is_share(low) and _is_share(high) and low > high:
+            bound_problems.append(
+                f"min.{domain}={low} > max.{domain}={high}; "
+                f"lower min.{domain} or raise max.{domain}"
+            )
+    if units_computable and not bound_problems:
+        lows, highs = _bound_units(space, sorted(domains))
+        scale = 10**space.decimals
+        if sum(lows) > scale:
+            bound_problems.append(
+                f"bounds leave no valid mix: the minimums (rounded up to {space.decimals} "
+                f"decimals) sum to {sum(lows) / scale:.{space.decimals}f} > 1; lower some of "
+                f"min={dict(space.min)}"
+            )
+        if sum(highs) < scale:
+            bound_problems.append(
+                f"bounds leave no valid mix: the maximums (rounded down to {space.decimals} "
+                f"decimals) sum to {sum(highs) / scale:.{space.decimals}f} < 1; raise some of "
+                f"max={dict(space.max)}"
+            )
+    problems += bound_problems
+    bounds_usable = units_computable and not bound_problems
+
+    if (
+        not space.explicit
+        and space.grid_resolution is None
+        and space.dirichlet_draws == 0
+        and space.perturb_base is None
+    ):
+        problems.append(
+            "nothing requested: list explicit mixes, or set grid_resolution, "
+            "dirichlet_draws > 0 or perturb_base"
+        )
+    if space.max_variants < 1:
+        problems.append(f"max_variants={space.max_variants} must be >= 1")
+    if space.dirichlet_draws < 0:
+        problems.append(f"dirichlet_draws={space.dirichlet_draws} must be >= 0 (0: no draws)")
+    elif space.dirichlet_draws > space.max_variants:
+        problems.append(
+            f"dirichlet_draws={space.dirichlet_draws} asks for more than "
+            f"max_variants={space.max_variants} variants; lower dirichlet_draws or raise "
+            "max_variants"
+        )
+    if not space.dirichlet_alpha > 0:
+        problems.append(f"dirichlet_alpha={space.dirichlet_alpha} must be > 0")
+    if space.seed < 0:
+        problems.append(f"seed={space.seed} must be >= 0")
+    if not 0 < space.perturb_delta < 1:
+        problems.append(f"perturb_delta={space.perturb_delta} must be in (0, 1)")
+    if space.grid_resolution is not None:
+        problems += _grid_problems(space, len(domains), units_computable)
+
+    mixes = [(f"explicit[{i}]", mix) for i, mix in enumerate(space.explicit)]
+    if space.perturb_base is not None:
+        mixes.append(("perturb_base", space.perturb_base))
+    for what, mix in mixes:
+        mix_problems = _weight_problems(mix, known, f"{what} {dict(mix)}")
+        problems += mix_problems
+        if bounds_usable and not mix_problems:
+            problems += _outside_bounds(space, sorted(domains), mix, what)
+    return problems
+
+
+def _grid_problems(space: MixSpace, domain_count: int, units_computable: bool) -> list[str]:
+    """Why the grid of ``space`` cannot be enumerated ([] if it can)."""
+    resolution = space.grid_resolution
+    assert resolution is not None
+    if not isinstance(resolution, int | float) or not 0 < resolution <= 1:
+        return [f"grid_resolution={resolution!r} must be in (0, 1], e.g. 0.25 or 0.1"]
+    steps = round(1 / resolution)
+    if abs(steps * resolution - 1) > _TOLERANCE:
+        return [
+            f"grid_resolution={resolution} does not divide 1 into a whole number of steps; "
+            "use 1/n, e.g. 0.5, 0.25, 0.2 or 0.1"
+        ]
+    if not units_computable:
+        return []
+    if 10**space.decimals % steps:
+        return [
+            f"grid_resolution={resolution} (1/{steps}) is not a multiple of "
+            f"{10**-space.decimals:.{space.decimals}f} (decimals={space.decimals}); "
+            "use a resolution with at most that many decimals or raise decimals"
+        ]
+    count = math.comb(steps + domain_count - 1, domain_count - 1)
+    limit = _GRID_ENUMERATION_FACTOR * space.max_variants
+    if count > limit:
+        return [
+            f"grid_resolution={resolution} over {domain_count} domains gives {count} mixes "
+            f"before the bounds, more than {_GRID_ENUMERATION_FACTOR} x max_variants = {limit}; "
+            "use a coarser grid_resolution or raise max_variants"
+        ]
+    return []
+
+
+def _outside_bounds(
+    space: MixSpace, ordered: Sequence[str], mix: Mapping[str, float], what: str
+) -> list[str]:
+    """One problem per bound the canonical form of the valid ``mix`` breaks."""
+    scale = 10**space.decimals
+    units = _units([mix.get(d, 0.0) for d in ordered], scale)
+    lows, highs = _bound_units(space, ordered)
+    label = ",".join(
+        f"{d}={u / scale:.{space.decimals}f}" for d, u in zip(ordered, units, strict=True)
+    )
+    problems = []
+    for domain, u, low, high in zip(ordered, units, lows, highs, strict=True):
+        if u < low:
+            problems.append(
+                f"{what} ({label}) has {domain} below min.{domain}={space.min[domain]}; "
+                f"change the mix or lower min.{domain}"
+            )
+        if u > high:
+            problems.append(
+                f"{what} ({label}) has {domain} above max.{domain}={space.max[domain]}; "
+                f"change the mix or raise max.{domain}"
+            )
+    return problems

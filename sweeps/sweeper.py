@@ -1,0 +1,326 @@
+"""The ``zephon_mix`` Hydra sweeper: data-mix variants x other sweeps x replicates, one
+parent MLflow run, the comparison guard at the end.
+
+::
+
+    zephon-run -m hydra/sweeper=zephon_mix hydra/launcher=zephon \\
+        hydra.sweeper.mix.grid_resolution=0.5 'hydra.sweeper.replicate_dp=[1,2]' \\
+        train.steps=10,20
+
+Order of work (nothing is launched until steps 1-3 pass)::
+
+    1. other = the ordinary overrides, crossed like Hydra's basic sweeper
+       (train.steps=10,20 -> two combinations)
+    2. per combination: domains = its data.datasets; mixes = sweeps.mixes.variants(...)
+       jobs = combination x mix x (replicate_dp or [free choice])
+    3. every job composed and validated like any experiment (ExperimentError lists all)
+    4. a parent MLflow run (tag zephon.kind=sweep); each job gets
+       sweep.name, sweep.parent_run_id and run_name=<sweep>-<job number>
+    5. the configured launcher runs the jobs (zephon: in parallel on the free devices)
+    6. the guard compares every run of the sweep; its verdict (table and plot, or
+       the refusal) is logged into the parent run and <sweep dir>/sweep.json
+
+The sweep fails (Hydra exits non-zero) when a job fails or the guard refuses,
+after everything is logged. ``replicate_dp`` runs every variant on each listed dp
+size, so the guard proves the comparison free of infrastructure effects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+from orchestrator.experiment import ExperimentError, validate
+from sweeps.config import experiment_from
+from sweeps.mixes import MixSpace, describe, mix_label, override_strings, variants
+
+log = logging.getLogger(__name__)
+
+SWEEP_FILE = "sweep.json"
+
+
+class SweepFailed(RuntimeError):
+    """Some job of the sweep failed, or the guard refused the comparison (all logged)."""
+
+
+@dataclass
+class MixSweeperConf:
+    """``hydra/sweeper=zephon_mix``; set fields as ``hydra.sweeper.<field>=...``."""
+
+    _target_: str = "hydra_plugins.zephon.MixSweeper"
+    mix: MixSpace = field(default_factory=MixSpace)
+    """The mixes to try (explicit list, simplex grid, Dirichlet draws, perturbations)."""
+    replicate_dp: list[int] = field(default_factory=list)
+    """Run every variant on each of these dp sizes; empty: once, dp chosen by the launcher."""
+    params: dict[str, str] = field(default_factory=dict)
+    """Ordinary sweeps, as on the command line: ``{train.steps: "10,20"}``."""
+    compare: bool = True
+    """Run the comparison guard over the sweep's runs at the end."""
+
+
+@dataclass
+class Job:
+    """One job of the sweep: its overrides and what they mean."""
+
+    overrides: list[str]
+    mixture: dict[str, float]
+    dp: int | None
+    other: list[str]
+
+
+class MixSweeper(Sweeper):
+    """Hydra sweeper over data mixes (module docstring)."""
+
+    def __init__(
+        self,
+        mix: DictConfig | MixSpace,
+        replicate_dp: list[int],
+        params: dict[str, str] | None = None,
+        compare: bool = True,
+    ) -> None:
+        super().__init__()
+        self.space = mix if isinstance(mix, MixSpace) else MixSpace(**_plain(mix))
+        self.replicate_dp = [int(k) for k in replicate_dp]
+        self.params = dict(params or {})
+        self.compare = compare
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.launcher: Launcher | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    # -- planning -------------------------------------------------------------------------
+
+    def plan(self, arguments: list[str]) -> list[Job]:
+        """Steps 1-3 of the module docstring: every job, validated; nothing launched."""
+        assert self.config is not None and self.hydra_context is not None
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+        loader = self.hydra_context.config_loader
+        parsed = OverridesParser.create(config_loader=loader).parse_overrides(
+            [*(f"{k}={v}" for k, v in self.params.items()), *arguments]
+        )
+        for override in parsed:
+            if override.get_key_element().startswith(("data.mixture", "mix")):
+                raise ExperimentError([
+                    f"{override.input_line!r}: the mix sweeper sets data.mixture itself; "
+                    "describe the mixes with hydra.sweeper.mix.* instead"
+                ])  # fmt: skip
+        combinations = BasicSweeper.split_arguments(parsed, None)[0] or [[]]
+        if any(k < 1 for k in self.replicate_dp) or len(set(self.replicate_dp)) != len(
+            self.replicate_dp
+        ):
+            raise ExperimentError(
+                [f"hydra.sweeper.replicate_dp={self.replicate_dp}: use distinct sizes >= 1"]
+            )
+        jobs: list[Job] = []
+        for other in combinations:
+            base = experiment_from(loader.load_sweep_config(self.config, list(other)))
+            for mixture in variants(self.space, sorted(base.data.datasets)):
+                for dp in self.replicate_dp or [None]:
+                    overrides = [*other, *override_strings(mixture, self.space.decimals)]
+                    if dp is not None:
+                        overrides.append(f"resources.dp={dp}")
+                    jobs.append(Job(overrides, mixture, dp, list(other)))
+        problems: list[str] = []
+        for number, job in enumerate(jobs):
+            try:
+                validate(experiment_from(loader.load_sweep_config(self.config, job.overrides)))
+            except ExperimentError as e:
+                problems += [f"job {number} ({' '.join(job.overrides)}): {p}" for p in e.problems]
+        if problems:
+            raise ExperimentError(problems)
+        return jobs
+
+    # -- the sweep ------------------------------------------------------------------------
+
+    def sweep(self, arguments: list[str]) -> list[JobReturn]:
+        assert self.config is not None and self.launcher is not None
+        jobs = self.plan(arguments)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        name = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        base = experiment_from(self.config)
+        parent = _ParentRun.start(base, name, self._description(jobs))
+        log.info("%s: %d jobs, parent MLflow run %s", name, len(jobs), parent.run_id)
+        job_overrides = [
+            [*job.overrides, f"sweep.name={name}", f"run_name={name}-{number:03d}",
+             *([f"sweep.parent_run_id={parent.run_id}"] if parent.run_id else [])]
+            for number, job in enumerate(jobs)
+        ]  # fmt: skip
+        results = list(self.launcher.launch(job_overrides, initial_job_idx=0))
+        outcomes = [_outcome(job, r) for job, r in zip(jobs, results, strict=True)]
+        verdict = parent.compare(outcomes, sweep_dir) if self.compare else None
+        summary = {
+            "sweep": name,
+            "parent_run_id": parent.run_id,
+            "tracking_uri": parent.uri,
+            "jobs": outcomes,
+            "comparison": verdict,
+        }
+        (sweep_dir / SWEEP_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        failed = [o for o in outcomes if o["status"] != "succeeded"]
+        refused = verdict is not None and not verdict.get("accepted", False)
+        parent.finish(ok=not failed and not refused)
+        print(_report(summary, sweep_dir))
+        if failed or refused:
+            reasons = [f"job {o['job']} {o['status']}: {o['error']}" for o in failed]
+            if refused:
+                reasons += [r["message"] for r in verdict.get("refusals", [])] or [
+                    str(verdict.get("error"))
+                ]
+            raise SweepFailed(f"{name}: " + "\n".join(reasons))
+        return results
+
+    def _description(self, jobs: list[Job]) -> dict[str, Any]:
+        return {
+            "jobs": len(jobs),
+            "variants": len({mix_label(j.mixture, self.space.decimals) for j in jobs}),
+            "replicate_dp": ",".join(map(str, self.replicate_dp)) or "auto",
+            **{f"mix.{k}": v for k, v in describe(self.space).items()},
+            **{f"sweep.{k}": v for k, v in self.params.items()},
+        }
+
+
+def _plain(node: DictConfig) -> dict[str, Any]:
+    container = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(container, dict)
+    return {str(k): v for k, v in container.items()}
+
+
+def _outcome(job: Job, result: JobReturn) -> dict[str, Any]:
+    """What one job left, as plain data for sweep.json and the report."""
+    outcome: dict[str, Any] = {
+        "job": int(result.hydra_cfg.hydra.job.num) if result.hydra_cfg else None,
+        "overrides": job.overrides,
+        "mixture": job.mixture,
+        "dp": job.dp,
+    }
+    if result.status == JobStatus.COMPLETED and isinstance(result.return_value, dict):
+        value = result.return_value
+        outcome.update(status=value.get("status", "succeeded"), error=None)
+        for key in ("run_name", "mlflow_run_id", "variant", "data_fingerprint", "dp_sizes",
+                    "eval", "folder"):  # fmt: skip
+            outcome[key] = value.get(key)
+    else:
+        outcome.update(status="failed", error=str(result._return_value))
+    return outcome
+
+
+@dataclass
+class _ParentRun:
+    """The sweep's parent MLflow run (None id: tracking is off and allowed to be)."""
+
+    uri: str
+    experiment: str
+    run_id: str | None
+
+    @classmethod
+    def start(cls, base: Any, name: str, params: dict[str, Any]) -> _ParentRun:
+        """Create the parent run; TrackingUnavailable unless ``tracking.offline_ok``."""
+        from orchestrator.tracking import TrackingUnavailable, check_tracking, resolve_uri
+        from orchestrator.tracking_names import TAG_KIND, TAG_SWEEP
+
+        uri = resolve_uri(base.tracking.uri, Path.cwd())
+        try:
+            check_tracking(uri)
+        except TrackingUnavailable:
+            if not base.tracking.offline_ok:
+                raise
+            log.warning("tracking unavailable: the sweep has no parent run; compare later")
+            return cls(uri, base.tracking.experiment, None)
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
+        found = client.get_experiment_by_name(base.tracking.experiment)
+        experiment_id = (
+            found.experiment_id if found else client.create_experiment(base.tracking.experiment)
+        )
+        run = client.create_run(
+            experiment_id, run_name=name, tags={TAG_KIND: "sweep", TAG_SWEEP: name}
+        )
+        client.log_batch(
+            run.info.run_id,
+            params=[_param(k, v) for k, v in sorted(params.items())],
+        )
+        return cls(uri, base.tracking.experiment, run.info.run_id)
+
+    def compare(self, outcomes: list[dict[str, Any]], sweep_dir: Path) -> dict[str, Any] | None:
+        """The guard over the sweep's tracked runs, logged into the parent run."""
+        from orchestrator import api
+
+        run_ids = [o["mlflow_run_id"] for o in outcomes if o.get("mlflow_run_id")]
+        if self.run_id is None or not run_ids:
+            return None
+        try:
+            verdict = api.compare(
+                run_ids,
+                tracking_uri=self.uri,
+                experiment=self.experiment,
+                into_run_id=self.run_id,
+                workdir=sweep_dir / "comparison",
+            )
+        except Exception as e:  # the sweep's runs are kept; the verdict can be redone later
+            log.exception("comparison failed")
+            return {"accepted": False, "refusals": [], "error": f"comparison failed: {e}"}
+        return verdict
+
+    def finish(self, ok: bool) -> None:
+        if self.run_id is None:
+            return
+        from mlflow import MlflowClient
+
+        MlflowClient(tracking_uri=self.uri).set_terminated(
+            self.run_id, "FINISHED" if ok else "FAILED"
+        )
+
+
+def _param(key: str, value: Any) -> Any:
+    from mlflow.entities import Param
+
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return Param(key, text[:6000])
+
+
+def _report(summary: dict[str, Any], sweep_dir: Path) -> str:
+    """What the user reads at the end of a sweep: the table (or why not) and where to look."""
+    verdict = summary["comparison"] or {}
+    lines = [f"== {summary['sweep']}: {len(summary['jobs'])} jobs, summary in "
+             f"{sweep_dir / SWEEP_FILE}"]  # fmt: skip
+    lines += [
+        f"  job {o['job']}: {o['status']:9} {mix_label(o['mixture'], 3)} dp={o.get('dp_sizes')}"
+        for o in summary["jobs"]
+    ]
+    if verdict.get("markdown"):
+        lines += ["", verdict["markdown"]]
+    elif verdict.get("error"):
+        lines += ["", verdict["error"]]
+    uri = summary["tracking_uri"] or ""
+    if uri.startswith("sqlite:"):
+        lines.append(f"Look at it: mlflow ui --backend-store-uri {uri}  (parent run "
+                     f"{summary['parent_run_id']})")  # fmt: skip
+    elif uri:
+        lines.append(f"Look at it: {uri} (parent run {summary['parent_run_id']})")
+    return "\n".join(lines)

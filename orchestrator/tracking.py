@@ -524,8 +524,8 @@ class Tracker:
         ``log_batch`` calls of at most 1000 points, a step's points together when they
         fit; the cursor advances after each accepted call. Tags (data fingerprint,
         steps, dp sizes, status) and the changed artifacts follow. ``final=False``
-        holds back steps newer than the newest ``metrics.jsonl`` step (their loss may
-        still be coming); ``final=True`` sends everything. Raises
+        holds back steps newer than the newest step with a loss in ``metrics.jsonl``
+        (their loss may still be coming); ``final=True`` sends everything. Raises
         :class:`TrackingUnavailable` when the store cannot be reached: what was not
         accepted stays pending and goes with the next sync.
         """
@@ -554,7 +554,10 @@ class Tracker:
         last_step = tracking.get("metrics_step")
         last_eval = tracking.get("eval_step")
         metrics, steps, evals = folder.metrics(), folder.steps(), folder.evals()
-        horizon = None if final else max(metrics, default=None)
+        # A step's data line comes before TorchTitan's loss line: hold back every step
+        # after the newest one whose loss is in (unless this is the final sync).
+        horizon = None if final else max((s for s, m in metrics.items() if TITAN_LOSS in m),
+                                         default=None)  # fmt: skip
         now = _now_ms()
 
         # Units: (cursor field, step, points); each unit goes whole into the cursor.

@@ -281,8 +281,10 @@ def test_sync_is_incremental_and_idempotent(
     assert tracker.sync(folder) == {"metrics": 5 * METRICS_PER_STEP + 3, "steps": 5, "evals": 1}
     assert Tracker(db_uri, experiment_name).sync(folder) == {"metrics": 0, "steps": 0, "evals": 0}
 
-    # Step 16's data is handed over (steps.jsonl) but its loss is not in yet: held back.
+    # Step 16's data is handed over (steps.jsonl, and the trainer's data line in
+    # metrics.jsonl) but its loss is not in yet: held back.
     write_steps(folder, range(16, 17))
+    _append(folder.titan_dir / RUN_SUBDIR / METRICS_FILE, [{"step": 16, "zephon/tokens": 1024}])
     assert tracker.sync(folder)["steps"] == 0
     write_metrics(folder, range(16, 17))
     assert tracker.sync(folder)["steps"] == 1

@@ -26,10 +26,11 @@ steps. So:
   server, so a run trained fully offline is created by its first successful sync.
 
 A step is sent whole, once its metrics are in: while training runs (``final=False``)
-steps after the newest step of ``metrics.jsonl`` are held back, because
-``steps.jsonl`` gets a step's line when its data is handed over, before the
-step's loss exists. ``final=True`` (the final sync; :func:`sync_folder` of a run
-that is no longer running) sends everything. A resumed run continues the same
+steps after the newest step with a loss in ``metrics.jsonl`` are held back, because
+a step's data line is written when its data is handed over, before the step's
+loss exists. ``final=True`` (the final sync of a run that succeeded) sends
+everything; a run that failed or was interrupted keeps its loss-less last step
+pending, since a resume trains it again. A resumed run continues the same
 MLflow run; steps redone after the resume that were already sent keep their
 first value (one point per step).
 
@@ -669,6 +670,9 @@ class Tracker:
     def finish(self, folder: RunFolder, status: str) -> None:
         """Final sync, then end the MLflow run: succeeded/failed/interrupted -> FINISHED/FAILED/KILLED.
 
+        A run that did not succeed keeps its steps without a loss (the one a kill
+        interrupted) pending: a resume trains them again and sends them once.
+
         Raises :class:`TrackingUnavailable` if the store cannot be reached; the run then
         stays RUNNING in MLflow until ``zephon sync <folder>`` (which ends it as
         ``run.json``'s status says).
@@ -680,7 +684,9 @@ class Tracker:
             raise ValueError(
                 f"unknown run status {status!r}; expected one of {sorted(MLFLOW_STATUS)}"
             )
-        counts = self.sync(folder, final=True)
+        # Only a finished run sends steps without a loss: an interrupted step is trained
+        # again after a resume, and its values come then.
+        counts = self.sync(folder, final=status == "succeeded")
         run_id = folder.state()["mlflow_run_id"]
         with _mlflow_errors(self.uri, f"ending the MLflow run of {folder.path}", folder):
             self._log_tags(run_id, {TAG_STATUS: status})
@@ -693,8 +699,8 @@ def sync_folder(folder: RunFolder) -> dict[str, int]:
     """``zephon sync``: send everything pending of ``folder`` to the store named in its ``run.json``.
 
     Creates the MLflow run if the run trained offline from the start. A run whose
-    ``run.json`` status is final (succeeded, failed, interrupted) is sent in full and
-    its MLflow run ended accordingly; a ``running`` one is synced as during training
+    ``run.json`` status is final (succeeded, failed, interrupted) is sent (in full if it
+    succeeded; see :meth:`Tracker.finish`) and its MLflow run ended accordingly; a ``running`` one is synced as during training
     (steps whose metrics may still come are held back). Raises :class:`TrackingError`
     if the folder was never tracked, :class:`TrackingUnavailable` if the store is down.
     """

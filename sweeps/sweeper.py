@@ -31,7 +31,7 @@ import json
 import logging
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +60,11 @@ class MixSweeperConf:
     """``hydra/sweeper=zephon_mix``; set fields as ``hydra.sweeper.<field>=...``."""
 
     _target_: str = "hydra_plugins.zephon.MixSweeper"
-    mix: MixSpace = field(default_factory=MixSpace)
-    """The mixes to try (explicit list, simplex grid, Dirichlet draws, perturbations)."""
+    mix: Any = field(default_factory=lambda: _untyped(MixSpace()))
+    """The mixes to try: the fields of :class:`sweeps.mixes.MixSpace` (explicit list,
+    simplex grid, Dirichlet draws, perturbations, bounds). Untyped, so that
+    ``mix.max={i18n:0.5}`` and ``mix.explicit=[{code:1,docs:1}]`` work from the command
+    line; ``MixSpace`` checks the values."""
     replicate_dp: list[int] = field(default_factory=list)
     """Run every variant on each of these dp sizes; empty: once, dp chosen by the launcher."""
     params: dict[str, str] = field(default_factory=dict)
@@ -85,13 +88,14 @@ class MixSweeper(Sweeper):
 
     def __init__(
         self,
-        mix: DictConfig | MixSpace,
+        mix: DictConfig | dict[str, Any],
         replicate_dp: list[int],
         params: dict[str, str] | None = None,
         compare: bool = True,
     ) -> None:
         super().__init__()
-        self.space = mix if isinstance(mix, MixSpace) else MixSpace(**_plain(mix))
+        fields = mix if isinstance(mix, dict) else _plain(mix)
+        self.space = MixSpace(**{k: v for k, v in fields.items() if v is not None})
         self.replicate_dp = [int(k) for k in replicate_dp]
         self.params = dict(params or {})
         self.compare = compare
@@ -163,7 +167,10 @@ class MixSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         name = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         base = experiment_from(self.config)
-        parent = _ParentRun.start(base, name, self._description(jobs))
+        if self.config.get("dry_run"):  # plans only: nothing to track
+            parent = _ParentRun(uri="", experiment=base.tracking.experiment, run_id=None)
+        else:
+            parent = _ParentRun.start(base, name, self._description(jobs))
         log.info("%s: %d jobs, parent MLflow run %s", name, len(jobs), parent.run_id)
         job_overrides = [
             [*job.overrides, f"sweep.name={name}", f"run_name={name}-{number:03d}",
@@ -184,7 +191,7 @@ class MixSweeper(Sweeper):
         failed = [o for o in outcomes if o["status"] != "succeeded"]
         refused = verdict is not None and not verdict.get("accepted", False)
         parent.finish(ok=not failed and not refused)
-        print(_report(summary, sweep_dir))
+        print(_report(summary, sweep_dir, self.space.decimals))
         if failed or refused:
             reasons = [f"job {o['job']} {o['status']}: {o['error']}" for o in failed]
             if refused:
@@ -202,6 +209,14 @@ class MixSweeper(Sweeper):
             **{f"mix.{k}": v for k, v in describe(self.space).items()},
             **{f"sweep.{k}": v for k, v in self.params.items()},
         }
+
+
+def _untyped(space: MixSpace) -> dict[str, Any]:
+    """``space`` as plain data with empty containers as None (replaced, not merged, by
+    Hydra overrides: a struct config refuses new keys in an existing dict)."""
+    return {
+        k: (v if v or not isinstance(v, dict | list) else None) for k, v in asdict(space).items()
+    }
 
 
 def _plain(node: DictConfig) -> dict[str, Any]:
@@ -224,6 +239,8 @@ def _outcome(job: Job, result: JobReturn) -> dict[str, Any]:
         for key in ("run_name", "mlflow_run_id", "variant", "data_fingerprint", "dp_sizes",
                     "eval", "folder"):  # fmt: skip
             outcome[key] = value.get(key)
+        if "dp_size" in value:  # a dry run's plan
+            outcome["dp_sizes"] = [value["dp_size"]]
     else:
         outcome.update(status="failed", error=str(result._return_value))
     return outcome
@@ -304,13 +321,14 @@ def _param(key: str, value: Any) -> Any:
     return Param(key, text[:6000])
 
 
-def _report(summary: dict[str, Any], sweep_dir: Path) -> str:
+def _report(summary: dict[str, Any], sweep_dir: Path, decimals: int) -> str:
     """What the user reads at the end of a sweep: the table (or why not) and where to look."""
     verdict = summary["comparison"] or {}
     lines = [f"== {summary['sweep']}: {len(summary['jobs'])} jobs, summary in "
              f"{sweep_dir / SWEEP_FILE}"]  # fmt: skip
     lines += [
-        f"  job {o['job']}: {o['status']:9} {mix_label(o['mixture'], 3)} dp={o.get('dp_sizes')}"
+        f"  job {o['job']}: {o['status']:9} {mix_label(o['mixture'], decimals)} "
+        f"dp={o.get('dp_sizes')} {o.get('run_name') or ''}"
         for o in summary["jobs"]
     ]
     if verdict.get("markdown"):

@@ -337,17 +337,21 @@ def test_resume_continues_the_same_run(db_uri: str, experiment_name: str, tmp_pa
     tracker = Tracker(db_uri, experiment_name)
     run_id = tracker.start(folder)
     tracker.sync(folder)
+    # Killed while step 11 trained: its data line is in, its loss never came.
+    write_steps(folder, range(11, 12))
     folder.update_state(status="interrupted")
     tracker.finish(folder, "interrupted")
     client = MlflowClient(tracking_uri=db_uri)
     assert client.get_run(run_id).info.status == "KILLED"
+    assert cursor(folder)["metrics_step"] == 10  # step 11 stays pending for the resume
 
     # Resumed from the checkpoint of step 8 on one rank: steps 9..10 are redone.
     folder.update_state(
         status="running",
         segments=[{"dp_size": 2, "start_step": 0}, {"dp_size": 1, "start_step": 8}],
     )
-    write_steps(folder, range(9, 21), dp_size=1)
+    write_steps(folder, range(9, 11), dp_size=1)
+    write_steps(folder, range(12, 21), dp_size=1)
     write_metrics(folder, range(9, 21), loss_scale=11.0)
     again = Tracker(db_uri, experiment_name)
     assert again.start(folder, tags={TAG_DEVICE: "cpu"}) == run_id

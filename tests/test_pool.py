@@ -1,0 +1,88 @@
+"""orchestrator.pool: leases never exceed the free devices, GPUs are never shared, and
+runs that can never fit fail at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.devices import Devices
+from orchestrator.pool import DevicePool, Lease, NoFit
+
+GPUS = Devices("cuda", 4, "H100", (0, 1, 2, 3))
+
+
+def test_largest_fitting_size_and_disjoint_gpus() -> None:
+    pool = DevicePool(GPUS)
+    release = threading.Event()
+    held: list[Lease] = []
+
+    def hold(lease: Lease) -> int:
+        held.append(lease)
+        release.wait(5)
+        return lease.size
+
+    first = pool.submit([1, 2, 4], hold)  # takes all 4
+    second = pool.submit([1, 2], hold)  # waits
+    time.sleep(0.2)
+    assert [lease.size for lease in held] == [4] and pool.free == 0 and not second.done()
+    release.set()
+    assert first.result(5) == 4 and second.result(5) == 2
+    assert held[1].devices.gpu_ids == (0, 1)
+    assert pool.free == 4
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    capacity=st.integers(1, 6),
+    requests=st.lists(
+        st.lists(st.sampled_from([1, 2, 3, 4, 6]), min_size=1, max_size=3), max_size=8
+    ),
+)
+def test_concurrent_leases_never_exceed_capacity_or_share_gpus(
+    capacity: int, requests: list[list[int]]
+) -> None:
+    devices = Devices("cuda", capacity, "gpu", tuple(range(capacity)))
+    pool = DevicePool(devices)
+    lock = threading.Lock()
+    in_use: set[int] = set()
+    peak = [0]
+
+    def work(lease: Lease) -> tuple[int, ...]:
+        with lock:
+            assert not in_use & set(lease.devices.gpu_ids), "a GPU leased twice"
+            in_use.update(lease.devices.gpu_ids)
+            peak[0] = max(peak[0], len(in_use))
+        time.sleep(0.01)
+        with lock:
+            in_use.difference_update(lease.devices.gpu_ids)
+        return lease.devices.gpu_ids
+
+    futures = [(sizes, pool.submit(sizes, work)) for sizes in requests]
+    for sizes, future in futures:
+        if min(sizes) > capacity:
+            with pytest.raises(NoFit, match="needs dp in"):
+                future.result(5)
+        else:
+            gpus = future.result(5)
+            assert len(gpus) in sizes and len(gpus) <= capacity
+    assert peak[0] <= capacity and pool.free == capacity
+
+
+def test_cpu_capacity_cap_and_failing_work_returns_its_lease() -> None:
+    pool = DevicePool(Devices("cpu", 8, "cpu"), capacity=2)
+    assert pool.capacity == 2
+    with pytest.raises(NoFit):
+        pool.submit([4], lambda lease: None).result(5)
+
+    def boom(lease: Lease) -> None:
+        raise ValueError("training failed")
+
+    with pytest.raises(ValueError, match="training failed"):
+        pool.submit([2], boom).result(5)
+    assert pool.free == 2
+    assert pool.submit([1, 2], lambda lease: lease.devices.count).result(5) == 2

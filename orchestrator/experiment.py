@@ -37,16 +37,25 @@ from pipeline import ConfigError, load_tokenizer
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
-class ExperimentError(ConfigError):
-    """An experiment that must not be launched; ``problems`` lists every reason."""
+class ProblemsError(ConfigError):
+    """A request refused for one or more reasons; ``problems`` lists every one."""
+
+    subject = "request"
+    """What was invalid, for the message."""
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__(
-            "invalid experiment:\n" + "\n".join(f"  - {p}" for p in problems)
+            f"invalid {self.subject}:\n" + "\n".join(f"  - {p}" for p in problems)
             if len(problems) > 1
-            else f"invalid experiment: {problems[0]}"
+            else f"invalid {self.subject}: {problems[0]}"
         )
+
+
+class ExperimentError(ProblemsError):
+    """An experiment that must not be launched; ``problems`` lists every reason."""
+
+    subject = "experiment"
 
 
 @dataclass

@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import ConfigError
+from orchestrator.experiment import ProblemsError
 
 _TOLERANCE = 1e-9
 """Slack of float comparisons: grid steps, bounds in units, perturbed weights."""
@@ -79,16 +79,10 @@ _DIRICHLET_ATTEMPTS_PER_DRAW = 1000
 """Draws allowed per requested Dirichlet mix before giving up."""
 
 
-class MixError(ConfigError):
+class MixError(ProblemsError):
     """A mix or a mix request that cannot work; ``problems`` lists every reason."""
 
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__(
-            "invalid data mix:\n" + "\n".join(f"  - {p}" for p in problems)
-            if len(problems) > 1
-            else f"invalid data mix: {problems[0]}"
-        )
+    subject = "data mix"
 
 
 @dataclass

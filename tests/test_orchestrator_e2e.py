@@ -211,28 +211,27 @@ def test_compare_accepts_two_variants_on_two_dp_sizes(
     assert {"comparison.json", "comparison.md", "comparison.png"} <= artifacts
 
 
+def refusals(work: Path, *runs: api.RunResult) -> list[dict[str, Any]]:
+    """``zephon compare`` of ``runs``, which must refuse (exit 3); its reasons."""
+    cli = zephon(work, "compare", *(r.mlflow_run_id or "" for r in runs), "--json")
+    assert cli.returncode == 3, cli.stdout + cli.stderr
+    return json.loads(cli.stdout)["refusals"]
+
+
 def test_compare_refuses_a_tampered_contract_naming_the_field(
     work: Path, runs: dict[str, api.RunResult]
 ) -> None:
-    cli = zephon(
-        work, "compare", runs["a-dp2"].mlflow_run_id, runs["a-seed"].mlflow_run_id, "--json"
-    )
-    assert cli.returncode == 3, cli.stdout + cli.stderr
-    refusals = json.loads(cli.stdout)["refusals"]
-    assert [r["code"] for r in refusals] == ["contract_mismatch"]
-    assert "seed: 0 (a-dp2) vs 1 (a-seed)" in refusals[0]["message"]
+    reasons = refusals(work, runs["a-dp2"], runs["a-seed"])
+    assert [r["code"] for r in reasons] == ["contract_mismatch"]
+    assert "seed: 0 (a-dp2) vs 1 (a-seed)" in reasons[0]["message"]
 
 
 def test_compare_refuses_diverging_digests_naming_the_step(
     work: Path, runs: dict[str, api.RunResult]
 ) -> None:
-    cli = zephon(
-        work, "compare", runs["a-dp1"].mlflow_run_id, runs["a-hide"].mlflow_run_id, "--json"
-    )
-    assert cli.returncode == 3, cli.stdout + cli.stderr
-    refusals = json.loads(cli.stdout)["refusals"]
-    assert [r["code"] for r in refusals] == ["diverged_data"]
-    assert refusals[0]["detail"]["step"] == 1
+    reasons = refusals(work, runs["a-dp1"], runs["a-hide"])
+    assert [r["code"] for r in reasons] == ["diverged_data"]
+    assert reasons[0]["detail"]["step"] == 1
 
 
 def test_verify_elastic_reports_every_digest(work: Path, domains: dict[str, list[Path]]) -> None:

@@ -14,6 +14,7 @@ data (``to_dict()`` is what the CLI prints as JSON)::
 from __future__ import annotations
 
 import secrets
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -28,7 +29,15 @@ from orchestrator.experiment import (
     load_experiment,
     validate,
 )
-from orchestrator.launch import Launch, LaunchError, Progress, launch_env, run_local, run_slurm
+from orchestrator.launch import (
+    Launch,
+    LaunchError,
+    Progress,
+    launch_env,
+    run_local,
+    run_slurm,
+    stop_leftover_launch,
+)
 from orchestrator.launch import torchrun_command as build_torchrun_command
 from orchestrator.runfolder import RunFolder
 from orchestrator.tracking_names import TAG_DEVICE, TAG_SWEEP
@@ -179,6 +188,10 @@ def resume(
     if not folder.exists():
         raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
     config = load_experiment(folder.experiment()["config"])
+    stopped = stop_leftover_launch(folder)
+    if stopped:
+        print(f"[zephon] stopped the leftover launch of {folder.path} (process groups "
+              f"{stopped}): its zephon process had died", file=sys.stderr)  # fmt: skip
     if steps is not None:
         config = replace(config, train=replace(config.train, steps=steps))
     validate(config, dp)

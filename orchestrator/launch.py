@@ -231,6 +231,8 @@ def run_local(launch: Launch) -> int:
             )
             for command in launch.commands
         ]
+    # Recorded so that a later resume can stop them if this process dies without cleanup.
+    folder.update_state(launch_process_groups=[a.pid for a in agents])
     deadline = None if launch.timeout_s is None else time.monotonic() + launch.timeout_s
     previous = (
         {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -266,6 +268,27 @@ def run_local(launch: Launch) -> int:
     if interrupted:
         return -interrupted[0]
     return next((a.returncode for a in agents if a.returncode != 0), 0)
+
+
+def stop_leftover_launch(folder: RunFolder) -> list[int]:
+    """Kill the torchrun process groups of ``folder``'s last launch that are still alive;
+    return their ids.
+
+    ``run_local`` kills them itself on any exit it sees; they outlive it only when its
+    own process was SIGKILLed (an OOM kill, a killed scheduler). A resume must stop
+    them first: two trainings must not write one run folder. A group counts as the
+    launch's only while its leader's command line still names the run folder.
+    """
+    stopped = []
+    for pgid in folder.state().get("launch_process_groups", []):
+        try:
+            command = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue  # gone (or not Linux: nothing to check against)
+        if str(folder.path.absolute()).encode() in command:
+            _signal_group(pgid, signal.SIGKILL)
+            stopped.append(pgid)
+    return stopped
 
 
 def _main_thread() -> bool:

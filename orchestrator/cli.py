@@ -9,6 +9,14 @@
     zephon verify-elastic [-c FILE] [key=value ...] --dp A --resume-dp B [--split-step S]
     zephon sync    RUN_FOLDER
 
+The job service (``--root DIR``, default ``./zephon-service``; see orchestrator/service.py)::
+
+    zephon serve   [--data-root DIR ...] [--capacity N] [--device D] [--until-idle]
+    zephon submit  (-c FILE | --spec JSON) --key KEY [--submitter NAME] [--kind run|plan]
+    zephon status JOB | wait JOB [--timeout S] | cancel JOB | logs JOB [--tail N]
+    zephon jobs    [--state S ...] [--submitter NAME] [--kind run|plan] [--limit N]
+    zephon mcp     the MCP server (stdio) over the same functions, for LLM agents
+
 ``--json`` prints exactly one JSON object on stdout (errors too:
 ``{"error": {"kind", "message", "problems"}}``); progress goes to stderr.
 
@@ -20,6 +28,8 @@ Exit codes (stable; agents rely on them):
 2     invalid experiment, arguments or files: nothing was launched
 3     the guarantee check failed: comparison refused, or digests differ
 4     the tracking server is unreachable (before launch, or on sync)
+5     the submitter's queue limit is reached: retry when some of its jobs finish
+124   ``wait`` timed out (the job goes on)
 130   interrupted (SIGINT/SIGTERM); resume the run folder later
 ====  ==========================================================================
 """
@@ -28,6 +38,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +51,8 @@ EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_REFUSED = 3
 EXIT_TRACKING = 4
+EXIT_BUSY = 5
+EXIT_TIMED_OUT = 124
 EXIT_INTERRUPTED = 130
 
 
@@ -78,7 +92,43 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--split-step", type=int, help="checkpoint step (default: half the steps)")
     p = command("sync", "send a run folder's pending metrics and artifacts to its MLflow run")
     p.add_argument("folder", help="run folder")
+    _service_parsers(command)
     return parser
+
+
+def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
+    def service(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = command(name, help_text)
+        p.add_argument("--root", default="zephon-service", help="the service root folder")
+        return p
+
+    p = service("serve", "run the scheduler: start queued jobs on the free devices")
+    p.add_argument("--data-root", action="append", default=[], help="allowed data folder")
+    p.add_argument("--capacity", type=int, help="most devices used at once (default: all free)")
+    p.add_argument("--device", default="auto", help="auto, cuda or cpu")
+    p.add_argument("--max-queued", type=int, default=100, help="pending jobs per submitter")
+    p.add_argument("--until-idle", action="store_true", help="exit when no job is left")
+    p = service("submit", "queue an experiment (idempotent per --key)")
+    p.add_argument("-c", "--config", help="experiment file (YAML or JSON)")
+    p.add_argument("--spec", help="experiment as a JSON object")
+    p.add_argument("--key", required=True, help="idempotency key: a retry returns the same job")
+    p.add_argument("--submitter", default=os.environ.get("USER", "anonymous"))
+    p.add_argument("--kind", default="run", choices=["run", "plan"], help="plan: dry run only")
+    for name, text in (("status", "a job's state, history and result"),
+                       ("cancel", "cancel a job"), ("wait", "wait until a job is final"),
+                       ("logs", "the tail of a job's logs")):  # fmt: skip
+        p = service(name, text)
+        p.add_argument("job_id")
+        if name == "wait":
+            p.add_argument("--timeout", type=float, default=3600, help="seconds")
+        if name == "logs":
+            p.add_argument("--tail", type=int, default=50, help="lines")
+    p = service("jobs", "list jobs")
+    p.add_argument("--state", action="append", help="queued, running, succeeded, ...")
+    p.add_argument("--submitter")
+    p.add_argument("--kind", choices=["run", "plan"])
+    p.add_argument("--limit", type=int, default=100)
+    service("mcp", "serve Zephon's tools to an MCP client on stdin/stdout")
 
 
 def _plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -131,6 +181,73 @@ def _sync(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return EXIT_OK, api.sync(args.folder)
 
 
+def _serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator.scheduler import Scheduler
+    from orchestrator.service import ServiceConfig
+
+    service = ServiceConfig(root=args.root, data_roots=tuple(args.data_root),
+                            device=args.device, capacity=args.capacity,
+                            max_queued_per_submitter=args.max_queued)  # fmt: skip
+    scheduler = Scheduler(service)
+    signal.signal(signal.SIGTERM, lambda *_: scheduler.stop())
+    try:
+        scheduler.serve(until_idle=args.until_idle)
+    except KeyboardInterrupt:
+        scheduler.stop()
+    return EXIT_OK, {"root": str(service.path), "counts": scheduler.queue.counts()}
+
+
+def _submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator import service
+
+    if (args.config is None) == (args.spec is None):
+        raise ConfigError("give the experiment with -c FILE or --spec JSON (one of them)")
+    if args.spec is not None:
+        try:
+            spec = json.loads(args.spec)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--spec is not valid JSON: {e}") from None
+    else:
+        from omegaconf import OmegaConf
+
+        spec = OmegaConf.to_container(OmegaConf.load(args.config))
+    return EXIT_OK, service.submit(service.load_service(args.root), spec, key=args.key,
+                                   submitter=args.submitter, kind=args.kind)  # fmt: skip
+
+
+def _job_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator import service
+
+    svc = service.load_service(args.root)
+    if args.command == "status":
+        return EXIT_OK, service.status(svc, args.job_id)
+    if args.command == "cancel":
+        return EXIT_OK, service.cancel(svc, args.job_id)
+    if args.command == "logs":
+        return EXIT_OK, service.logs(svc, args.job_id, tail=args.tail)
+    report = service.wait(svc, args.job_id, timeout_s=args.timeout)
+    state = report["job"]["state"]
+    code = (
+        EXIT_TIMED_OUT if report["timed_out"] else EXIT_OK if state == "succeeded" else EXIT_FAILED
+    )
+    return code, report
+
+
+def _jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator import service
+
+    return EXIT_OK, service.list_jobs(service.load_service(args.root), states=args.state,
+                                      submitter=args.submitter, kind=args.kind,
+                                      limit=args.limit)  # fmt: skip
+
+
+def _mcp(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator.mcp_server import serve_stdio
+
+    serve_stdio(args.root)
+    return EXIT_OK, {}
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], tuple[int, dict[str, Any]]]] = {
     "plan": _plan,
     "run": _run,
@@ -138,6 +255,14 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], tuple[int, dict[str, Any]]]] 
     "compare": _compare,
     "verify-elastic": _verify,
     "sync": _sync,
+    "serve": _serve,
+    "submit": _submit,
+    "status": _job_command,
+    "wait": _job_command,
+    "cancel": _job_command,
+    "logs": _job_command,
+    "jobs": _jobs,
+    "mcp": _mcp,
 }
 
 
@@ -157,10 +282,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _error(error: BaseException) -> tuple[int, dict[str, Any]]:
     from orchestrator.launch import LaunchError
+    from orchestrator.queue import QueueFull
     from orchestrator.tracking import TrackingUnavailable
 
     if isinstance(error, TrackingUnavailable):
         code, kind = EXIT_TRACKING, "tracking_unavailable"
+    elif isinstance(error, QueueFull):
+        code, kind = EXIT_BUSY, "queue_full"
     elif isinstance(error, (ConfigError, DataError, FileNotFoundError, ValueError)):
         code, kind = EXIT_INVALID, "invalid"
     elif isinstance(error, LaunchError):

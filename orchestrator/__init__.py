@@ -18,6 +18,10 @@
                                                       or refusal with the reason
 
 ``api.py`` is the Python API over all of it; ``cli.py`` (``zephon``) prints its
-results as JSON with stable exit codes. The lane pipeline (``pipeline/``) knows
+results as JSON with stable exit codes. For many concurrent submitters::
+
+    service.py (submit/status/wait/cancel) -> admission.py -> queue.py (SQLite, WAL)
+        scheduler.py (``zephon serve``): pool.py leases devices -> ``zephon run|resume``
+        mcp_server.py (``zephon mcp``): the same functions as MCP tools The lane pipeline (``pipeline/``) knows
 nothing of this package.
 """

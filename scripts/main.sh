@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# The main job: set up (idempotent), then stream a real local corpus on several
-# data-parallel layouts and show that every step's global batch digest agrees.
-# Arguments go to zephon-demo (see `zephon-demo --help`).
+# The main job: set up (idempotent), build the local three-domain corpus, then sweep
+# three data mixes, each on dp 1 and dp 2, through Hydra (conf/main.yaml): real
+# TorchTitan training on CPU or GPU, everything logged to ./mlflow.db, and the
+# comparison guard's table (or its refusal) at the end. Arguments are Hydra overrides.
+# `bash scripts/main.sh --demo` runs the older digest-agreement demo (zephon-demo) instead.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh
-exec .venv/bin/zephon-demo "$@"
+if [[ "${1:-}" == "--demo" ]]; then
+    shift
+    exec .venv/bin/zephon-demo "$@"
+fi
+exec .venv/bin/zephon-run --config-name main "$@"

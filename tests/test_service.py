@@ -183,9 +183,16 @@ def test_sigkill_of_scheduler_and_job_then_restart_finishes_with_the_same_digest
 
     reference = service.submit(svc, body | {"name": "reference"}, key="reference",
                                submitter="agent")["job"]["id"]  # fmt: skip
+    doomed = service.submit(svc, spec(data, steps=500) | {"name": "doomed"}, key="doomed",
+                            submitter="agent")["job"]["id"]  # fmt: skip
     restarted = serve(svc, "--until-idle")
+    while not RunFolder(svc.runs_root / doomed).steps() and restarted.poll() is None:
+        time.sleep(0.5)  # cancelled mid-training
+    assert service.cancel(svc, doomed)["job"]["cancel_requested"]
     out, err = restarted.communicate(timeout=900)
     assert restarted.returncode == 0, out + err
+    cancelled = svc.queue().get(doomed)
+    assert cancelled.state == "cancelled" and cancelled.result["status"] == "interrupted"
     done = svc.queue().get(victim)
     assert done.state == "succeeded" and done.attempts == 2, done
     states = [e.state for e in svc.queue().events(victim)]

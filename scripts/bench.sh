@@ -2,7 +2,8 @@
 # Benchmarks: set up (idempotent), install the `bench` extra (psutil) into .venv, then
 # run `python -m benchmarks.run` with the given arguments, e.g. `--quick` (~1 min smoke
 # run). Full run: < 15 min on 2 cores; results go to benchmarks/results/latest.{json,md}
-# (latest-quick.* with --quick). See benchmarks/README.md.
+# (latest-quick.* with --quick). `--dp-spread [OPTIONS]` runs the dp-spread benchmark,
+# `python -m benchmarks.dp_spread [OPTIONS]`, instead. See benchmarks/README.md.
 # Safe to re-run: the install is skipped while .venv/.zephon-bench-installed holds the
 # sha256 of pyproject.toml.
 set -euo pipefail
@@ -22,4 +23,10 @@ else
     echo "bench: .[bench] up to date ($stamp matches pyproject.toml)"
 fi
 
+if [[ "${1:-}" == "--dp-spread" ]]; then
+    # Score spread across dp sizes, stock loader vs lanes (benchmarks/dp_spread.py;
+    # 8-20 min on 2 cores): docs/dp_spread.{md,png}, benchmarks/results/dp_spread.json.
+    shift
+    exec "$venv/bin/python" -m benchmarks.dp_spread "$@"
+fi
 exec "$venv/bin/python" -m benchmarks.run "$@"

@@ -1,0 +1,196 @@
+"""TorchTitan configs of the dp-spread benchmark (``--module benchmarks.dp_spread_configs``).
+
+Two configs, identical but for the training data loader:
+
+``zephon_dp_spread``
+    ``orchestrator.titan.configs.zephon_debug`` (the lane pipeline).
+``stock_dp_spread``
+    The same trainer settings (model, optimizer, lr schedule, seed, tokenizer, sequence
+    length, batch sizes, steps) on TorchTitan's stock ``HuggingFaceTextDataLoader``
+    reading a local JSON dataset through its ``c4_test`` entry
+    (``--dataloader.dataset-path``). :class:`StockHeldOutTrainer` is TorchTitan's own
+    ``Trainer`` plus the held-out evaluator: it builds Zephon's ``WorkSource`` from
+    ``--heldout.*`` (the Zephon run's data settings) *only* to know which records are
+    held out, so both loaders are scored on the very same text.
+
+Both record, per rank and per pull, the sha256 of every sequence (row) they hand
+to the trainer (``<record_dir>/rows.dp<rank>.jsonl``), and both run the held-out
+evaluator twice at the last step (:class:`RepeatedHeldOutEvaluator`), which gives the
+evaluation's re-run noise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import orchestrator.titan  # noqa: F401  (cpu_compat must prepare TorchTitan before its import)
+
+# isort: split
+import torch.distributed as dist
+from torchtitan.components.metrics import LoggerContainer
+from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
+from torchtitan.trainer import Trainer
+
+from orchestrator.titan.configs import zephon_debug
+from orchestrator.titan.dataloader import ZephonDataLoader, build_pipeline
+from orchestrator.titan.evaluator import HeldOutEvaluator
+from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, JsonlMetricsLogger
+from orchestrator.titan.trainer import ZephonTrainer
+from pipeline import load_tokenizer
+
+ROWS_FILE = "rows.dp{rank}.jsonl"
+"""Per-rank record of the sequences handed to the trainer, one line per pull."""
+GLOBAL_BATCH = 8
+"""Sequences per step, on every dp size."""
+
+
+def _row_hashes(inputs: torch.Tensor) -> list[str]:
+    """sha256 of each row (int64 token ids) of a ``[m, T]`` input batch."""
+    rows = inputs.to(torch.int64).contiguous().numpy()
+    return [hashlib.sha256(row.tobytes()).hexdigest() for row in rows]
+
+
+def _record(path: Path, inputs: torch.Tensor) -> None:
+    batch = hashlib.sha256(inputs.numpy().tobytes()).hexdigest()
+    with path.open("a") as f:
+        f.write(json.dumps({"batch": batch, "rows": _row_hashes(inputs)}) + "\n")
+
+
+class RecordingStockLoader(HuggingFaceTextDataLoader):
+    """TorchTitan's stock loader, unchanged; each rank writes down what it yields."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(HuggingFaceTextDataLoader.Config):
+        record_dir: str = "."
+        """Folder of the per-rank ``rows.dp<rank>.jsonl``."""
+
+    def __init__(self, config: Config, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self.record = Path(config.record_dir) / ROWS_FILE.format(rank=self.dp_rank)
+
+    def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+        for inputs, labels in super().__iter__():
+            _record(self.record, inputs["input"])
+            yield inputs, labels
+
+
+class RecordingZephonLoader(ZephonDataLoader):
+    """The lane pipeline's loader, unchanged; each rank writes down what it yields."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(ZephonDataLoader.Config):
+        record_dir: str = "."
+        """Folder of the per-rank ``rows.dp<rank>.jsonl``."""
+
+    def __init__(self, config: Config, *, dp_rank: int, **kwargs: Any) -> None:
+        super().__init__(config, dp_rank=dp_rank, **kwargs)
+        self.record = Path(config.record_dir) / ROWS_FILE.format(rank=dp_rank)
+
+    def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+        for inputs, labels in super().__iter__():
+            _record(self.record, inputs["input"])
+            yield inputs, labels
+
+
+class RepeatedHeldOutEvaluator(HeldOutEvaluator):
+    """``HeldOutEvaluator`` that evaluates the last step's model ``repeats_at_last_step``
+    times in a row (each a full evaluation, one line of ``eval.jsonl`` each)."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(HeldOutEvaluator.Config):
+        repeats_at_last_step: int = 2
+        """Evaluations of the final model (their differences are the eval's re-run noise)."""
+
+    @torch.no_grad()
+    def validate(self, model_parts: list[torch.nn.Module], step: int) -> None:
+        assert self._attached is not None, "RepeatedHeldOutEvaluator.attach() was not called"
+        last_step = self._attached[4]
+        for _ in range(self.config.repeats_at_last_step if step == last_step else 1):
+            super().validate(model_parts, step)
+
+
+class StockHeldOutTrainer(Trainer):
+    """TorchTitan's ``Trainer`` (any data loader) scored by Zephon's held-out evaluator.
+
+    ``--heldout.*`` is a Zephon data loader config used for nothing but its ``WorkSource``
+    (datasets, holdout bytes): the held-out records, never trained on by the Zephon run,
+    and excluded from the stock run's JSON dataset by the benchmark.
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(Trainer.Config):
+        heldout: ZephonDataLoader.Config = field(default_factory=ZephonDataLoader.Config)
+        """The Zephon data settings whose held-out records are evaluated."""
+
+    config: Config
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        run_dir = Path(config.dump_folder) / RUN_SUBDIR
+        is_rank0 = dist.get_rank() == 0
+        if is_rank0:  # losses to zephon/metrics.jsonl, as ZephonTrainer does
+            loggers = LoggerContainer()
+            loggers.add_logger(self.metrics_processor.logger)
+            loggers.add_logger(JsonlMetricsLogger(run_dir / METRICS_FILE))
+            self.metrics_processor.logger = loggers
+        if config.validator.enable:
+            assert isinstance(self.validator, HeldOutEvaluator), "validator must be Zephon's"
+            heldout = config.heldout
+            source = build_pipeline(
+                heldout,
+                tokenizer=config.tokenizer.name,
+                dp_world_size=1,
+                dp_rank=0,
+                seq_len=config.training.seq_len,
+                microbatch_size=heldout.global_batch_size,
+            ).source
+            dims = self.parallel_dims
+            self.validator.attach(
+                source=source,
+                tokenizer=load_tokenizer(config.tokenizer.name),
+                metrics=self.metrics_processor.logger,
+                run_dir=run_dir,
+                last_step=config.training.steps,
+                group=dims.get_mesh("batch").get_group() if dims.dp_enabled else None,
+                is_rank0=is_rank0,
+            )
+
+
+def zephon_dp_spread() -> ZephonTrainer.Config:
+    """``zephon_debug``, evaluated twice at the end, recording its rows.
+
+    Set ``--dataloader.datasets``, ``--dataloader.holdout-bytes``,
+    ``--dataloader.record-dir`` and ``--training.local-batch-size`` (8 / dp).
+    """
+    config = zephon_debug()
+    data = config.dataloader
+    settings = {f.name: getattr(data, f.name) for f in fields(ZephonDataLoader.Config) if f.init}
+    config.dataloader = RecordingZephonLoader.Config(**settings)
+    config.dataloader.global_batch_size = GLOBAL_BATCH
+    config.training.global_batch_size = GLOBAL_BATCH
+    config.validator = RepeatedHeldOutEvaluator.Config(freq=10**9, enable=True)
+    return config
+
+
+def stock_dp_spread() -> StockHeldOutTrainer.Config:
+    """``zephon_dp_spread`` on TorchTitan's stock loader (module docstring).
+
+    Set ``--dataloader.dataset-path``, ``--dataloader.record-dir``, ``--heldout.*`` as
+    the Zephon run's ``--dataloader.*`` and ``--training.local-batch-size`` (8 / dp).
+    """
+    zephon = zephon_dp_spread()
+    settings = {f.name: getattr(zephon, f.name) for f in fields(Trainer.Config) if f.init}
+    settings["dataloader"] = RecordingStockLoader.Config(dataset="c4_test")
+    heldout = {
+        f.name: getattr(zephon.dataloader, f.name)
+        for f in fields(ZephonDataLoader.Config)
+        if f.init
+    }
+    return StockHeldOutTrainer.Config(heldout=ZephonDataLoader.Config(**heldout), **settings)

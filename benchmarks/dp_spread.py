@@ -42,7 +42,6 @@ import platform
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -52,6 +51,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from orchestrator.launch import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOADERS = ("stock", "zephon")
@@ -177,12 +178,6 @@ def prepare(work_dir: Path, corpus_bytes: int, holdout_bytes: int) -> Prepared:
 # -- launches ---------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env(work_dir: Path) -> dict[str, str]:
     return {
         **os.environ,
@@ -206,7 +201,7 @@ def _torchrun(
     """Run ``orchestrator.titan.train`` under torchrun; the seconds it took. Log: ``folder``."""
     command = [
         sys.executable, "-m", "torch.distributed.run",
-        f"--master-port={_free_port()}", "--nproc-per-node", str(dp),
+        f"--master-port={free_port()}", "--nproc-per-node", str(dp),
         "-m", "orchestrator.titan.train",
         "--module", "benchmarks.dp_spread_configs", "--config", config,
         "--dump-folder", str(folder / "titan"),

@@ -203,16 +203,11 @@ def resume(
 
 def _tracker(config: ExperimentConfig) -> Any:
     """A Tracker for ``config``, checked now; None when offline training is allowed and needed."""
-    from orchestrator.tracking import Tracker, TrackingUnavailable, check_tracking, resolve_uri
+    from orchestrator.tracking import Tracker, reachable_uri
 
-    uri = resolve_uri(config.tracking.uri, Path.cwd())
-    try:
-        check_tracking(uri)
-    except TrackingUnavailable:
-        if not config.tracking.offline_ok:
-            raise
-        return None
-    return Tracker(uri, config.tracking.experiment)
+    t = config.tracking
+    uri = reachable_uri(t.uri, t.offline_ok, Path.cwd())
+    return None if uri is None else Tracker(uri, t.experiment)
 
 
 def _train(

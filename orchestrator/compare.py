@@ -760,8 +760,9 @@ def log_comparison(
         for key, value in tags.items():
             client.set_tag(run_id, key, value)
     else:
-        found = client.get_experiment_by_name(experiment)
-        experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+        from orchestrator.tracking import Tracker
+
+        experiment_id = Tracker(client.tracking_uri, experiment).experiment_id()
         tags[TAG_KIND] = "comparison"
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id

@@ -274,9 +274,9 @@ def _read_result(path: Path) -> dict[str, Any] | None:
 
 def _log_plan(uri: str, config: ExperimentConfig, plan: dict[str, Any], job: Job) -> str:
     """An MLflow run for a dry-run job: its fingerprints and mixture, no metrics."""
-    from mlflow import MlflowClient
     from mlflow.entities import Param, RunTag
 
+    from orchestrator.tracking import Tracker
     from orchestrator.tracking_names import (
         PARAM_MIX_PREFIX,
         TAG_CONTRACT,
@@ -284,15 +284,9 @@ def _log_plan(uri: str, config: ExperimentConfig, plan: dict[str, Any], job: Job
         TAG_VARIANT,
     )
 
-    client = MlflowClient(tracking_uri=uri)
-    name = config.tracking.experiment
-    try:
-        experiment_id = client.create_experiment(name)
-    except Exception:  # exists (or created by another thread meanwhile)
-        found = client.get_experiment_by_name(name)
-        assert found is not None, f"MLflow experiment {name!r} could not be created"
-        experiment_id = found.experiment_id
-    run = client.create_run(experiment_id, run_name=job.id)
+    tracker = Tracker(uri, config.tracking.experiment)
+    client = tracker.client
+    run = client.create_run(tracker.experiment_id(), run_name=job.id)
     tags = {TAG_KIND: "plan", TAG_CONTRACT: plan["contract_fingerprint"],
             TAG_VARIANT: plan["variant"], "zephon.job_id": job.id,
             "zephon.submitter": job.submitter}  # fmt: skip

@@ -157,6 +157,19 @@ def _is_http(uri: str) -> bool:
     return urlparse(uri).scheme in ("http", "https")
 
 
+def reachable_uri(uri: str | None, offline_ok: bool, workdir: Path) -> str | None:
+    """The resolved tracking URI if its store answers now; None if it does not and
+    ``offline_ok`` allows training without it; :class:`TrackingUnavailable` otherwise."""
+    resolved = resolve_uri(uri, workdir)
+    try:
+        check_tracking(resolved)
+    except TrackingUnavailable:
+        if not offline_ok:
+            raise
+        return None
+    return resolved
+
+
 def check_tracking(uri: str, timeout_s: float = 5.0) -> None:
     """Check before launch that ``uri`` can take a run; raise :class:`TrackingError` if not.
 
@@ -438,7 +451,7 @@ class Tracker:
             raise
         return None if run.info.lifecycle_stage == "deleted" else run
 
-    def _experiment(self) -> str:
+    def experiment_id(self) -> str:
         """Id of this tracker's experiment, created on first use (artifacts beside a SQLite db)."""
         if self._experiment_id is not None:
             return self._experiment_id
@@ -476,7 +489,7 @@ class Tracker:
         tags = {TAG_KIND: "run"}
         if parent_run_id:
             tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
-        run = self.client.create_run(self._experiment(), tags=tags, run_name=folder.name)
+        run = self.client.create_run(self.experiment_id(), tags=tags, run_name=folder.name)
         return run.info.run_id
 
     def _log_params(self, folder: RunFolder, run_id: str, logged: dict[str, str]) -> None:

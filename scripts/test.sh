@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
-# What CI runs: set-up, lint, format check and the tests. Arguments go to pytest.
+# What CI runs: set-up (and Chromium, for the dashboard test), lint, format check and
+# the tests. Arguments go to pytest.
 # pytest's exit code is the script's (5, "no tests collected", is a failure too).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh
+
+# tests/test_dashboard.py renders the MLflow UI in headless Chromium and fails without it.
+# Idempotent: nothing happens when chromium is on PATH; apt-get update only if needed.
+if ! command -v chromium >/dev/null 2>&1; then
+    apt=(env DEBIAN_FRONTEND=noninteractive apt-get)
+    if [[ "$(id -u)" != 0 ]] && command -v sudo >/dev/null 2>&1; then
+        apt=(sudo "${apt[@]}")
+    fi
+    echo "test: installing chromium (for tests/test_dashboard.py)"
+    "${apt[@]}" install -y -q chromium || { "${apt[@]}" update -q && "${apt[@]}" install -y -q chromium; }
+    chromium --version
+fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -257,26 +257,18 @@ class _ParentRun:
     @classmethod
     def start(cls, base: Any, name: str, params: dict[str, Any]) -> _ParentRun:
         """Create the parent run; TrackingUnavailable unless ``tracking.offline_ok``."""
-        from orchestrator.tracking import TrackingUnavailable, check_tracking, resolve_uri
+        from orchestrator.tracking import Tracker, reachable_uri, resolve_uri
         from orchestrator.tracking_names import TAG_KIND, TAG_SWEEP
 
-        uri = resolve_uri(base.tracking.uri, Path.cwd())
-        try:
-            check_tracking(uri)
-        except TrackingUnavailable:
-            if not base.tracking.offline_ok:
-                raise
+        t = base.tracking
+        uri = reachable_uri(t.uri, t.offline_ok, Path.cwd())
+        if uri is None:
             log.warning("tracking unavailable: the sweep has no parent run; compare later")
-            return cls(uri, base.tracking.experiment, None)
-        from mlflow import MlflowClient
-
-        client = MlflowClient(tracking_uri=uri)
-        found = client.get_experiment_by_name(base.tracking.experiment)
-        experiment_id = (
-            found.experiment_id if found else client.create_experiment(base.tracking.experiment)
-        )
+            return cls(resolve_uri(t.uri, Path.cwd()), t.experiment, None)
+        tracker = Tracker(uri, t.experiment)
+        client = tracker.client
         run = client.create_run(
-            experiment_id, run_name=name, tags={TAG_KIND: "sweep", TAG_SWEEP: name}
+            tracker.experiment_id(), run_name=name, tags={TAG_KIND: "sweep", TAG_SWEEP: name}
         )
         client.log_batch(
             run.info.run_id,

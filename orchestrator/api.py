@@ -39,6 +39,7 @@ from orchestrator.launch import (
     stop_leftover_launch,
 )
 from orchestrator.launch import torchrun_command as build_torchrun_command
+from orchestrator.precision import resolve_precision
 from orchestrator.runfolder import RunFolder
 from orchestrator.tracking_names import TAG_DEVICE, TAG_SWEEP
 
@@ -76,6 +77,7 @@ class Plan:
             "tokens_per_step": tokens_per_step,
             "tokens": tokens_per_step * t.steps,
             "micro_batches_per_step": d.global_batch_size // (self.dp * t.microbatch_size),
+            "precision": t.precision,
             "mixture": self.mixture,
             "contract": self.contract,
             "contract_fingerprint": self.contract_fingerprint,
@@ -121,6 +123,9 @@ def plan(
     validate(config, dp)
     devices = discover(config.resources.device, config.resources.gpu_ids)
     chosen = choose_dp(config, devices, dp)
+    # Resolved here, on the machine that trains, and stored in the config: a resume keeps it.
+    precision = resolve_precision(config.train.precision, devices.kind)
+    config = replace(config, train=replace(config.train, precision=precision))
     prints = fingerprints(config, chosen)
     name = (
         run_name
@@ -169,6 +174,7 @@ def run(
         "mixture": the_plan.mixture,
         "contract_fingerprint": the_plan.contract_fingerprint,
         "variant": the_plan.variant,
+        "precision": the_plan.config.train.precision,
     })  # fmt: skip
     folder.update_state(status="created", segments=[], sweep=sweep, parent_run_id=parent_run_id,
                         tracking_enabled=tracking)  # fmt: skip
@@ -187,7 +193,10 @@ def resume(
     folder = folder if isinstance(folder, RunFolder) else RunFolder(folder)
     if not folder.exists():
         raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
-    config = load_experiment(folder.experiment()["config"])
+    record = folder.experiment()
+    config = load_experiment(record["config"])
+    if "precision" not in record:  # recorded before train.precision: TorchTitan's default
+        config = replace(config, train=replace(config.train, precision="bfloat16"))
     stopped = stop_leftover_launch(folder)
     if stopped:
         print(f"[zephon] stopped the leftover launch of {folder.path} (process groups "

@@ -32,6 +32,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from orchestrator.precision import PRECISIONS
 from pipeline import ConfigError, load_tokenizer
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -110,6 +111,10 @@ class TrainSection:
     """Sequences per forward pass per rank (TorchTitan's local batch size)."""
     seed: int = 42
     """Model initialisation seed."""
+    precision: str = "auto"
+    """``auto``, ``float32`` or ``bfloat16`` (TorchTitan's ``training.mixed_precision_param``);
+    ``auto``: bfloat16 on CUDA and on CPUs measured fast at it, else float32
+    (:mod:`orchestrator.precision`). A plan records the resolved value."""
     checkpoint_interval: int = 10
     """Steps between checkpoints (the last step is always saved)."""
     keep_checkpoints: int = 2
@@ -253,6 +258,14 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
     for key in ("steps", "microbatch_size", "checkpoint_interval"):
         if getattr(t, key) < 1:
             problems.append(f"train.{key} must be >= 1, got {getattr(t, key)}")
+    if t.precision not in PRECISIONS:
+        problems.append(f"train.precision={t.precision!r}: use one of {', '.join(PRECISIONS)}")
+    precision_flags = ("--training.mixed-precision-param", "--training.mixed_precision_param")
+    if any(a.split("=", 1)[0] in precision_flags for a in config.model.args):
+        problems.append(
+            "model.args sets --training.mixed-precision-param: set train.precision instead "
+            "(float32 or bfloat16), so the run's records show the precision it trained in"
+        )
     if config.eval.enable and d.holdout_bytes == 0:
         problems.append("eval.enable needs held-out data: set data.holdout_bytes > 0")
     if config.eval.interval < 1:

@@ -44,6 +44,7 @@ class LaunchError(RuntimeError):
 def trainer_args(config: ExperimentConfig, folder: RunFolder) -> list[str]:
     """TorchTitan's flags for ``config`` (``zephon-train`` parses them)."""
     d, t = config.data, config.train
+    assert t.precision != "auto", "plan() resolves train.precision before the command is built"
     data = dataloader_config(config)
     datasets = [x for name in sorted(data.datasets) for x in (name, data.datasets[name])]
     args = [
@@ -66,6 +67,7 @@ def trainer_args(config: ExperimentConfig, folder: RunFolder) -> list[str]:
         "--training.local-batch-size", str(t.microbatch_size),
         "--training.steps", str(t.steps),
         "--debug.seed", str(t.seed),
+        "--training.mixed-precision-param", t.precision,
         "--checkpoint.enable",
         "--checkpoint.interval", str(t.checkpoint_interval),
         "--checkpoint.keep-latest-k", str(t.keep_checkpoints),

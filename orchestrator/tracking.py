@@ -69,6 +69,7 @@ from orchestrator.tracking_names import (
     METRIC_TOKENS_PER_S,
     PARAM_CONTRACT_PREFIX,
     PARAM_MIX_PREFIX,
+    PARAM_PRECISION,
     TAG_CONTRACT,
     TAG_DATA_FINGERPRINT,
     TAG_DEVICE,
@@ -76,6 +77,7 @@ from orchestrator.tracking_names import (
     TAG_DP_SIZE,
     TAG_GIT,
     TAG_KIND,
+    TAG_PRECISION,
     TAG_RUN_FOLDER,
     TAG_STATUS,
     TAG_STEPS,
@@ -500,6 +502,8 @@ class Tracker:
         params: dict[str, str] = {}
         for name, share in (experiment.get("mixture") or {}).items():
             params[metric_key(PARAM_MIX_PREFIX + str(name))[:MAX_KEY]] = _param_value(share)
+        if "precision" in experiment:
+            params[PARAM_PRECISION] = str(experiment["precision"])
         for key, value in flatten(experiment.get("contract") or {}).items():
             params[metric_key(PARAM_CONTRACT_PREFIX + key)[:MAX_KEY]] = _param_value(value)
         for key in [k for k in params if k in logged]:
@@ -519,6 +523,7 @@ class Tracker:
             TAG_VERSIONS: json.dumps(package_versions(), sort_keys=True),
             TAG_GIT: git_revision(),
             TAG_DEVICE: "cpu",
+            **({TAG_PRECISION: experiment["precision"]} if "precision" in experiment else {}),
             **{str(k): str(v) for k, v in tags.items()},
         }
 

@@ -26,6 +26,9 @@ TAG_DP_HISTORY = "zephon.dp_sizes"
 """Data-parallel sizes of all segments, comma-separated (``2,1`` = started on 2, resumed on 1)."""
 TAG_DEVICE = "zephon.device"
 """``cpu`` or ``cuda:<model name>``."""
+TAG_PRECISION = "zephon.precision"
+"""``float32`` or ``bfloat16``: the precision the run trained in (runs in different ones are
+not replicates)."""
 TAG_VERSIONS = "zephon.versions"
 """JSON object of package versions (zephon, torch, torchtitan, mlflow, tiktoken)."""
 TAG_GIT = "zephon.git_revision"
@@ -44,6 +47,8 @@ TAG_COMPARED = "zephon.compared_runs"
 # -- params ------------------------------------------------------------------------------------
 PARAM_MIX_PREFIX = "mix."
 """``mix.<dataset>``: the canonical token share of each dataset."""
+PARAM_PRECISION = "train.precision"
+"""The resolved ``train.precision`` (the same value as the tag ``zephon.precision``)."""
 PARAM_CONTRACT_PREFIX = "data."
 """``data.<dotted contract field>``: every contract field, flattened (see ``flatten``)."""
 

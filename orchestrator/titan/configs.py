@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+import torch
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
 from torchtitan.models.common.decoder import Decoder
 from torchtitan.models.llama3.config_registry import llama3_debugmodel
 from torchtitan.trainer import Trainer
 
+from orchestrator.precision import resolve_precision
 from orchestrator.titan.dataloader import ZephonDataLoader
 from orchestrator.titan.evaluator import HeldOutEvaluator
 from orchestrator.titan.tokenizer import ZephonTokenizer
@@ -42,7 +44,8 @@ def zephon_debug() -> ZephonTrainer.Config:
     """TorchTitan's llama3 ``debugmodel`` (gpt2 vocabulary: 30.8 M parameters) on short
     sequences, for CPU runs and CI. Set ``--dataloader.datasets``.
 
-    4 lanes (dp 1, 2 or 4), 8 sequences of 128 tokens per step, 2 per micro-batch.
+    4 lanes (dp 1, 2 or 4), 8 sequences of 128 tokens per step, 2 per micro-batch;
+    precision as ``train.precision=auto`` resolves it (:mod:`orchestrator.precision`).
     ``partial_dtensor``: the default ``spmd_types`` backend fails with dp > 1 on torch 2.13.
     """
     config = zephon_config(
@@ -60,6 +63,10 @@ def zephon_debug() -> ZephonTrainer.Config:
     config.training.steps = 12
     config.parallelism.spmd_backend = "partial_dtensor"
     config.debug.seed = 42
+    # float32 where bfloat16 is emulated (tenfold slower); --training.mixed-precision-param wins
+    config.training.mixed_precision_param = resolve_precision(
+        "auto", "cuda" if torch.cuda.is_available() else "cpu"
+    )
     return config
 
 

@@ -1,0 +1,128 @@
+"""The precision a run trains in: TorchTitan's ``training.mixed_precision_param``.
+
+TorchTitan keeps parameters (FSDP) or autocasts (dp 1) in bfloat16 by default.
+That is right on GPUs, and on CPUs that compute bfloat16 natively (AVX512-BF16,
+AMX); on the others a bfloat16 matmul is emulated and was measured 85x slower
+than float32 (256x256 @ 256x8192, one thread: 3.05 s vs 0.036 s), so a CPU run
+in TorchTitan's default precision trains ten times slower than it could.
+
+``train.precision: auto`` resolves, on the machine that trains, as::
+
+    CUDA                 -> bfloat16 (TorchTitan's default, unchanged)
+    CPU, bf16 fast       -> bfloat16
+    CPU, otherwise       -> float32
+
+where "bf16 fast" is measured, not read off a CPU name: the best of
+``REPEATS`` bfloat16 matmuls of ``SHAPE`` on one thread takes no longer than
+the best of as many float32 ones. The measurement (about 0.5 s without native
+bfloat16, milliseconds with it) runs once per CPU model and torch version and
+is cached in ``$ZEPHON_HOME/precision.json`` under a file lock, so every run
+and every rank on a machine gets the same answer. ``float32`` and ``bfloat16``
+force a precision. The resolved value is part of a run's records (experiment
+record, MLflow param and tag): runs in different precisions do different
+arithmetic, so they are not replicates of each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import platform
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pipeline.paths import zephon_home
+
+PRECISIONS = ("auto", "float32", "bfloat16")
+"""Values of ``train.precision``."""
+SHAPE = (256, 256, 1024)
+"""(m, k, n) of the measured matmul: the size of the debug model's layers."""
+REPEATS = 3
+CACHE_FILE = "precision.json"
+
+
+def resolve_precision(requested: str, device_kind: str) -> str:
+    """``float32`` or ``bfloat16`` for ``requested`` on ``device_kind`` (module docstring)."""
+    if requested not in PRECISIONS:
+        raise ValueError(f"train.precision={requested!r}: use one of {', '.join(PRECISIONS)}")
+    if requested != "auto":
+        return requested
+    if device_kind == "cuda":
+        return "bfloat16"
+    return "bfloat16" if cpu_bfloat16_measurement()["bfloat16_fast"] else "float32"
+
+
+def cpu_bfloat16_measurement() -> dict[str, Any]:
+    """This CPU's cached bfloat16 vs float32 matmul timing, measured on first use."""
+    import torch
+
+    key = f"{_cpu_model()}|torch {torch.__version__}"
+    path = zephon_home() / CACHE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path.with_suffix(".lock")):
+        cached = _read(path)
+        if key not in cached:
+            cached[key] = _measure()
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(cached, indent=2, sort_keys=True) + "\n")
+            tmp.replace(path)
+        return cached[key]
+
+
+def _measure() -> dict[str, Any]:
+    import torch
+
+    m, k, n = SHAPE
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # per-core speed: what each of several CPU ranks gets
+    try:
+        best = {}
+        for dtype in (torch.float32, torch.bfloat16):
+            a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+            a @ b  # warm-up: kernel selection, page faults
+            times = []
+            for _ in range(REPEATS):
+                start = time.perf_counter()
+                a @ b
+                times.append(time.perf_counter() - start)
+            best[str(dtype).removeprefix("torch.")] = min(times)
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "float32_s": best["float32"],
+        "bfloat16_s": best["bfloat16"],
+        "bfloat16_fast": best["bfloat16"] <= best["float32"],
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "shape": list(SHAPE),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -14,6 +14,8 @@ data (``to_dict()`` is what the CLI prints as JSON)::
 from __future__ import annotations
 
 import secrets
+import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -21,6 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from orchestrator import interrupts
 from orchestrator.devices import Devices, choose_dp, discover
 from orchestrator.experiment import (
     ExperimentConfig,
@@ -164,6 +167,8 @@ def run(
     A failed launch returns status ``failed`` with the log tail in ``messages``.
     """
     the_plan = plan(config, dp=dp, run_name=run_name, overrides=overrides)
+    if interrupts.requested():  # stopped while planning: nothing was created
+        raise interrupts.Interrupted()
     folder = RunFolder(Path(the_plan.config.runs_root) / the_plan.run_name)
     if folder.exists():
         raise ExperimentError([f"run folder {folder.path} exists; resume it or pick another name"])
@@ -187,9 +192,13 @@ def resume(
     dp: int | None = None,
     progress: TextIO | None = None,
     steps: int | None = None,
+    like: ExperimentConfig | None = None,
 ) -> RunResult:
     """Continue a run from its last checkpoint on ``dp`` ranks (any divisor of its lanes),
-    in the same MLflow run. ``steps`` extends the schedule."""
+    in the same MLflow run. ``steps`` extends the schedule. ``like``: the experiment the
+    caller means (a re-run sweep job): it must be the recorded one but for
+    ``resources``, which it replaces (where the run trains now, not what it trains).
+    A run that already succeeded (and is not extended) is returned as it is."""
     folder = folder if isinstance(folder, RunFolder) else RunFolder(folder)
     if not folder.exists():
         raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
@@ -197,6 +206,12 @@ def resume(
     config = load_experiment(record["config"])
     if "precision" not in record:  # recorded before train.precision: TorchTitan's default
         config = replace(config, train=replace(config.train, precision="bfloat16"))
+    if like is not None:
+        _check_same_experiment(folder, config, like)
+        config = replace(config, resources=like.resources)
+    state = folder.state()
+    if state.get("status") == "succeeded" and steps is None:
+        return _result(folder, 0, "synced" if state.get("mlflow_run_id") else "off", [])
     stopped = stop_leftover_launch(folder)
     if stopped:
         print(f"[zephon] stopped the leftover launch of {folder.path} (process groups "
@@ -208,6 +223,24 @@ def resume(
     chosen = choose_dp(config, devices, dp)
     tracker = _tracker(config) if folder.state().get("tracking_enabled", True) else None
     return _train(folder, config, chosen, devices, tracker, progress)
+
+
+def _check_same_experiment(
+    folder: RunFolder, recorded: ExperimentConfig, wanted: ExperimentConfig
+) -> None:
+    """ExperimentError naming each section where ``wanted`` differs from the recorded run."""
+    mine, theirs = recorded.to_dict(), wanted.to_dict()
+    if theirs["train"]["precision"] == "auto":  # resolved when the run was planned
+        theirs["train"]["precision"] = mine["train"]["precision"]
+    differing = [
+        f"{folder.path} holds another experiment: {key} is {mine[key]} there, {theirs[key]} now"
+        for key in mine
+        if key != "resources" and mine[key] != theirs.get(key)
+    ]
+    if differing:
+        raise ExperimentError(
+            [*differing, "run it with the arguments it was started with, or pick another name"]
+        )
 
 
 def _tracker(config: ExperimentConfig) -> Any:
@@ -287,9 +320,19 @@ def _train(
     )
     segments[-1].update(ended_at=time.time(), returncode=code, end_step=done)
     state = folder.update_state(status=status, segments=segments)
-    if status != "succeeded":
-        messages.append(f"training {status} (exit status {code}); log {folder.log_path}:\n"
-                        f"{folder.log_tail()}")  # fmt: skip
+    if status == "interrupted":
+        checkpoint = folder.last_checkpoint_step()
+        line = (
+            f"{folder.name}: interrupted at step {done}/{config.train.steps} (last checkpoint: "
+            f"{f'step {checkpoint}' if checkpoint else 'none'}); continue: "
+            f"{shlex.join([*zephon_command(), 'resume', str(folder.path.absolute())])}"
+        )
+        interrupts.note_unfinished(line)
+        messages.append(line)
+    elif status != "succeeded":
+        messages.append(
+            f"training {status} (exit status {code}); log {folder.log_path}:\n{folder.log_tail()}"
+        )
     if tracker is not None:
         try:
             tracker.finish(folder, status)
@@ -302,6 +345,15 @@ def _train(
             f"metrics are kept in {folder.path}; send them with `zephon sync {folder.path}`"
         )
     return _result(folder, code, tracking, messages)
+
+
+def zephon_command() -> list[str]:
+    """How to call the ``zephon`` CLI of this installation (for the commands Zephon prints)."""
+    beside = Path(sys.executable).parent / "zephon"
+    found = shutil.which("zephon")
+    if found and (not beside.exists() or Path(found).resolve() == beside.resolve()):
+        return ["zephon"]
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "orchestrator.cli"]
 
 
 def _result(folder: RunFolder, code: int, tracking: str, messages: list[str]) -> RunResult:

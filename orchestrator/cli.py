@@ -37,6 +37,7 @@ Exit codes (stable; agents rely on them):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -44,6 +45,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator import interrupts
 from pipeline import ConfigError, DataError
 
 EXIT_OK = 0
@@ -266,18 +268,33 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], tuple[int, dict[str, Any]]]] 
 }
 
 
+TRAINING = ("run", "resume", "verify-elastic")
+"""Commands that train here (and so handle SIGINT/SIGTERM by stopping their launch)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one ``zephon`` command; returns (and, as a script, exits with) its exit code."""
     args = _parser().parse_args(argv)
+    # Training commands stop their torchrun on SIGINT/SIGTERM and report the run interrupted.
+    handling = interrupts.handling() if args.command in TRAINING else contextlib.nullcontext()
     try:
-        code, payload = COMMANDS[args.command](args)
-    except (
-        Exception,
-        KeyboardInterrupt,
-    ) as error:  # every failure becomes a stable exit code and a clear message
+        with handling:
+            code, payload = COMMANDS[args.command](args)
+    except interrupts.Interrupted:
+        code, payload = EXIT_INTERRUPTED, _interrupted_payload()
+    except (Exception, KeyboardInterrupt) as error:  # a stable exit code and a clear message
         code, payload = _error(error)
+    if interrupts.requested():
+        code = EXIT_INTERRUPTED
     _print(payload, args.json)
+    if interrupts.requested():
+        interrupts.report("zephon")
     return code
+
+
+def _interrupted_payload() -> dict[str, Any]:
+    message = "interrupted before training started; nothing was created"
+    return {"error": {"kind": "interrupted", "message": message, "problems": [message]}}
 
 
 def _error(error: BaseException) -> tuple[int, dict[str, Any]]:

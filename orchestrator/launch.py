@@ -29,12 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from orchestrator import interrupts
 from orchestrator.devices import Devices, usable_cores
 from orchestrator.experiment import ExperimentConfig, dataloader_config
 from orchestrator.runfolder import RunFolder
 
 TRAIN_MODULE = "orchestrator.titan.train"
 POLL_S = 1.0
+SLURM_CANCEL_WAIT_S = 30.0
+"""How long an interrupted Slurm launch waits for its cancelled job to end."""
 
 
 class LaunchError(RuntimeError):
@@ -167,21 +170,24 @@ class Progress:
         now = time.monotonic()
         if self._first is None:
             self._first = (done, now)
+        # Measured from the first step seen on: no rate until a whole interval is measured.
         tokens = sum(r.get("tokens", 0) for s, r in steps.items() if s > self._first[0])
-        rate = tokens / (now - self._first[1]) if now > self._first[1] else 0.0
+        rate = tokens / (now - self._first[1]) if tokens and now > self._first[1] else None
         loss = folder.metrics().get(done, {}).get("loss_metrics/global_avg_loss")
         loss_text = f" loss {loss:.3f}" if isinstance(loss, float) else ""
         if self.tty:
             width = 24
             filled = int(width * done / max(1, self.total))
+            rate_text = "" if rate is None else f" {rate:,.0f} tok/s"
             self.stream.write(
                 f"\r{self.label}[{'#' * filled}{'.' * (width - filled)}] step {done}/{self.total}"
-                f" {rate:,.0f} tok/s{loss_text}   "
+                f"{rate_text}{loss_text}   "
             )
             self.stream.flush()
         elif done != self._shown and (now - self._last_line >= 10 or done == self.total):
+            rate_text = "" if rate is None else f", {rate:,.0f} tokens/s"
             self.stream.write(
-                f"{self.label}step {done}/{self.total}, {rate:,.0f} tokens/s{loss_text}, "
+                f"{self.label}step {done}/{self.total}{rate_text}{loss_text}, "
                 f"{now - self._start:.0f} s\n"
             )
             self.stream.flush()
@@ -212,13 +218,17 @@ class Launch:
 
 
 def run_local(launch: Launch) -> int:
-    """Run ``launch.commands`` here, output appended to ``launch.log``; their worst exit status.
+    """Run ``launch.commands`` here, output appended to ``launch.log``; their worst exit status,
+    or minus the signal number when SIGINT/SIGTERM stopped it (:mod:`orchestrator.interrupts`).
 
     Each torchrun runs in its own process group, killed whole on time-out, on
-    SIGINT/SIGTERM to this process, or when another node's torchrun fails.
+    SIGINT/SIGTERM to this process, or when another node's torchrun fails; on Linux
+    the kernel also sends it SIGTERM if the thread that started it dies.
     """
     folder = launch.folder
     folder.path.mkdir(parents=True, exist_ok=True)
+    if interrupts.requested():
+        return -interrupts.signal_received()
     with folder.log_path.open("ab") as log:
         log.write(f"\n=== launch {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
         log.flush()
@@ -230,46 +240,52 @@ def run_local(launch: Launch) -> int:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_parent_death_signal(),
             )
             for command in launch.commands
         ]
     # Recorded so that a later resume can stop them if this process dies without cleanup.
     folder.update_state(launch_process_groups=[a.pid for a in agents])
     deadline = None if launch.timeout_s is None else time.monotonic() + launch.timeout_s
-    previous = (
-        {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        if _main_thread()
-        else {}
-    )
-    interrupted: list[int] = []
-
-    def stop(signum: int, _frame: object) -> None:
-        interrupted.append(signum)
-
-    for sig in previous:
-        signal.signal(sig, stop)
-    try:
-        while any(a.poll() is None for a in agents):
-            failed = any(a.returncode not in (None, 0) for a in agents)
-            late = deadline is not None and time.monotonic() > deadline
-            if interrupted or failed or late:
-                _kill(agents)
-                if late:
-                    with folder.log_path.open("a") as log:
-                        log.write(f"\n[zephon] killed after {launch.timeout_s} s\n")
-                break
-            if launch.on_tick is not None:
-                launch.on_tick(folder)
-            time.sleep(launch.tick_every_s)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        _kill(agents)
+    with interrupts.handling():
+        try:
+            while any(a.poll() is None for a in agents):
+                failed = any(a.returncode not in (None, 0) for a in agents)
+                late = deadline is not None and time.monotonic() > deadline
+                if interrupts.requested() or failed or late:
+                    _kill(agents)
+                    if late:
+                        with folder.log_path.open("a") as log:
+                            log.write(f"\n[zephon] killed after {launch.timeout_s} s\n")
+                    break
+                if launch.on_tick is not None:
+                    launch.on_tick(folder)
+                interrupts.STOP.wait(launch.tick_every_s)
+        finally:
+            _kill(agents)
     if launch.on_tick is not None:
         launch.on_tick(folder)
-    if interrupted:
-        return -interrupted[0]
+    if interrupts.requested():
+        return -interrupts.signal_received()
     return next((a.returncode for a in agents if a.returncode != 0), 0)
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` making the kernel SIGTERM the child when the thread that started it
+    dies (Linux ``prctl(PR_SET_PDEATHSIG)``), so not even a SIGKILLed Zephon leaves torchrun
+    behind: torchrun stops its workers on SIGTERM. Resolved here, in the parent: after a
+    fork in a threaded process the child must not load libraries."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+
+    return preexec
 
 
 def stop_leftover_launch(folder: RunFolder) -> list[int]:
@@ -291,12 +307,6 @@ def stop_leftover_launch(folder: RunFolder) -> list[int]:
             _signal_group(pgid, signal.SIGKILL)
             stopped.append(pgid)
     return stopped
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def _kill(agents: list[subprocess.Popen[bytes]]) -> None:
@@ -333,10 +343,15 @@ def run_slurm(launch: Launch, nodes: int, parameters: dict[str, object]) -> int:
     job = executor.submit(_slurm_task, launch.commands[0], launch.env, str(launch.folder.path))
     with launch.folder.log_path.open("a") as log:
         log.write(f"\n=== submitit job {job.job_id} ({cluster})\n")
-    while not job.done():
-        if launch.on_tick is not None:
-            launch.on_tick(launch.folder)
-        time.sleep(launch.tick_every_s)
+    with interrupts.handling():
+        while not job.done():
+            if interrupts.requested():
+                job.cancel(check=False)
+                _wait_done(job, SLURM_CANCEL_WAIT_S)
+                return -interrupts.signal_received()
+            if launch.on_tick is not None:
+                launch.on_tick(launch.folder)
+            interrupts.STOP.wait(launch.tick_every_s)
     if launch.on_tick is not None:
         launch.on_tick(launch.folder)
     try:
@@ -345,6 +360,12 @@ def run_slurm(launch: Launch, nodes: int, parameters: dict[str, object]) -> int:
         with launch.folder.log_path.open("a") as log:
             log.write(f"\n[zephon] submitit job {job.job_id} failed: {error}\n")
         return 1
+
+
+def _wait_done(job: object, limit_s: float) -> None:
+    end = time.monotonic() + limit_s
+    while not job.done() and time.monotonic() < end:  # type: ignore[attr-defined]
+        time.sleep(0.2)
 
 
 def _slurm_task(command: list[str], env: dict[str, str], cwd: str) -> int:

@@ -62,6 +62,7 @@ class DevicePool:
         self._free_gpus = list(devices.gpu_ids[: self.capacity])
         self._free = self.capacity
         self._waiting: list[_Waiting] = []
+        self._closed = False
         self._lock = threading.Lock()
 
     @property
@@ -88,10 +89,20 @@ class DevicePool:
         self._dispatch()
         return future
 
+    def close(self, error: BaseException) -> int:
+        """Start nothing more: every waiting run's future fails with ``error`` (runs already
+        started go on); return how many were waiting."""
+        with self._lock:
+            waiting, self._waiting = self._waiting, []
+            self._closed = True
+        for job in waiting:
+            job.future.set_exception(error)
+        return len(waiting)
+
     def _dispatch(self) -> None:
         started: list[tuple[_Waiting, Lease]] = []
         with self._lock:
-            for job in list(self._waiting):
+            for job in list(self._waiting) if not self._closed else []:
                 fitting = [k for k in job.sizes if k <= self._free]
                 if not fitting:
                     continue

@@ -74,6 +74,21 @@ def cpu_bfloat16_measurement() -> dict[str, Any]:
 
 
 def _measure() -> dict[str, Any]:
+    """The record cached for this CPU: timings, the decision, what was measured."""
+    import torch
+
+    timing = _time_matmuls()
+    return {
+        **timing,
+        "bfloat16_fast": timing["bfloat16_s"] <= timing["float32_s"],
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "shape": list(SHAPE),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def _time_matmuls() -> dict[str, float]:
+    """Best of ``REPEATS`` one-thread matmuls of ``SHAPE``: ``{"float32_s", "bfloat16_s"}``."""
     import torch
 
     m, k, n = SHAPE
@@ -89,17 +104,10 @@ def _measure() -> dict[str, Any]:
                 start = time.perf_counter()
                 a @ b
                 times.append(time.perf_counter() - start)
-            best[str(dtype).removeprefix("torch.")] = min(times)
+            best[f"{str(dtype).removeprefix('torch.')}_s"] = min(times)
     finally:
         torch.set_num_threads(threads)
-    return {
-        "float32_s": best["float32"],
-        "bfloat16_s": best["bfloat16"],
-        "bfloat16_fast": best["bfloat16"] <= best["float32"],
-        "capability": torch.backends.cpu.get_cpu_capability(),
-        "shape": list(SHAPE),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
+    return best
 
 
 def _cpu_model() -> str:

@@ -17,6 +17,7 @@ The job reads nothing from ``HydraConfig``: launchers may run jobs in threads.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+from orchestrator import interrupts
+from orchestrator.experiment import load_experiment
+from orchestrator.runfolder import RunFolder
 from sweeps.config import split
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -43,13 +47,20 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
         plan = api.plan(experiment, run_name=options.run_name).to_dict()
         print(json.dumps(plan, indent=2))
         return plan
-    result = api.run(
-        experiment,
-        run_name=options.run_name,
-        progress=sys.stderr,
-        parent_run_id=options.parent_run_id,
-        sweep=options.sweep_name,
-    )
+    config = load_experiment(experiment)
+    folder = Path(config.runs_root, options.run_name or "")
+    if options.resume and options.run_name and RunFolder(folder).exists():
+        result = api.resume(folder, progress=sys.stderr, like=config)
+    else:
+        result = api.run(
+            config,
+            run_name=options.run_name,
+            progress=sys.stderr,
+            parent_run_id=options.parent_run_id,
+            sweep=options.sweep_name,
+        )
+    if result.status == "interrupted":  # noted for the report; Hydra lets BaseException through
+        raise interrupts.Interrupted()
     if result.status != "succeeded":
         raise RunFailed(f"run {result.run_name} {result.status}:\n" + "\n".join(result.messages))
     score = result.eval["aggregate_bpb"] if result.eval else None
@@ -59,9 +70,22 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-def main(cfg: DictConfig) -> dict[str, Any]:
-    """The ``zephon-run`` console script."""
+def hydra_main(cfg: DictConfig) -> dict[str, Any]:
+    """Hydra's app: one job."""
     return run_job(cfg)
+
+
+def main() -> None:
+    """The ``zephon-run`` console script: Hydra's app, stopped cleanly by SIGINT/SIGTERM
+    (exit 130 and one line per unfinished run, see :mod:`orchestrator.interrupts`)."""
+    with interrupts.entry_point("zephon-run", on_stop=_hydra_raises):
+        hydra_main()
+
+
+def _hydra_raises() -> None:
+    """Once interrupted, Hydra re-raises a job's error instead of printing its traceback
+    (the entry point reports the interruption instead)."""
+    os.environ["HYDRA_FULL_ERROR"] = "1"
 
 
 if __name__ == "__main__":

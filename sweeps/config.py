@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from orchestrator.experiment import ExperimentConfig, load_experiment
 from pipeline.paths import zephon_home
 
-APP_KEYS = ("run_name", "dry_run", "sweep")
+APP_KEYS = ("run_name", "dry_run", "resume", "sweep")
 """Keys of ``conf/config.yaml`` that belong to the app, not to the experiment."""
 
 
@@ -30,6 +30,8 @@ class AppOptions:
     """The run folder's name; None: generated."""
     dry_run: bool
     """Plan only: print the resolved plan and fingerprints."""
+    resume: bool
+    """Continue the folder of ``run_name`` if it exists (one that finished is reported as is)."""
     sweep_name: str | None
     """The sweep this run belongs to (set by the mix sweeper)."""
     parent_run_id: str | None
@@ -60,6 +62,7 @@ def split(cfg: DictConfig) -> tuple[dict[str, Any], AppOptions]:
     options = AppOptions(
         run_name=cfg.get("run_name"),
         dry_run=bool(cfg.get("dry_run", False)),
+        resume=bool(cfg.get("resume", False)),
         sweep_name=sweep.get("name"),
         parent_run_id=sweep.get("parent_run_id"),
     )

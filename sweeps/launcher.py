@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
+from orchestrator import interrupts
 from orchestrator.devices import discover
 from orchestrator.experiment import divisors, dp_problems
 from orchestrator.pool import DevicePool, Lease
@@ -36,6 +37,8 @@ from sweeps.config import experiment_from
 
 log = logging.getLogger(__name__)
 
+POLL_S = 0.5
+"""How often the launcher looks for SIGINT/SIGTERM while its jobs run."""
 PINNED_KEYS = ("resources.dp", "resources.max_procs", "resources.gpu_ids")
 """Overrides the launcher sets from a lease (a job's own values for them are replaced)."""
 
@@ -104,6 +107,12 @@ class ZephonLauncher(Launcher):
                     sizes, lambda lease, n=number, o=list(overrides): self._run(n, o, lease)
                 )
             )
+        with interrupts.handling():
+            while wait(futures, timeout=POLL_S).not_done:
+                if interrupts.requested():  # running jobs stop their own launches
+                    pool.close(interrupts.Interrupted())
+        if interrupts.requested():
+            raise interrupts.Interrupted()
         returns = []
         for number, future in enumerate(futures, start=initial_job_idx):
             error = future.exception()

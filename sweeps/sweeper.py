@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import shlex
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,7 +44,9 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from orchestrator import interrupts
 from orchestrator.experiment import ExperimentError, validate
+from orchestrator.runfolder import RunFolder
 from sweeps.config import experiment_from
 from sweeps.mixes import MixSpace, describe, mix_label, override_strings, variants
 
@@ -71,6 +75,10 @@ class MixSweeperConf:
     """Ordinary sweeps, as on the command line: ``{train.steps: "10,20"}``."""
     compare: bool = True
     """Run the comparison guard over the sweep's runs at the end."""
+    resume: str | None = None
+    """Continue the interrupted sweep of this name (run with the arguments it was started
+    with): finished jobs are kept, unfinished ones resume from their last checkpoint,
+    the rest start; the same parent and child MLflow runs."""
 
 
 @dataclass
@@ -92,8 +100,10 @@ class MixSweeper(Sweeper):
         replicate_dp: list[int],
         params: dict[str, str] | None = None,
         compare: bool = True,
+        resume: str | None = None,
     ) -> None:
         super().__init__()
+        self.resume = resume
         fields = mix if isinstance(mix, dict) else _plain(mix)
         self.space = MixSpace(**{k: v for k, v in fields.items() if v is not None})
         self.replicate_dp = [int(k) for k in replicate_dp]
@@ -165,19 +175,36 @@ class MixSweeper(Sweeper):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        name = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        name = self.resume or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         base = experiment_from(self.config)
         if self.config.get("dry_run"):  # plans only: nothing to track
             parent = _ParentRun(uri="", experiment=base.tracking.experiment, run_id=None)
+        elif self.resume:
+            parent = _ParentRun.reopen(base, name, self._description(jobs))
         else:
             parent = _ParentRun.start(base, name, self._description(jobs))
         log.info("%s: %d jobs, parent MLflow run %s", name, len(jobs), parent.run_id)
         job_overrides = [
-            [*job.overrides, f"sweep.name={name}", f"run_name={name}-{number:03d}",
-             *([f"sweep.parent_run_id={parent.run_id}"] if parent.run_id else [])]
+            [
+                *job.overrides,
+                f"sweep.name={name}",
+                f"run_name={_run_name(name, number)}",
+                *([f"sweep.parent_run_id={parent.run_id}"] if parent.run_id else []),
+                *(["resume=true"] if self.resume else []),
+            ]
             for number, job in enumerate(jobs)
-        ]  # fmt: skip
-        results = list(self.launcher.launch(job_overrides, initial_job_idx=0))
+        ]
+        try:
+            results = list(self.launcher.launch(job_overrides, initial_job_idx=0))
+            if interrupts.requested():
+                raise interrupts.Interrupted()
+        except BaseException:
+            if not interrupts.requested():
+                raise
+            parent.finish(status="KILLED")
+            raise interrupts.Interrupted(
+                self._unfinished(name, base.runs_root, len(jobs))
+            ) from None
         outcomes = [_outcome(job, r) for job, r in zip(jobs, results, strict=True)]
         verdict = parent.compare(outcomes, sweep_dir) if self.compare else None
         summary = {
@@ -190,7 +217,7 @@ class MixSweeper(Sweeper):
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
         failed = [o for o in outcomes if o["status"] != "succeeded"]
         refused = verdict is not None and not verdict.get("accepted", False)
-        parent.finish(ok=not failed and not refused)
+        parent.finish(status="FAILED" if failed or refused else "FINISHED")
         print(_report(summary, sweep_dir, self.space.decimals))
         if failed or refused:
             reasons = [f"job {o['job']} {o['status']}: {o['error']}" for o in failed]
@@ -201,6 +228,24 @@ class MixSweeper(Sweeper):
             raise SweepFailed(f"{name}: " + "\n".join(reasons))
         return results
 
+    def _unfinished(self, name: str, runs_root: str, jobs: int) -> list[str]:
+        """Report lines of an interrupted sweep: jobs never started, and the command that
+        continues the whole sweep (interrupted jobs are noted by their runs)."""
+        lines = [
+            f"{_run_name(name, number)}: not started"
+            for number in range(jobs)
+            if not RunFolder(Path(runs_root, _run_name(name, number))).exists()
+        ]
+        # `python -m sweeps.app` leaves the module's file in argv[0]: repeat the interpreter's
+        argv = sys.orig_argv if sys.argv[0].endswith(".py") else sys.argv
+        kept = [a for a in argv if not a.startswith("hydra.sweeper.resume=")]
+        command = shlex.join([*kept, f"hydra.sweeper.resume={name}"])
+        lines.append(
+            f"{name}: finished jobs are kept, the others resume in the same MLflow runs and the "
+            f"comparison follows; continue the sweep with: {command}"
+        )
+        return lines
+
     def _description(self, jobs: list[Job]) -> dict[str, Any]:
         return {
             "jobs": len(jobs),
@@ -209,6 +254,11 @@ class MixSweeper(Sweeper):
             **{f"mix.{k}": v for k, v in describe(self.space).items()},
             **{f"sweep.{k}": v for k, v in self.params.items()},
         }
+
+
+def _run_name(sweep: str, number: int) -> str:
+    """The run folder name of job ``number``: stable, so that a resumed sweep finds it."""
+    return f"{sweep}-{number:03d}"
 
 
 def _untyped(space: MixSpace) -> dict[str, Any]:
@@ -276,6 +326,49 @@ class _ParentRun:
         )
         return cls(uri, base.tracking.experiment, run.info.run_id)
 
+    @classmethod
+    def reopen(cls, base: Any, name: str, params: dict[str, Any]) -> _ParentRun:
+        """The parent run of the sweep ``name``, RUNNING again; ExperimentError if there is
+        none, or if it was started with other jobs (``params`` differ)."""
+        from orchestrator.tracking import Tracker, reachable_uri
+        from orchestrator.tracking_names import TAG_KIND, TAG_SWEEP
+
+        t = base.tracking
+        uri = reachable_uri(t.uri, t.offline_ok, Path.cwd())
+        if uri is None:
+            raise ExperimentError(
+                [f"hydra.sweeper.resume={name}: the tracking store is unreachable"]
+            )
+        tracker = Tracker(uri, t.experiment)
+        found = tracker.client.search_runs(
+            [tracker.experiment_id()],
+            filter_string=f"tags.{TAG_KIND} = 'sweep' and tags.`{TAG_SWEEP}` = '{name}'",
+        )
+        if not found:
+            raise ExperimentError(
+                [
+                    f"hydra.sweeper.resume={name}: no such sweep in MLflow experiment "
+                    f"{t.experiment!r} of {uri}; a sweep's name is its parent run's name"
+                ]
+            )
+        then = found[0].data.params
+        now = {p.key: p.value for p in (_param(k, v) for k, v in params.items())}
+        differing = [
+            f"{key}: {then.get(key)} then, {now.get(key)} now"
+            for key in sorted(now.keys() | then.keys())
+            if now.get(key) != then.get(key)
+        ]
+        if differing:
+            raise ExperimentError(
+                [
+                    f"hydra.sweeper.resume={name}: the sweep was started with other jobs "
+                    f"({'; '.join(differing)}); continue it with the arguments it was started with"
+                ]
+            )
+        run = found[0]
+        tracker.client.update_run(run.info.run_id, status="RUNNING")
+        return cls(uri, t.experiment, run.info.run_id)
+
     def compare(self, outcomes: list[dict[str, Any]], sweep_dir: Path) -> dict[str, Any] | None:
         """The guard over the sweep's tracked runs, logged into the parent run."""
         from orchestrator import api
@@ -296,14 +389,13 @@ class _ParentRun:
             return {"accepted": False, "refusals": [], "error": f"comparison failed: {e}"}
         return verdict
 
-    def finish(self, ok: bool) -> None:
+    def finish(self, status: str) -> None:
+        """End the parent run: ``FINISHED``, ``FAILED`` or ``KILLED`` (interrupted)."""
         if self.run_id is None:
             return
         from mlflow import MlflowClient
 
-        MlflowClient(tracking_uri=self.uri).set_terminated(
-            self.run_id, "FINISHED" if ok else "FAILED"
-        )
+        MlflowClient(tracking_uri=self.uri).set_terminated(self.run_id, status)
 
 
 def _param(key: str, value: Any) -> Any:

@@ -19,6 +19,7 @@ from orchestrator.experiment import (
     load_experiment,
     validate,
 )
+from orchestrator.precision import resolve_precision
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,6 +75,11 @@ def test_every_problem_is_reported_at_once(base: dict) -> None:
         ("resources.launcher=kubernetes", "use local, multinode or slurm"),
         ("resources.launcher=multinode", "needs resources.rdzv_endpoint"),
         ("train.steps=0", "train.steps must be >= 1"),
+        ("train.precision=fp16", "use one of auto, float32, bfloat16"),
+        (
+            "model.args=[--training.mixed-precision-param,float32]",
+            "set train.precision instead",
+        ),
     ],
 )
 def test_bad_values_are_refused_with_what_to_change(
@@ -139,6 +145,17 @@ def test_dry_run_plans_lanes_steps_and_tokens(base: dict) -> None:
     assert planned["command"][1:4] == ["-m", "torch.distributed.run", planned["command"][3]]
     assert "--nproc-per-node=2" in planned["command"]
     assert not Path(planned["run_folder"]).exists()  # a dry run creates nothing
+
+
+@pytest.mark.parametrize("requested", ["auto", "float32", "bfloat16"])
+def test_the_plan_resolves_the_precision_and_hands_it_to_the_trainer(
+    base: dict, requested: str
+) -> None:
+    planned = api.plan(base, dp=1, overrides=[f"train.precision={requested}"]).to_dict()
+    expected = resolve_precision(requested, "cuda" if planned["device"] != "cpu" else "cpu")
+    assert planned["precision"] == planned["config"]["train"]["precision"] == expected
+    flag = planned["command"].index("--training.mixed-precision-param")
+    assert planned["command"][flag + 1] == expected
 
 
 def zephon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from mlflow import MlflowClient
 
@@ -35,6 +37,7 @@ from orchestrator.tracking_names import (
     METRIC_LOSS,
     TAG_DATA_FINGERPRINT,
     TAG_DP_HISTORY,
+    TAG_PRECISION,
     TAG_VARIANT,
     eval_metric,
 )
@@ -137,8 +140,21 @@ def interrupted_then_resumed(work: Path, config: dict) -> api.RunResult:
     agent.send_signal(signal.SIGTERM)
     out, err = agent.communicate(timeout=120)
     assert agent.returncode == 130, f"exit {agent.returncode}\n{out}\n{err}"
-    assert json.loads(out)["status"] == "interrupted"
+    interrupted = json.loads(out)
+    assert interrupted["status"] == "interrupted"
     assert folder.last_checkpoint_step() == 2
+    # nothing left running, no traceback, one line with the command that continues it
+    alive = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if str(folder.path) in " ".join(p.info["cmdline"] or [])
+    ]
+    assert not alive, [p.info["cmdline"] for p in alive]
+    assert "Traceback" not in err and "stopped by SIGTERM" in err
+    assert re.search(rf"b-dp2: interrupted at step [34]/{STEPS}", err), err
+    assert f"resume {folder.path}" in err
+    client = MlflowClient(tracking_uri=resolve_uri(None, work))
+    assert client.get_run(interrupted["mlflow_run_id"]).info.status == "KILLED"
     resumed = zephon(work, "resume", str(folder.path), "--dp", "1", "--json")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     return api.RunResult(**json.loads(resumed.stdout))
@@ -182,6 +198,9 @@ def test_mlflow_holds_params_tags_metrics_and_digests(
     assert run.data.tags[TAG_VARIANT] == b2.variant
     assert run.data.tags[TAG_DATA_FINGERPRINT] == b2.data_fingerprint
     assert float(run.data.params["mix.docs"]) == pytest.approx(0.5)
+    precision = RunFolder(b2.folder).experiment()["precision"]
+    assert precision in ("float32", "bfloat16")
+    assert run.data.tags[TAG_PRECISION] == run.data.params["train.precision"] == precision
     losses = client.get_metric_history(b2.mlflow_run_id, METRIC_LOSS)
     assert sorted(m.step for m in losses) == list(range(1, STEPS + 1))  # once each, resume too
     assert {m.step for m in client.get_metric_history(b2.mlflow_run_id, eval_metric("code"))} == {

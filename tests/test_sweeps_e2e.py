@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from mlflow import MlflowClient
 
+from orchestrator.runfolder import RunFolder
 from orchestrator.tracking import resolve_uri
 from orchestrator.tracking_names import TAG_KIND, TAG_SWEEP, TAG_VERDICT
 from sweeps.sweeper import SWEEP_FILE
@@ -199,3 +204,80 @@ def test_hydra_submitit_launcher_runs_the_jobs(
     assert [j["status"] for j in jobs] == ["succeeded"] * 3
     assert len({j["variant"] for j in jobs}) == 3
     assert list(sweep_dir.glob(".submitit/*/*_result.pkl"))
+
+
+def processes_naming(text: str) -> list[str]:
+    """Command lines of live processes that contain ``text``."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if text in line:
+            found.append(line)
+    return found
+
+
+def test_an_interrupted_sweep_stops_everything_and_continues_to_the_same_data(
+    work: Path, domains: list[str], base_overrides: list[str], replicated: dict[str, Any]
+) -> None:
+    """SIGINT after the first step of a two-job sweep (zephon launcher, both jobs at once):
+    nothing left running, runs interrupted and KILLED, exit 130, no traceback; the printed
+    command continues the sweep to the data of the uninterrupted one, one MLflow run a job."""
+    sweep_dir = work / "multirun" / "interrupted"
+    before = set((work / "runs").iterdir())
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    sweep = [sys.executable, "-m", "sweeps.app", "-m", "hydra/sweeper=zephon_mix"]
+    sweep += [f"hydra.sweep.dir={sweep_dir}", "hydra/launcher=zephon", *base_overrides]
+    sweep += [mixes(domains, THREE[0], THREE[2]), "hydra.sweeper.replicate_dp=[1]"]
+    agent = subprocess.Popen(
+        sweep, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    deadline = time.monotonic() + 600
+    started: list[RunFolder] = []
+    while not started and agent.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        new = [RunFolder(p) for p in set((work / "runs").iterdir()) - before]
+        started = [f for f in new if f.exists() and 1 in f.steps()]
+    assert agent.poll() is None, f"the sweep ended before step 1 was seen:\n{agent.stderr}"
+    agent.send_signal(signal.SIGINT)
+    out, err = agent.communicate(timeout=120)
+    assert agent.returncode == 130, f"exit {agent.returncode}\n{out[-3000:]}\n{err[-3000:]}"
+    assert "Traceback" not in err + out
+    name = started[0].name.rsplit("-", 1)[0]
+    folders = sorted(RunFolder(p) for p in (work / "runs").glob(f"{name}-*"))
+    assert not processes_naming(str(work / "runs" / name))
+    statuses = {f.name: f.state()["status"] for f in folders}
+    assert statuses[started[0].name] == "interrupted"
+    assert set(statuses.values()) <= {"interrupted", "succeeded"}
+    for folder in folders:
+        if statuses[folder.name] == "interrupted":
+            assert f"{folder.name}: interrupted at step" in err
+            assert f"resume {folder.path.absolute()}" in err
+    continue_line = next(line for line in err.splitlines() if "continue the sweep with: " in line)
+    command = shlex.split(continue_line.split("continue the sweep with: ", 1)[1])
+
+    client = MlflowClient(tracking_uri=resolve_uri(None, work))
+    experiment = client.get_experiment_by_name("zephon")
+    parents = client.search_runs(
+        [experiment.experiment_id], f"tags.{TAG_KIND} = 'sweep' and tags.`{TAG_SWEEP}` = '{name}'"
+    )
+    assert len(parents) == 1 and parents[0].info.status == "KILLED"
+    killed = {f.state()["mlflow_run_id"] for f in folders if statuses[f.name] == "interrupted"}
+    assert {client.get_run(i).info.status for i in killed} == {"KILLED"}
+
+    resumed = subprocess.run(
+        command, cwd=work, capture_output=True, text=True, timeout=1200, env=env
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-5000:]
+    result = summary(sweep_dir)
+    assert result["sweep"] == name and result["parent_run_id"] == parents[0].info.run_id
+    reference = fingerprints(replicated["summary"])
+    assert fingerprints(result) == {k: v for k, v in reference.items() if k in fingerprints(result)}
+    assert len(fingerprints(result)) == 2
+    children = client.search_runs(
+        [experiment.experiment_id], f"tags.`{TAG_SWEEP}` = '{name}' and tags.{TAG_KIND} = 'run'"
+    )
+    assert sorted(c.info.run_id for c in children) == sorted(
+        j["mlflow_run_id"] for j in result["jobs"]
+    )
+    assert {c.info.status for c in children} == {"FINISHED"}
+    assert client.get_run(parents[0].info.run_id).info.status == "FINISHED"

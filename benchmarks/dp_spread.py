@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.launch import free_port
+from orchestrator.launch import CPU_MALLOC_ENV, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOADERS = ("stock", "zephon")
@@ -180,6 +180,7 @@ def prepare(work_dir: Path, corpus_bytes: int, holdout_bytes: int) -> Prepared:
 
 def _env(work_dir: Path) -> dict[str, str]:
     return {
+        **CPU_MALLOC_ENV,
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
         "HF_HOME": str(work_dir / "hf"),

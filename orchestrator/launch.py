@@ -35,6 +35,17 @@ from orchestrator.experiment import ExperimentConfig, dataloader_config
 from orchestrator.runfolder import RunFolder
 
 TRAIN_MODULE = "orchestrator.titan.train"
+CPU_MALLOC_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(4 << 30),
+    "MALLOC_TRIM_THRESHOLD_": str(16 << 30),
+    "MALLOC_TOP_PAD_": str(512 << 20),
+}
+"""glibc malloc settings for CPU training (the user's own values win). By default glibc
+serves each block over 32 MB (the debug model's embedding and its gradients, FSDP's
+gathered parameters) with a fresh mmap and returns it on free, so every step faults the
+same pages in again: measured on 2 AVX2 cores (dp 2, 8 steps), 55 s of 140 s CPU were
+system time and a step took 6.8 s; with these, 17 s and 4.1 s. Memory stays mapped
+at its peak instead."""
 POLL_S = 1.0
 SLURM_CANCEL_WAIT_S = 30.0
 """How long an interrupted Slurm launch waits for its cancelled job to end."""
@@ -143,6 +154,7 @@ def launch_env(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in devices.gpu_ids[:procs_per_node])
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
+        env.update({k: v for k, v in CPU_MALLOC_ENV.items() if k not in os.environ})
     return env
 
 

@@ -12,7 +12,9 @@ Scheduling, each time a run is submitted or a lease is returned::
         if k exists: lease k devices (the lowest free GPU indexes) and start the run
 
 so a run needing many devices may wait while smaller ones fill the gaps
-(first fit; a finite sweep always finishes). A run whose smallest acceptable
+(first fit; a finite sweep always finishes). With ``spare_cores`` (CPU), a run
+that starts while no other waits also gets the remaining free cores, as
+threads of its processes: the last run of a sweep does not leave a core idle. A run whose smallest acceptable
 size exceeds the capacity can never start: it fails at once, naming the sizes.
 """
 
@@ -39,9 +41,13 @@ class Lease:
 
     devices: Devices
     """The leased devices: ``count`` of them, ``gpu_ids`` on CUDA."""
+    dp: int
+    """The run's data-parallel size: ``count``, or fewer on CPU when the pool gave it spare
+    cores (its processes use them as threads)."""
 
     @property
     def size(self) -> int:
+        """Devices held."""
         return self.devices.count
 
 
@@ -55,9 +61,14 @@ class _Waiting(Generic[T]):
 class DevicePool:
     """Leases of ``devices`` (at most ``capacity`` at once) for concurrent runs."""
 
-    def __init__(self, devices: Devices, capacity: int | None = None) -> None:
+    def __init__(
+        self, devices: Devices, capacity: int | None = None, *, spare_cores: bool = False
+    ) -> None:
         assert capacity is None or capacity >= 1, f"capacity must be >= 1, got {capacity}"
         self.devices = devices
+        self.spare_cores = spare_cores and devices.kind == "cpu"
+        """CPU: a run started when no other waits gets every free core (threads), so the
+        last run of a finite batch does not leave cores idle."""
         self.capacity = min(devices.count, capacity) if capacity else devices.count
         self._free_gpus = list(devices.gpu_ids[: self.capacity])
         self._free = self.capacity
@@ -74,20 +85,30 @@ class DevicePool:
     def submit(self, sizes: Sequence[int], work: Callable[[Lease], T]) -> Future[T]:
         """Run ``work(lease)`` in a thread once one of ``sizes`` devices is free (module
         docstring); the future holds its result, or :class:`NoFit`, or its exception."""
-        future: Future[T] = Future()
-        sizes = sorted(set(sizes))
-        if not sizes or sizes[0] > self.capacity:
-            future.set_exception(
-                NoFit(
-                    f"needs dp in {sizes} but only {self.capacity} {self.devices.kind} devices "
-                    "are free; lower resources.dp or free devices"
-                )
-            )
-            return future
+        return self.submit_all([(sizes, work)])[0]
+
+    def submit_all(
+        self, runs: Sequence[tuple[Sequence[int], Callable[[Lease], T]]]
+    ) -> list[Future[T]]:
+        """:meth:`submit` for several runs at once: all wait before the first starts, so
+        the scheduling sees the whole batch."""
+        futures: list[Future[T]] = []
         with self._lock:
-            self._waiting.append(_Waiting(sizes, work, future))
+            for requested, work in runs:
+                future: Future[T] = Future()
+                sizes = sorted(set(requested))
+                if not sizes or sizes[0] > self.capacity:
+                    future.set_exception(
+                        NoFit(
+                            f"needs dp in {sizes} but only {self.capacity} {self.devices.kind} "
+                            "devices are free; lower resources.dp or free devices"
+                        )
+                    )
+                else:
+                    self._waiting.append(_Waiting(sizes, work, future))
+                futures.append(future)
         self._dispatch()
-        return future
+        return futures
 
     def close(self, error: BaseException) -> int:
         """Start nothing more: every waiting run's future fails with ``error`` (runs already
@@ -106,12 +127,14 @@ class DevicePool:
                 fitting = [k for k in job.sizes if k <= self._free]
                 if not fitting:
                     continue
-                size = fitting[-1]
+                dp = fitting[-1]
+                self._waiting.remove(job)
+                size = self._free if self.spare_cores and not self._waiting else dp
                 gpus = tuple(self._free_gpus[:size]) if self.devices.kind == "cuda" else ()
                 self._free_gpus = self._free_gpus[len(gpus) :]
                 self._free -= size
-                self._waiting.remove(job)
-                started.append((job, Lease(replace(self.devices, count=size, gpu_ids=gpus))))
+                leased = replace(self.devices, count=size, gpu_ids=gpus)
+                started.append((job, Lease(leased, dp)))
         for job, lease in started:
             threading.Thread(target=self._run, args=(job, lease), daemon=True).start()
 

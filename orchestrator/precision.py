@@ -60,7 +60,7 @@ def cpu_bfloat16_measurement() -> dict[str, Any]:
     """This CPU's cached bfloat16 vs float32 matmul timing, measured on first use."""
     import torch
 
-    key = f"{_cpu_model()}|torch {torch.__version__}"
+    key = f"{cpu_model()}|torch {torch.__version__}"
     path = zephon_home() / CACHE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path.with_suffix(".lock")):
@@ -110,7 +110,8 @@ def _time_matmuls() -> dict[str, float]:
     return best
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """This CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

@@ -23,6 +23,12 @@ else
     echo "bench: .[bench] up to date ($stamp matches pyproject.toml)"
 fi
 
+if [[ "${1:-}" == "--training" ]]; then
+    # Seconds per training step per precision, and with --main-job the main job's wall and
+    # CPU time (benchmarks/training.py): benchmarks/results/training.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.training "$@"
+fi
 if [[ "${1:-}" == "--dp-spread" ]]; then
     # Score spread across dp sizes, stock loader vs lanes (benchmarks/dp_spread.py;
     # 8-20 min on 2 cores): docs/dp_spread.{md,png}, benchmarks/results/dp_spread.json.

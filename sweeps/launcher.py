@@ -3,11 +3,13 @@
 Each job's experiment asks for the dp sizes it accepts: its ``resources.dp``
 if set (replicates), else every divisor of its lanes that divides its batch. A
 :class:`~orchestrator.pool.DevicePool` over the devices free when the sweep
-starts hands out leases (first fit, in job order); a job starts with overrides
-that pin it to its lease::
+starts hands out leases (first fit; jobs needing the most devices first, so that a
+wide job never ends the sweep alone while cores wait; on CPU the last job to start
+also gets the spare cores as threads); a job starts with overrides that pin it to
+its lease::
 
-    resources.dp=<size>  and  resources.max_procs=<size>   (CPU: its share of the cores)
-                         or   resources.gpu_ids=[i, j]     (CUDA: its GPUs)
+    resources.dp=<dp>  and  resources.max_procs=<cores>   (CPU: its share of the cores)
+                       or   resources.gpu_ids=[i, j]      (CUDA: its GPUs)
 
 then runs through Hydra's ``run_job`` in a thread (the training itself is a
 ``torchrun`` subprocess). Job configs are composed one at a time; Hydra's
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,14 +86,14 @@ class ZephonLauncher(Launcher):
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        pool = DevicePool(discover(self.device), self.capacity)
+        pool = DevicePool(discover(self.device), self.capacity, spare_cores=True)
         log.info(
             "Launching %d jobs on %d free %s devices",
             len(job_overrides),
             pool.capacity,
             pool.devices.kind,
         )
-        futures: list[Future[JobReturn]] = []
+        runs: list[tuple[list[int], Callable[[Lease], JobReturn]]] = []
         for number, overrides in enumerate(job_overrides, start=initial_job_idx):
             log.info("\t#%d : %s", number, " ".join(filter_overrides(overrides)))
             with self._compose:
@@ -102,11 +104,12 @@ class ZephonLauncher(Launcher):
             sizes = [r.dp] if r.dp is not None else [
                 k for k in divisors(experiment.data.lanes) if not dp_problems(experiment, k)
             ]  # fmt: skip
-            futures.append(
-                pool.submit(
-                    sizes, lambda lease, n=number, o=list(overrides): self._run(n, o, lease)
-                )
-            )
+            runs.append((sizes, lambda lease, n=number, o=list(overrides): self._run(n, o, lease)))
+        # Widest first: a job needing every core would otherwise wait for the narrow ones to
+        # drain, and end the sweep alone on the machine (longest processing time first).
+        order = sorted(range(len(runs)), key=lambda i: -min(runs[i][0], default=0))
+        started = pool.submit_all([runs[i] for i in order])
+        futures: list[Future[JobReturn]] = [started[order.index(i)] for i in range(len(runs))]
         with interrupts.handling():
             while wait(futures, timeout=POLL_S).not_done:
                 if interrupts.requested():  # running jobs stop their own launches
@@ -128,7 +131,7 @@ class ZephonLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None
         assert self.task_function is not None
         pinned = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] not in PINNED_KEYS]
-        pinned.append(f"resources.dp={lease.size}")
+        pinned.append(f"resources.dp={lease.dp}")
         if lease.devices.kind == "cuda":
             pinned.append(f"resources.gpu_ids=[{','.join(map(str, lease.devices.gpu_ids))}]")
         else:
@@ -138,7 +141,13 @@ class ZephonLauncher(Launcher):
             with open_dict(config):
                 config.hydra.job.id = number
                 config.hydra.job.num = number
-        log.info("\t#%d started on %d %s device(s)", number, lease.size, lease.devices.kind)
+        log.info(
+            "\t#%d started: dp %d on %d %s device(s)",
+            number,
+            lease.dp,
+            lease.size,
+            lease.devices.kind,
+        )
         return run_job(
             hydra_context=self.hydra_context,
             task_function=self.task_function,

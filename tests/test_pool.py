@@ -86,3 +86,35 @@ def test_cpu_capacity_cap_and_failing_work_returns_its_lease() -> None:
         pool.submit([2], boom).result(5)
     assert pool.free == 2
     assert pool.submit([1, 2], lambda lease: lease.devices.count).result(5) == 2
+
+
+def test_spare_cores_go_to_the_last_run_as_threads_never_to_an_earlier_one() -> None:
+    """Three dp-1 runs on 2 cores: two start with a core each; the third, started when
+    nothing else waits, gets every core free then (1 while the other runs, else 2)."""
+    pool = DevicePool(Devices("cpu", 2, "cpu"), spare_cores=True)
+    gates = [threading.Event() for _ in range(3)]
+    leases: dict[int, Lease] = {}
+
+    def hold(number: int, lease: Lease) -> int:
+        leases[number] = lease
+        gates[number].wait(5)
+        return lease.size
+
+    futures = pool.submit_all([([1], lambda lease, n=n: hold(n, lease)) for n in range(3)])
+    time.sleep(0.2)
+    assert sorted(leases) == [0, 1] and all(x.size == 1 and x.dp == 1 for x in leases.values())
+    gates[0].set()
+    gates[1].set()
+    futures[1].result(5)
+    futures[0].result(5)
+    time.sleep(0.2)
+    assert leases[2].dp == 1 and leases[2].size in (1, 2)
+    gates[2].set()
+    assert futures[2].result(5) == leases[2].size and pool.free == 2
+
+    alone = DevicePool(Devices("cpu", 2, "cpu"), spare_cores=True).submit(
+        [1], lambda l: (l.dp, l.size)
+    )
+    assert alone.result(5) == (1, 2)
+    plain = DevicePool(Devices("cpu", 2, "cpu")).submit([1], lambda l: (l.dp, l.size))
+    assert plain.result(5) == (1, 1)

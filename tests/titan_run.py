@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.launch import CPU_MALLOC_ENV
 from orchestrator.local_corpus import build_local_corpus
 from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
 
@@ -89,8 +90,10 @@ def free_port() -> int:
 
 
 def launch_env(work: Path) -> dict[str, str]:
-    """Environment of a launch: caches inside ``work``, no network, one thread per process."""
+    """Environment of a launch: caches inside ``work``, no network, one thread per process,
+    Zephon's CPU malloc settings."""
     return {
+        **CPU_MALLOC_ENV,
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "HF_HOME": str(work / "hf"),

@@ -1,0 +1,240 @@
+"""Training speed on this machine: seconds per step per precision, and the main job's wall time.
+
+``bash scripts/bench.sh --training [--steps N] [--reps N] [--main-job]`` (or
+``python -m benchmarks.training``) trains ``zephon_debug`` (TorchTitan's debug llama3,
+gpt2 vocabulary, 8 x 128 tokens a step) through ``zephon run``'s code path
+(:func:`orchestrator.api.run`, torchrun, dp 1, no eval, no tracking) on a small local
+corpus, once per precision in each round::
+
+    auto       train.precision=auto (what every run gets by default)
+    float32    forced
+    bfloat16   forced (TorchTitan's default precision)
+
+rounds rotate the order, so no precision always runs first. Seconds per step are
+TorchTitan's own ``time_metrics/end_to_end_s`` of every step after the first (the
+first includes warm-up), median over steps and rounds. Target: ``auto`` within 10% of
+the faster forced precision.
+
+``--main-job`` also runs the main job (``zephon-run --config-name main``, what
+``bash scripts/main.sh`` runs) in a scratch folder and reports its wall time and
+the user and system CPU time of its whole process tree. Target: under 10 minutes.
+
+Before each measurement the benchmark waits for a quiet machine
+(:func:`benchmarks.noise.machine_load_percent`); the load each one started at is
+reported. Results: ``benchmarks/results/training.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.noise import POLL_S, QUIET_PERCENT, machine_load_percent
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+PRECISIONS = ("auto", "float32", "bfloat16")
+AUTO_TARGET = 1.10
+"""``auto`` s/step over the faster forced precision's: at most this."""
+MAIN_JOB_TARGET_S = 600.0
+CORPUS_BYTES_PER_DOMAIN = 300_000
+QUIET_WAIT_S = 120.0
+
+
+def wait_quiet(limit_s: float = QUIET_WAIT_S) -> float | None:
+    """Wait (at most ``limit_s``) for the machine's CPU use to fall to ``QUIET_PERCENT``;
+    return the last load seen."""
+    end = time.monotonic() + limit_s
+    load = machine_load_percent()
+    while load is not None and load > QUIET_PERCENT and time.monotonic() < end:
+        time.sleep(POLL_S)
+        load = machine_load_percent()
+    return load
+
+
+def experiment(corpus: dict[str, list[Path]], work: Path, precision: str, steps: int) -> dict:
+    """The measured experiment: the debug model at dp 1, nothing but training."""
+    return {
+        "name": "bench",
+        "runs_root": str(work / "runs"),
+        "data": {
+            "datasets": {name: [str(p) for p in paths] for name, paths in corpus.items()},
+            "holdout_bytes": 0,
+            "cache_dir": str(work / "cache"),
+        },
+        "train": {"steps": steps, "precision": precision, "checkpoint_interval": steps},
+        "eval": {"enable": False},
+        "resources": {"dp": 1},
+    }
+
+
+def seconds_per_step(folder: Path) -> list[float]:
+    """TorchTitan's end-to-end seconds of every step after the first."""
+    from orchestrator.runfolder import RunFolder
+
+    metrics = RunFolder(folder).metrics()
+    return [
+        float(m["time_metrics/end_to_end_s"])
+        for step, m in sorted(metrics.items())
+        if step > 1 and "time_metrics/end_to_end_s" in m
+    ]
+
+
+def measure_precisions(work: Path, steps: int, reps: int) -> dict[str, Any]:
+    """Every precision ``reps`` times, order rotated per round (module docstring)."""
+    from orchestrator import api
+    from orchestrator.local_corpus import build_local_corpus
+
+    corpus = build_local_corpus(work / "corpus", max_bytes_per_domain=CORPUS_BYTES_PER_DOMAIN)
+    samples: dict[str, list[float]] = {p: [] for p in PRECISIONS}
+    runs: list[dict[str, Any]] = []
+    for rep in range(reps):
+        order = PRECISIONS[rep % 3 :] + PRECISIONS[: rep % 3]
+        for precision in order:
+            load = wait_quiet()
+            start = time.monotonic()
+            result = api.run(
+                experiment(corpus, work, precision, steps),
+                run_name=f"{precision}-{rep}",
+                tracking=False,
+                progress=sys.stderr,
+            )
+            if result.status != "succeeded":
+                raise RuntimeError(f"{precision} run {result.status}: {result.messages}")
+            per_step = seconds_per_step(Path(result.folder))
+            samples[precision] += per_step
+            resolved = json.loads((Path(result.folder) / "experiment.json").read_text())
+            runs.append(
+                {
+                    "precision": precision,
+                    "resolved": resolved["precision"],
+                    "round": rep,
+                    "load_before_percent": load,
+                    "wall_s": round(time.monotonic() - start, 1),
+                    "seconds_per_step": per_step,
+                }
+            )
+            print(f"[bench] {precision}: {statistics.median(per_step):.2f} s/step", flush=True)
+    median = {p: statistics.median(v) for p, v in samples.items()}
+    faster = min(median["float32"], median["bfloat16"])
+    return {
+        "steps_per_run": steps,
+        "rounds": reps,
+        "seconds_per_step": median,
+        "auto_resolves_to": sorted({r["resolved"] for r in runs if r["precision"] == "auto"}),
+        "auto_over_faster": median["auto"] / faster,
+        "auto_target_met": median["auto"] / faster <= AUTO_TARGET,
+        "runs": runs,
+    }
+
+
+def measure_main_job(work: Path, args: list[str]) -> dict[str, Any]:
+    """The main job's wall time and its process tree's CPU time (``os.wait4``)."""
+    load = wait_quiet()
+    command = [str(Path(sys.executable).parent / "zephon-run"), "--config-name", "main", *args]
+    start = time.monotonic()
+    with (work / "main-job.log").open("w") as log:
+        process = subprocess.Popen(command, cwd=work, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
+    wall = time.monotonic() - start
+    return {
+        "command": command,
+        "exit_status": os.waitstatus_to_exitcode(status),
+        "load_before_percent": load,
+        "wall_s": round(wall, 1),
+        "user_s": round(usage.ru_utime, 1),
+        "system_s": round(usage.ru_stime, 1),
+        "target_s": MAIN_JOB_TARGET_S,
+        "target_met": wall < MAIN_JOB_TARGET_S and status == 0,
+        "log": str(work / "main-job.log"),
+    }
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    """The tables of ``report``."""
+    machine = report["machine"]
+    lines = [
+        f"Training speed on {machine['cpu']} ({machine['cores']} cores, torch CPU "
+        f"capability {machine['capability']}), {report['date']}.",
+        "",
+    ]
+    if "precision" in report:
+        p = report["precision"]
+        lines += [
+            f"`zephon_debug` at dp 1, {p['steps_per_run']} steps a run, {p['rounds']} round(s); "
+            "median seconds per step after the first:",
+            "",
+            "| precision | s/step |",
+            "|---|---:|",
+        ]
+        for name, value in p["seconds_per_step"].items():
+            resolved = f" (resolved: {', '.join(p['auto_resolves_to'])})" if name == "auto" else ""
+            lines.append(f"| {name}{resolved} | {value:.2f} |")
+        verdict = "met" if p["auto_target_met"] else "missed"
+        lines += [
+            "",
+            f"auto / faster forced precision: **{p['auto_over_faster']:.2f}** "
+            f"(target <= {AUTO_TARGET:.2f}: {verdict})",
+        ]
+    if "main_job" in report:
+        m = report["main_job"]
+        verdict = "met" if m["target_met"] else "missed"
+        lines += [
+            "",
+            f"Main job (`bash scripts/main.sh`): **{m['wall_s']:.0f} s wall** (target < "
+            f"{m['target_s']:.0f} s: {verdict}), {m['user_s']:.0f} s user and "
+            f"{m['system_s']:.0f} s system CPU, exit status {m['exit_status']}.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``benchmarks.training`` command (module docstring)."""
+    parser = argparse.ArgumentParser(prog="benchmarks.training", description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=4, help="steps per precision run")
+    parser.add_argument("--reps", type=int, default=1, help="rounds over the precisions")
+    parser.add_argument("--main-job", action="store_true", help="also time the main job")
+    parser.add_argument("--skip-precisions", action="store_true", help="only the main job")
+    parser.add_argument("--work-dir", type=Path, help="scratch folder (default: a temp dir)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    parser.add_argument("main_job_args", nargs="*", help="Hydra overrides for the main job")
+    args = parser.parse_args(argv)
+    import torch
+
+    from orchestrator.precision import cpu_model
+
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="zephon-bench-training-"))
+    work.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": {
+            "cpu": cpu_model(),
+            "cores": len(os.sched_getaffinity(0)),
+            "capability": torch.backends.cpu.get_cpu_capability(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+        },
+    }
+    if not args.skip_precisions:
+        report["precision"] = measure_precisions(work, args.steps, args.reps)
+    if args.main_job or args.skip_precisions:
+        report["main_job"] = measure_main_job(work, args.main_job_args)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+    markdown = to_markdown(report)
+    (args.results_dir / "training.md").write_text(markdown)
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -112,9 +112,9 @@ def test_spare_cores_go_to_the_last_run_as_threads_never_to_an_earlier_one() -> 
     gates[2].set()
     assert futures[2].result(5) == leases[2].size and pool.free == 2
 
-    alone = DevicePool(Devices("cpu", 2, "cpu"), spare_cores=True).submit(
-        [1], lambda l: (l.dp, l.size)
-    )
-    assert alone.result(5) == (1, 2)
-    plain = DevicePool(Devices("cpu", 2, "cpu")).submit([1], lambda l: (l.dp, l.size))
-    assert plain.result(5) == (1, 1)
+    def shape(lease: Lease) -> tuple[int, int]:
+        return lease.dp, lease.size
+
+    cpus = Devices("cpu", 2, "cpu")
+    assert DevicePool(cpus, spare_cores=True).submit([1], shape).result(5) == (1, 2)
+    assert DevicePool(cpus).submit([1], shape).result(5) == (1, 1)

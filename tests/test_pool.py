@@ -88,9 +88,9 @@ def test_cpu_capacity_cap_and_failing_work_returns_its_lease() -> None:
     assert pool.submit([1, 2], lambda lease: lease.devices.count).result(5) == 2
 
 
-def test_spare_cores_go_to_the_last_run_as_threads_never_to_an_earlier_one() -> None:
-    """Three dp-1 runs on 2 cores: two start with a core each; the third, started when
-    nothing else waits, gets every core free then (1 while the other runs, else 2)."""
+def test_the_last_run_waits_for_every_core_and_gets_them_as_threads() -> None:
+    """Three dp-1 runs on 2 cores: two start with a core each; the third waits until both
+    are free (not on the first one freed, to run alone on it later) and gets both."""
     pool = DevicePool(Devices("cpu", 2, "cpu"), spare_cores=True)
     gates = [threading.Event() for _ in range(3)]
     leases: dict[int, Lease] = {}
@@ -104,13 +104,15 @@ def test_spare_cores_go_to_the_last_run_as_threads_never_to_an_earlier_one() -> 
     time.sleep(0.2)
     assert sorted(leases) == [0, 1] and all(x.size == 1 and x.dp == 1 for x in leases.values())
     gates[0].set()
-    gates[1].set()
-    futures[1].result(5)
     futures[0].result(5)
     time.sleep(0.2)
-    assert leases[2].dp == 1 and leases[2].size in (1, 2)
+    assert 2 not in leases  # one core is free, the other still held
+    gates[1].set()
+    futures[1].result(5)
+    time.sleep(0.2)
+    assert (leases[2].dp, leases[2].size) == (1, 2)
     gates[2].set()
-    assert futures[2].result(5) == leases[2].size and pool.free == 2
+    assert futures[2].result(5) == 2 and pool.free == 2
 
     def shape(lease: Lease) -> tuple[int, int]:
         return lease.dp, lease.size

@@ -116,7 +116,7 @@ def measure_precisions(work: Path, steps: int, reps: int) -> dict[str, Any]:
             runs.append(
                 {
                     "precision": precision,
-                    "resolved": resolved["precision"],
+                    "resolved": resolved["config"]["train"]["precision"],
                     "round": rep,
                     "load_before_percent": load,
                     "wall_s": round(time.monotonic() - start, 1),

@@ -179,7 +179,6 @@ def run(
         "mixture": the_plan.mixture,
         "contract_fingerprint": the_plan.contract_fingerprint,
         "variant": the_plan.variant,
-        "precision": the_plan.config.train.precision,
     })  # fmt: skip
     folder.update_state(status="created", segments=[], sweep=sweep, parent_run_id=parent_run_id,
                         tracking_enabled=tracking)  # fmt: skip
@@ -204,7 +203,7 @@ def resume(
         raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
     record = folder.experiment()
     config = load_experiment(record["config"])
-    if "precision" not in record:  # recorded before train.precision: TorchTitan's default
+    if "precision" not in record["config"]["train"]:  # recorded before it: TorchTitan's default
         config = replace(config, train=replace(config.train, precision="bfloat16"))
     if like is not None:
         _check_same_experiment(folder, config, like)

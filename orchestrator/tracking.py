@@ -297,6 +297,12 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _precision(experiment: dict[str, Any]) -> str | None:
+    """The precision a run folder's ``experiment.json`` records (None: recorded before
+    ``train.precision`` existed)."""
+    return ((experiment.get("config") or {}).get("train") or {}).get("precision")
+
+
 def _param_value(value: object) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return text[:MAX_PARAM_VALUE]
@@ -502,8 +508,9 @@ class Tracker:
         params: dict[str, str] = {}
         for name, share in (experiment.get("mixture") or {}).items():
             params[metric_key(PARAM_MIX_PREFIX + str(name))[:MAX_KEY]] = _param_value(share)
-        if "precision" in experiment:
-            params[PARAM_PRECISION] = str(experiment["precision"])
+        precision = _precision(experiment)
+        if precision:
+            params[PARAM_PRECISION] = precision
         for key, value in flatten(experiment.get("contract") or {}).items():
             params[metric_key(PARAM_CONTRACT_PREFIX + key)[:MAX_KEY]] = _param_value(value)
         for key in [k for k in params if k in logged]:
@@ -523,7 +530,7 @@ class Tracker:
             TAG_VERSIONS: json.dumps(package_versions(), sort_keys=True),
             TAG_GIT: git_revision(),
             TAG_DEVICE: "cpu",
-            **({TAG_PRECISION: experiment["precision"]} if "precision" in experiment else {}),
+            **({TAG_PRECISION: _precision(experiment)} if _precision(experiment) else {}),
             **{str(k): str(v) for k, v in tags.items()},
         }
 

@@ -198,7 +198,7 @@ def test_mlflow_holds_params_tags_metrics_and_digests(
     assert run.data.tags[TAG_VARIANT] == b2.variant
     assert run.data.tags[TAG_DATA_FINGERPRINT] == b2.data_fingerprint
     assert float(run.data.params["mix.docs"]) == pytest.approx(0.5)
-    precision = RunFolder(b2.folder).experiment()["precision"]
+    precision = RunFolder(b2.folder).experiment()["config"]["train"]["precision"]
     assert precision in ("float32", "bfloat16")
     assert run.data.tags[TAG_PRECISION] == run.data.params["train.precision"] == precision
     losses = client.get_metric_history(b2.mlflow_run_id, METRIC_LOSS)

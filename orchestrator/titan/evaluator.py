@@ -9,9 +9,10 @@ Algorithm, per evaluation::
 
     for each dataset d, each held-out document x (tokens t = encode(x) + [EOS]):
         windows of T+1 tokens overlapping by one: inputs t[i:i+T], labels t[i+1:i+T+1]
-    rows of all datasets, in order, are dealt round-robin to the dp ranks
-    (padded with empty rows so every rank runs the same number of forwards and loss calls:
-    FSDP needs it)
+    d's rows are dealt round-robin to the dp ranks, padded with empty rows to
+    ceil(rows_d / dp) per rank (so every rank makes the same forward and loss calls:
+    FSDP and the chunked loss's unsharding need it), and run rows_per_forward at a time:
+    one forward and one TorchTitan loss call (reduction "sum") per batch of one dataset
     nll[d]  = sum over d's labels of -ln p(label)        (all-reduced over the dp group)
     bpb[d]  = nll[d] / ln 2 / utf8_bytes(d's documents)
     aggregate = mean over datasets of bpb[d]
@@ -44,13 +45,12 @@ from pipeline import ConfigError, Tokenizer, WorkSource
 
 @dataclass
 class _HeldOutRows:
-    """All held-out windows: ``inputs``/``labels`` ``[rows, T]``, the dataset of each row."""
+    """One dataset's held-out windows: ``inputs``/``labels`` ``[rows, T]``."""
 
+    name: str
     inputs: torch.Tensor
     labels: torch.Tensor
-    dataset: torch.Tensor
-    names: list[str]
-    bytes: list[int]
+    bytes: int
 
 
 class HeldOutEvaluator(Validator):
@@ -58,7 +58,10 @@ class HeldOutEvaluator(Validator):
 
     @dataclass(kw_only=True, slots=True)
     class Config(Validator.Config):
-        """``--validator.enable`` and ``--validator.freq`` (steps between evaluations)."""
+        """``--validator.enable``, ``--validator.freq`` (steps between evaluations) and:"""
+
+        rows_per_forward: int = 16
+        """Held-out rows per forward pass on each rank (speed and memory only)."""
 
     def __init__(self, config: Config, **kwargs: Any) -> None:
         BaseValidator.__init__(self, config)
@@ -68,7 +71,6 @@ class HeldOutEvaluator(Validator):
         self.dp_world_size = kwargs["dp_world_size"]
         self.dp_rank = kwargs["dp_rank"]
         self.seq_len = kwargs["seq_len"]
-        self.local_batch_size = kwargs["local_batch_size"]
         self.validation_context = kwargs["validation_context"]
         self.loss_fn = kwargs["loss_fn"]
         if self.parallel_dims.pp_enabled or self.parallel_dims.cp_enabled:
@@ -76,7 +78,11 @@ class HeldOutEvaluator(Validator):
                 "the held-out evaluator supports data parallelism (FSDP/DDP) and tensor "
                 "parallelism only; disable --validator.enable with pipeline or context parallelism"
             )
-        self._rows: _HeldOutRows | None = None
+        if config.rows_per_forward < 1:
+            raise ConfigError(
+                f"--validator.rows-per-forward must be >= 1, got {config.rows_per_forward}"
+            )
+        self._rows: list[_HeldOutRows] | None = None
         self._attached: tuple[WorkSource, Tokenizer, BaseLogger, Path, int, Any] | None = None
 
     def attach(
@@ -109,66 +115,63 @@ class HeldOutEvaluator(Validator):
         model = model_parts[0]
         model.eval()
         device = utils.device_type
-        nll = torch.zeros(len(rows.names), dtype=torch.float64, device=device)
-        tokens = torch.zeros(len(rows.names), dtype=torch.int64, device=device)
-        m = self.local_batch_size
-        mine = torch.arange(self.dp_rank, len(rows.inputs), self.dp_world_size)
-        forwards = math.ceil(len(rows.inputs) / (self.dp_world_size * m))
-        positions = torch.arange(self.seq_len).expand(m, -1)
-        for b in range(forwards):
-            take = mine[b * m : (b + 1) * m]
-            inputs = torch.zeros(m, self.seq_len, dtype=torch.int64)
-            labels = torch.full((m, self.seq_len), IGNORE_INDEX, dtype=torch.int64)
-            inputs[: len(take)] = rows.inputs[take]
-            labels[: len(take)] = rows.labels[take]
-            batch = {"input": inputs.to(device), "positions": positions.to(device)}
-            inputs_, labels_, extra = self.post_dataloading_process(
-                batch, labels.to(device), model_parts
-            )
-            with self.validation_context():
-                predictions = model(inputs_, **extra)
-                # TorchTitan's loss (reduction "sum"; it applies the output layer itself when
-                # the loss is chunked), one row at a time to attribute each row to its dataset.
-                # Padding rows too: a chunked loss unshards the output layer (a collective),
-                # so every rank must make the same number of calls.
-                for i in range(m):
-                    loss_sum, _ = self.loss_fn(predictions[i : i + 1], labels_[i : i + 1])
-                    if i < len(take):
-                        d = int(rows.dataset[take[i]])
-                        nll[d] += float(loss_sum)
-                        tokens[d] += int((labels[i] != IGNORE_INDEX).sum())
+        nll = torch.zeros(len(rows), dtype=torch.float64, device=device)
+        tokens = torch.zeros(len(rows), dtype=torch.int64, device=device)
+        for d, held_out in enumerate(rows):
+            inputs, labels = self._rank_rows(held_out)
+            tokens[d] = int((labels != IGNORE_INDEX).sum())
+            n = self.config.rows_per_forward
+            for start in range(0, len(inputs), n):
+                batch_inputs, batch_labels = inputs[start : start + n], labels[start : start + n]
+                positions = torch.arange(self.seq_len).expand(len(batch_inputs), -1)
+                batch = {"input": batch_inputs.to(device), "positions": positions.to(device)}
+                inputs_, labels_, extra = self.post_dataloading_process(
+                    batch, batch_labels.to(device), model_parts
+                )
+                with self.validation_context():
+                    # TorchTitan's loss applies the output layer itself when it is chunked.
+                    loss_sum, _ = self.loss_fn(model(inputs_, **extra), labels_)
+                nll[d] += float(loss_sum)
         if group is not None or self.dp_world_size > 1:
             dist.all_reduce(nll, group=group)
             dist.all_reduce(tokens, group=group)
         model.train()
-        bpb = {
-            name: float(nll[d]) / math.log(2) / rows.bytes[d] for d, name in enumerate(rows.names)
-        }
+        bpb = {r.name: float(nll[d]) / math.log(2) / r.bytes for d, r in enumerate(rows)}
         aggregate = sum(bpb.values()) / len(bpb)
         if self._is_rank0:
             record = {
                 "step": step,
                 "bpb": bpb,
                 "aggregate_bpb": aggregate,
-                "tokens": {name: int(tokens[d]) for d, name in enumerate(rows.names)},
-                "bytes": dict(zip(rows.names, rows.bytes, strict=True)),
+                "tokens": {r.name: int(tokens[d]) for d, r in enumerate(rows)},
+                "bytes": {r.name: r.bytes for r in rows},
             }
             with (run_dir / EVAL_FILE).open("a") as f:
                 f.write(json.dumps(record) + "\n")
             scores = {f"eval/{name}_bpb": v for name, v in bpb.items()}
             metrics.log({**scores, "eval/aggregate_bpb": aggregate}, step)
 
-    def _held_out_rows(self) -> _HeldOutRows:
+    def _rank_rows(self, held_out: _HeldOutRows) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's rows of one dataset, padded to ceil(rows / dp) with empty rows."""
+        per_rank = math.ceil(len(held_out.inputs) / self.dp_world_size)
+        inputs = torch.zeros(per_rank, self.seq_len, dtype=torch.int64)
+        labels = torch.full((per_rank, self.seq_len), IGNORE_INDEX, dtype=torch.int64)
+        mine = torch.arange(self.dp_rank, len(held_out.inputs), self.dp_world_size)
+        inputs[: len(mine)] = held_out.inputs[mine]
+        labels[: len(mine)] = held_out.labels[mine]
+        return inputs, labels
+
+    def _held_out_rows(self) -> list[_HeldOutRows]:
         """Tokenize the held-out documents once and cut them into windows (module docstring)."""
         if self._rows is not None:
             return self._rows
         assert self._attached is not None
         source, tokenizer, *_ = self._attached
         window = self.seq_len + 1
-        inputs, labels, datasets, sizes = [], [], [], []
+        self._rows = []
         for d, ds in enumerate(source.datasets):
             texts = ds.read_texts(source.heldout_records(d))
-            sizes.append(sum(len(t.encode()) for t in texts))
+            inputs, labels = [], []
             for ids in tokenizer.encode_arrays(texts):
                 doc = np.append(ids.astype(np.int64), tokenizer.eos_id)
                 for start in range(0, max(1, len(doc) - 1), self.seq_len):
@@ -179,12 +182,12 @@ class HeldOutEvaluator(Validator):
                     row_out[: len(piece) - 1] = piece[1:]
                     inputs.append(row_in)
                     labels.append(row_out)
-                    datasets.append(d)
-        self._rows = _HeldOutRows(
-            inputs=torch.from_numpy(np.stack(inputs)),
-            labels=torch.from_numpy(np.stack(labels)),
-            dataset=torch.tensor(datasets),
-            names=[ds.name for ds in source.datasets],
-            bytes=sizes,
-        )
+            self._rows.append(
+                _HeldOutRows(
+                    name=ds.name,
+                    inputs=torch.from_numpy(np.stack(inputs)),
+                    labels=torch.from_numpy(np.stack(labels)),
+                    bytes=sum(len(t.encode()) for t in texts),
+                )
+            )
         return self._rows

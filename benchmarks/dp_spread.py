@@ -109,11 +109,15 @@ class Prepared:
         ]
         mixture = [x for name in sorted(self.mixture) for x in (name, repr(self.mixture[name]))]
         return [
-            f"--{prefix}.datasets", *datasets,
-            f"--{prefix}.mixture", *mixture,
-            f"--{prefix}.holdout-bytes", str(self.holdout_bytes),
-            f"--{prefix}.cache-dir", self.cache_dir,
-        ]  # fmt: skip
+            f"--{prefix}.datasets",
+            *datasets,
+            f"--{prefix}.mixture",
+            *mixture,
+            f"--{prefix}.holdout-bytes",
+            str(self.holdout_bytes),
+            f"--{prefix}.cache-dir",
+            self.cache_dir,
+        ]
 
 
 def prepare(work_dir: Path, corpus_bytes: int, holdout_bytes: int) -> Prepared:
@@ -201,14 +205,24 @@ def _torchrun(
 ) -> float:
     """Run ``orchestrator.titan.train`` under torchrun; the seconds it took. Log: ``folder``."""
     command = [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--master-port={free_port()}", "--nproc-per-node", str(dp),
-        "-m", "orchestrator.titan.train",
-        "--module", "benchmarks.dp_spread_configs", "--config", config,
-        "--dump-folder", str(folder / "titan"),
-        "--comm.train-timeout-seconds", "900",  # 4 processes on 2 cores: a step can take seconds
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--master-port={free_port()}",
+        "--nproc-per-node",
+        str(dp),
+        "-m",
+        "orchestrator.titan.train",
+        "--module",
+        "benchmarks.dp_spread_configs",
+        "--config",
+        config,
+        "--dump-folder",
+        str(folder / "titan"),
+        "--comm.train-timeout-seconds",
+        "900",  # 4 processes on 2 cores: a step can take seconds
         *args,
-    ]  # fmt: skip
+    ]
     log = folder / "launch.log"
     started = time.monotonic()
     with log.open("w") as out:
@@ -284,13 +298,17 @@ def launch(
         ]
     )
     args = [
-        "--dataloader.record-dir", str(folder),
-        "--training.steps", str(steps),
-        "--training.local-batch-size", str(GLOBAL_BATCH // dp),
-        "--metrics.log-freq", "1",
+        "--dataloader.record-dir",
+        str(folder),
+        "--training.steps",
+        str(steps),
+        "--training.local-batch-size",
+        str(GLOBAL_BATCH // dp),
+        "--metrics.log-freq",
+        "1",
         *init,
         *data,
-    ]  # fmt: skip
+    ]
     seconds = _torchrun(work_dir, folder, CONFIGS[loader], dp, args, f"{loader} dp {dp}")
     return {"folder": str(folder), "seconds": seconds, "omp_threads": OMP_THREADS}
 

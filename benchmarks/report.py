@@ -312,10 +312,18 @@ def _restore_markdown(section: dict[str, Any]) -> str:
         f"from step 0 took {section['replay_from_start_s']:.1f} s."
     )
     headers = [
-        "state", "step", "mean window", "mean offset", "median s", "s per lane",
-        "÷ early", "tokens tokenized by 1st batch (k)", "batch matches", "other load %",
+        "state",
+        "step",
+        "mean window",
+        "mean offset",
+        "median s",
+        "s per lane",
+        "÷ early",
+        "tokens tokenized by 1st batch (k)",
+        "batch matches",
+        "other load %",
         "runs used",
-    ]  # fmt: skip
+    ]
     rows = [
         [
             r["state"],

@@ -78,9 +78,12 @@ def admit(spec: Any, rules: Rules) -> ExperimentConfig:
         raise ExperimentError([*problems, "the spec contains ${...} interpolations; give values"])
     try:
         config = load_experiment(
-            {**spec, "runs_root": rules.runs_root,
-             "tracking": {**spec.get("tracking", {}), "uri": rules.tracking_uri}}
-        )  # fmt: skip
+            {
+                **spec,
+                "runs_root": rules.runs_root,
+                "tracking": {**spec.get("tracking", {}), "uri": rules.tracking_uri},
+            }
+        )
     except ExperimentError as e:
         raise ExperimentError(problems + e.problems) from None
     problems += _sizes(config, rules.limits) + _paths(config, rules)
@@ -138,8 +141,11 @@ def _sizes(config: ExperimentConfig, limits: Limits) -> list[str]:
         ("data.holdout_bytes", d.holdout_bytes, limits.max_holdout_bytes),
         ("resources.timeout_s", r.timeout_s or 0, limits.max_timeout_s),
     ]
-    return [f"{key}={value} is above the limit of {limit}" for key, value, limit in checks
-            if value > limit]  # fmt: skip
+    return [
+        f"{key}={value} is above the limit of {limit}"
+        for key, value, limit in checks
+        if value > limit
+    ]
 
 
 def _paths(config: ExperimentConfig, rules: Rules) -> list[str]:

@@ -74,8 +74,9 @@ class Plan:
             "free_devices": self.devices.count,
             "dp_size": self.dp,
             "lanes": d.lanes,
-            "lanes_per_rank": {r: [r * lanes_per_rank + i for i in range(lanes_per_rank)]
-                               for r in range(self.dp)},
+            "lanes_per_rank": {
+                r: [r * lanes_per_rank + i for i in range(lanes_per_rank)] for r in range(self.dp)
+            },
             "steps": t.steps,
             "tokens_per_step": tokens_per_step,
             "tokens": tokens_per_step * t.steps,
@@ -87,7 +88,7 @@ class Plan:
             "variant": self.variant,
             "command": self.command,
             "config": self.config.to_dict(),
-        }  # fmt: skip
+        }
 
 
 @dataclass
@@ -135,11 +136,25 @@ def plan(
         or f"{config.name}-{prints.variant[:8]}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     )
     folder = RunFolder(Path(config.runs_root) / name)
-    command = build_torchrun_command(config, folder, chosen, nodes=config.resources.nodes,
-                                     node_rank=config.resources.node_rank,
-                                     rdzv_endpoint=_endpoint(config))  # fmt: skip
-    return Plan(config, chosen, devices, prints.contract, prints.mixture,
-                prints.contract_fingerprint, prints.variant, name, command)  # fmt: skip
+    command = build_torchrun_command(
+        config,
+        folder,
+        chosen,
+        nodes=config.resources.nodes,
+        node_rank=config.resources.node_rank,
+        rdzv_endpoint=_endpoint(config),
+    )
+    return Plan(
+        config,
+        chosen,
+        devices,
+        prints.contract,
+        prints.mixture,
+        prints.contract_fingerprint,
+        prints.variant,
+        name,
+        command,
+    )
 
 
 def _endpoint(config: ExperimentConfig) -> str | None:
@@ -173,15 +188,22 @@ def run(
     if folder.exists():
         raise ExperimentError([f"run folder {folder.path} exists; resume it or pick another name"])
     tracker = _tracker(the_plan.config) if tracking else None
-    folder.write_experiment({
-        "config": the_plan.config.to_dict(),
-        "contract": the_plan.contract,
-        "mixture": the_plan.mixture,
-        "contract_fingerprint": the_plan.contract_fingerprint,
-        "variant": the_plan.variant,
-    })  # fmt: skip
-    folder.update_state(status="created", segments=[], sweep=sweep, parent_run_id=parent_run_id,
-                        tracking_enabled=tracking)  # fmt: skip
+    folder.write_experiment(
+        {
+            "config": the_plan.config.to_dict(),
+            "contract": the_plan.contract,
+            "mixture": the_plan.mixture,
+            "contract_fingerprint": the_plan.contract_fingerprint,
+            "variant": the_plan.variant,
+        }
+    )
+    folder.update_state(
+        status="created",
+        segments=[],
+        sweep=sweep,
+        parent_run_id=parent_run_id,
+        tracking_enabled=tracking,
+    )
     return _train(folder, the_plan.config, the_plan.dp, the_plan.devices, tracker, progress)
 
 
@@ -213,8 +235,11 @@ def resume(
         return _result(folder, 0, "synced" if state.get("mlflow_run_id") else "off", [])
     stopped = stop_leftover_launch(folder)
     if stopped:
-        print(f"[zephon] stopped the leftover launch of {folder.path} (process groups "
-              f"{stopped}): its zephon process had died", file=sys.stderr)  # fmt: skip
+        print(
+            f"[zephon] stopped the leftover launch of {folder.path} (process groups "
+            f"{stopped}): its zephon process had died",
+            file=sys.stderr,
+        )
     if steps is not None:
         config = replace(config, train=replace(config.train, steps=steps))
     validate(config, dp)
@@ -265,11 +290,21 @@ def _train(
     state = folder.state()
     messages: list[str] = []
     start_step = folder.last_checkpoint_step() or 0
-    segments = [*state.get("segments", []), {"dp_size": dp, "start_step": start_step,
-                "device": devices.label, "started_at": time.time()}]  # fmt: skip
-    folder.update_state(status="running", segments=segments,
-                        tracking_uri=resolve_uri(config.tracking.uri, Path.cwd()),
-                        mlflow_experiment=config.tracking.experiment)  # fmt: skip
+    segments = [
+        *state.get("segments", []),
+        {
+            "dp_size": dp,
+            "start_step": start_step,
+            "device": devices.label,
+            "started_at": time.time(),
+        },
+    ]
+    folder.update_state(
+        status="running",
+        segments=segments,
+        tracking_uri=resolve_uri(config.tracking.uri, Path.cwd()),
+        mlflow_experiment=config.tracking.experiment,
+    )
     tracking = "off" if tracker is None else "synced"
     if tracker is not None:
         tags = {TAG_DEVICE: devices.label}
@@ -301,10 +336,16 @@ def _train(
 
     r = config.resources
     per_node = dp // r.nodes
-    command = build_torchrun_command(config, folder, dp, nodes=r.nodes, node_rank=r.node_rank,
-                                     rdzv_endpoint=_endpoint(config))  # fmt: skip
-    launch = Launch([command], launch_env(folder, devices, per_node, r.max_procs), folder,
-                    timeout_s=r.timeout_s, on_tick=tick)  # fmt: skip
+    command = build_torchrun_command(
+        config, folder, dp, nodes=r.nodes, node_rank=r.node_rank, rdzv_endpoint=_endpoint(config)
+    )
+    launch = Launch(
+        [command],
+        launch_env(folder, devices, per_node, r.max_procs),
+        folder,
+        timeout_s=r.timeout_s,
+        on_tick=tick,
+    )
     try:
         code = run_slurm(launch, r.nodes, r.slurm) if r.launcher == "slurm" else run_local(launch)
     finally:
@@ -383,8 +424,11 @@ def sync(folder: str | Path | RunFolder) -> dict[str, Any]:
     folder = folder if isinstance(folder, RunFolder) else RunFolder(folder)
     if not folder.exists():
         raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
-    return {"run_folder": str(folder.path), "sent": sync_folder(folder),
-            "mlflow_run_id": folder.state().get("mlflow_run_id")}  # fmt: skip
+    return {
+        "run_folder": str(folder.path),
+        "sent": sync_folder(folder),
+        "mlflow_run_id": folder.state().get("mlflow_run_id"),
+    }
 
 
 def compare(
@@ -416,11 +460,20 @@ def compare(
     comparison = guard.compare(runs)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="zephon-compare-"))
     comparison_run = guard.log_comparison(
-        client, comparison, runs, experiment=experiment or "zephon",
-        parent_run_id=parent_run_id, workdir=work, into_run_id=into_run_id,
-    )  # fmt: skip
-    return {**comparison.to_json(), "comparison_run_id": comparison_run, "tracking_uri": uri,
-            "markdown": comparison.to_markdown()}  # fmt: skip
+        client,
+        comparison,
+        runs,
+        experiment=experiment or "zephon",
+        parent_run_id=parent_run_id,
+        workdir=work,
+        into_run_id=into_run_id,
+    )
+    return {
+        **comparison.to_json(),
+        "comparison_run_id": comparison_run,
+        "tracking_uri": uri,
+        "markdown": comparison.to_markdown(),
+    }
 
 
 def verify_elastic(
@@ -445,11 +498,21 @@ def verify_elastic(
         eval=replace(base.eval, enable=False),
     )
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-    reference = run(base, dp=first_dp, run_name=f"{base.name}-verify-{stamp}-ref",
-                    progress=progress, tracking=False)  # fmt: skip
+    reference = run(
+        base,
+        dp=first_dp,
+        run_name=f"{base.name}-verify-{stamp}-ref",
+        progress=progress,
+        tracking=False,
+    )
     short = replace(base, train=replace(base.train, steps=split))
-    first = run(short, dp=first_dp, run_name=f"{base.name}-verify-{stamp}-split",
-                progress=progress, tracking=False)  # fmt: skip
+    first = run(
+        short,
+        dp=first_dp,
+        run_name=f"{base.name}-verify-{stamp}-split",
+        progress=progress,
+        tracking=False,
+    )
     if first.status != "succeeded" or reference.status != "succeeded":
         raise LaunchError("\n".join(reference.messages + first.messages))
     resumed = resume(Path(first.folder), dp=second_dp, progress=progress, steps=steps)

@@ -116,9 +116,12 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--key", required=True, help="idempotency key: a retry returns the same job")
     p.add_argument("--submitter", default=os.environ.get("USER", "anonymous"))
     p.add_argument("--kind", default="run", choices=["run", "plan"], help="plan: dry run only")
-    for name, text in (("status", "a job's state, history and result"),
-                       ("cancel", "cancel a job"), ("wait", "wait until a job is final"),
-                       ("logs", "the tail of a job's logs")):  # fmt: skip
+    for name, text in (
+        ("status", "a job's state, history and result"),
+        ("cancel", "cancel a job"),
+        ("wait", "wait until a job is final"),
+        ("logs", "the tail of a job's logs"),
+    ):
         p = service(name, text)
         p.add_argument("job_id")
         if name == "wait":
@@ -147,8 +150,9 @@ def _run_result(result: Any) -> tuple[int, dict[str, Any]]:
 def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator import api
 
-    result = api.run(args.config, dp=args.dp, run_name=args.name, overrides=args.overrides,
-                     progress=sys.stderr)  # fmt: skip
+    result = api.run(
+        args.config, dp=args.dp, run_name=args.name, overrides=args.overrides, progress=sys.stderr
+    )
     return _run_result(result)
 
 
@@ -163,17 +167,23 @@ def _compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
     if not args.run_ids and not args.experiment and not args.sweep:
         raise ConfigError("name the runs: RUN_ID ..., --experiment NAME or --sweep NAME")
-    verdict = api.compare(args.run_ids, experiment=args.experiment, sweep=args.sweep,
-                          tracking_uri=args.tracking_uri)  # fmt: skip
+    verdict = api.compare(
+        args.run_ids, experiment=args.experiment, sweep=args.sweep, tracking_uri=args.tracking_uri
+    )
     return (EXIT_OK if verdict["accepted"] else EXIT_REFUSED), verdict
 
 
 def _verify(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator import api
 
-    report = api.verify_elastic(args.config, first_dp=args.dp, second_dp=args.resume_dp,
-                                split_step=args.split_step, overrides=args.overrides,
-                                progress=sys.stderr)  # fmt: skip
+    report = api.verify_elastic(
+        args.config,
+        first_dp=args.dp,
+        second_dp=args.resume_dp,
+        split_step=args.split_step,
+        overrides=args.overrides,
+        progress=sys.stderr,
+    )
     return (EXIT_OK if report["ok"] else EXIT_REFUSED), report
 
 
@@ -187,9 +197,13 @@ def _serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.scheduler import Scheduler
     from orchestrator.service import ServiceConfig
 
-    service = ServiceConfig(root=args.root, data_roots=tuple(args.data_root),
-                            device=args.device, capacity=args.capacity,
-                            max_queued_per_submitter=args.max_queued)  # fmt: skip
+    service = ServiceConfig(
+        root=args.root,
+        data_roots=tuple(args.data_root),
+        device=args.device,
+        capacity=args.capacity,
+        max_queued_per_submitter=args.max_queued,
+    )
     scheduler = Scheduler(service)
     signal.signal(signal.SIGTERM, lambda *_: scheduler.stop())
     try:
@@ -213,8 +227,13 @@ def _submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         from omegaconf import OmegaConf
 
         spec = OmegaConf.to_container(OmegaConf.load(args.config))
-    return EXIT_OK, service.submit(service.load_service(args.root), spec, key=args.key,
-                                   submitter=args.submitter, kind=args.kind)  # fmt: skip
+    return EXIT_OK, service.submit(
+        service.load_service(args.root),
+        spec,
+        key=args.key,
+        submitter=args.submitter,
+        kind=args.kind,
+    )
 
 
 def _job_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -238,9 +257,13 @@ def _job_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def _jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator import service
 
-    return EXIT_OK, service.list_jobs(service.load_service(args.root), states=args.state,
-                                      submitter=args.submitter, kind=args.kind,
-                                      limit=args.limit)  # fmt: skip
+    return EXIT_OK, service.list_jobs(
+        service.load_service(args.root),
+        states=args.state,
+        submitter=args.submitter,
+        kind=args.kind,
+        limit=args.limit,
+    )
 
 
 def _mcp(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:

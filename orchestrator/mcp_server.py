@@ -70,8 +70,9 @@ def build_server(root: str) -> FastMCP:
 
         if not run_ids and not sweep and not experiment:
             raise ValueError("name the runs: run_ids, sweep or experiment")
-        return api.compare(run_ids, sweep=sweep, experiment=experiment,
-                           tracking_uri=svc().rules().tracking_uri)  # fmt: skip
+        return api.compare(
+            run_ids, sweep=sweep, experiment=experiment, tracking_uri=svc().rules().tracking_uri
+        )
 
     @mcp.tool()
     def verify_elastic(spec: dict[str, Any], dp: int, resume_dp: int) -> dict[str, Any]:

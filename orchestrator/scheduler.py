@@ -126,8 +126,18 @@ class Scheduler:
         except Exception as e:  # a plan job fails with the reason, the scheduler goes on
             self._fail(job.id, str(e))
             return
-        result = {k: plan[k] for k in ("contract_fingerprint", "variant", "mixture", "dp_size",
-                                       "steps", "tokens", "lanes")}  # fmt: skip
+        result = {
+            k: plan[k]
+            for k in (
+                "contract_fingerprint",
+                "variant",
+                "mixture",
+                "dp_size",
+                "steps",
+                "tokens",
+                "lanes",
+            )
+        }
         self.queue.transition(job.id, "succeeded", result=result, mlflow_run_id=run_id)
 
     # -- training jobs --------------------------------------------------------------------
@@ -150,17 +160,34 @@ class Scheduler:
         else:
             spec_path = job_dir / "experiment.json"
             spec_path.write_text(json.dumps(job.spec))
-            argv = [*cli, "run", "-c", str(spec_path), "--name", job.id, "--dp", str(size),
-                    "--json", f"runs_root={self.service.runs_root}",
-                    f"tracking.uri={self.rules.tracking_uri}", *pin]  # fmt: skip
+            argv = [
+                *cli,
+                "run",
+                "-c",
+                str(spec_path),
+                "--name",
+                job.id,
+                "--dp",
+                str(size),
+                "--json",
+                f"runs_root={self.service.runs_root}",
+                f"tracking.uri={self.rules.tracking_uri}",
+                *pin,
+            ]
         with (
             (job_dir / f"attempt-{attempt}.json").open("wb") as out,
             (job_dir / f"attempt-{attempt}.log").open("wb") as err,
         ):
             process = _spawn(argv, self.service.path, out, err)
         try:
-            self.queue.transition(job.id, "running", expect={"queued", "preempted"}, dp=size,
-                                  pid=process.pid, run_folder=str(folder.path))  # fmt: skip
+            self.queue.transition(
+                job.id,
+                "running",
+                expect={"queued", "preempted"},
+                dp=size,
+                pid=process.pid,
+                run_folder=str(folder.path),
+            )
         except TransitionError:  # cancelled between the pick and the start
             _terminate(process.pid)
             process.wait()
@@ -194,12 +221,14 @@ class Scheduler:
                 self._fail(job_id, f"its process died {job.attempts} times without a result")
             else:
                 detail = "stopped" if result else "process died"
-                self.queue.transition(job_id, "preempted", expect={"running"}, detail=detail,
-                                      **fields)  # fmt: skip
+                self.queue.transition(
+                    job_id, "preempted", expect={"running"}, detail=detail, **fields
+                )
         else:
             error = (result or {}).get("error") or (result or {}).get("messages")
-            self.queue.transition(job_id, "failed", expect={"running"},
-                                  error=json.dumps(error)[:4000], **fields)  # fmt: skip
+            self.queue.transition(
+                job_id, "failed", expect={"running"}, error=json.dumps(error)[:4000], **fields
+            )
 
     def _fail(self, job_id: str, error: str) -> None:
         job = self.queue.get(job_id)
@@ -287,9 +316,13 @@ def _log_plan(uri: str, config: ExperimentConfig, plan: dict[str, Any], job: Job
     tracker = Tracker(uri, config.tracking.experiment)
     client = tracker.client
     run = client.create_run(tracker.experiment_id(), run_name=job.id)
-    tags = {TAG_KIND: "plan", TAG_CONTRACT: plan["contract_fingerprint"],
-            TAG_VARIANT: plan["variant"], "zephon.job_id": job.id,
-            "zephon.submitter": job.submitter}  # fmt: skip
+    tags = {
+        TAG_KIND: "plan",
+        TAG_CONTRACT: plan["contract_fingerprint"],
+        TAG_VARIANT: plan["variant"],
+        "zephon.job_id": job.id,
+        "zephon.submitter": job.submitter,
+    }
     client.log_batch(
         run.info.run_id,
         params=[Param(f"{PARAM_MIX_PREFIX}{k}", v) for k, v in plan["mixture"].items()],

@@ -69,8 +69,12 @@ class ServiceConfig:
         """The admission rules of this service."""
         roots = self.data_roots or (str(self.path / "data"),)
         uri = self.tracking_uri or f"sqlite:///{self.path / 'mlflow.db'}"
-        return Rules(tuple(str(Path(r).expanduser().absolute()) for r in roots),
-                     str(self.runs_root), uri, self.limits)  # fmt: skip
+        return Rules(
+            tuple(str(Path(r).expanduser().absolute()) for r in roots),
+            str(self.runs_root),
+            uri,
+            self.limits,
+        )
 
     def queue(self) -> JobQueue:
         return JobQueue(self.queue_path, max_queued_per_submitter=self.max_queued_per_submitter)

@@ -582,8 +582,9 @@ class Tracker:
         metrics, steps, evals = folder.metrics(), folder.steps(), folder.evals()
         # A step's data line comes before TorchTitan's loss line: hold back every step
         # after the newest one whose loss is in (unless this is the final sync).
-        horizon = None if final else max((s for s, m in metrics.items() if TITAN_LOSS in m),
-                                         default=None)  # fmt: skip
+        horizon = (
+            None if final else max((s for s, m in metrics.items() if TITAN_LOSS in m), default=None)
+        )
         now = _now_ms()
 
         # Units: (cursor field, step, points); each unit goes whole into the cursor.

@@ -64,8 +64,10 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     if result.status != "succeeded":
         raise RunFailed(f"run {result.run_name} {result.status}:\n" + "\n".join(result.messages))
     score = result.eval["aggregate_bpb"] if result.eval else None
-    print(f"[zephon-run] {result.run_name}: {result.steps} steps on dp {result.dp_sizes}, "
-          f"held-out bits/byte {score}, MLflow run {result.mlflow_run_id}, folder {result.folder}")  # fmt: skip
+    print(
+        f"[zephon-run] {result.run_name}: {result.steps} steps on dp {result.dp_sizes}, "
+        f"held-out bits/byte {score}, MLflow run {result.mlflow_run_id}, folder {result.folder}"
+    )
     return result.to_dict()
 
 

@@ -101,9 +101,11 @@ class ZephonLauncher(Launcher):
                     self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
                 )
             r = experiment.resources
-            sizes = [r.dp] if r.dp is not None else [
-                k for k in divisors(experiment.data.lanes) if not dp_problems(experiment, k)
-            ]  # fmt: skip
+            sizes = (
+                [r.dp]
+                if r.dp is not None
+                else [k for k in divisors(experiment.data.lanes) if not dp_problems(experiment, k)]
+            )
             runs.append((sizes, lambda lease, n=number, o=list(overrides): self._run(n, o, lease)))
         # Widest first: a job needing every core would otherwise wait for the narrow ones to
         # drain, and end the sweep alone on the machine (longest processing time first).

@@ -137,10 +137,12 @@ class MixSweeper(Sweeper):
         )
         for override in parsed:
             if override.get_key_element().startswith(("data.mixture", "mix")):
-                raise ExperimentError([
-                    f"{override.input_line!r}: the mix sweeper sets data.mixture itself; "
-                    "describe the mixes with hydra.sweeper.mix.* instead"
-                ])  # fmt: skip
+                raise ExperimentError(
+                    [
+                        f"{override.input_line!r}: the mix sweeper sets data.mixture itself; "
+                        "describe the mixes with hydra.sweeper.mix.* instead"
+                    ]
+                )
         combinations = BasicSweeper.split_arguments(parsed, None)[0] or [[]]
         if any(k < 1 for k in self.replicate_dp) or len(set(self.replicate_dp)) != len(
             self.replicate_dp
@@ -286,8 +288,15 @@ def _outcome(job: Job, result: JobReturn) -> dict[str, Any]:
     if result.status == JobStatus.COMPLETED and isinstance(result.return_value, dict):
         value = result.return_value
         outcome.update(status=value.get("status", "succeeded"), error=None)
-        for key in ("run_name", "mlflow_run_id", "variant", "data_fingerprint", "dp_sizes",
-                    "eval", "folder"):  # fmt: skip
+        for key in (
+            "run_name",
+            "mlflow_run_id",
+            "variant",
+            "data_fingerprint",
+            "dp_sizes",
+            "eval",
+            "folder",
+        ):
             outcome[key] = value.get(key)
         if "dp_size" in value:  # a dry run's plan
             outcome["dp_sizes"] = [value["dp_size"]]
@@ -408,8 +417,9 @@ def _param(key: str, value: Any) -> Any:
 def _report(summary: dict[str, Any], sweep_dir: Path, decimals: int) -> str:
     """What the user reads at the end of a sweep: the table (or why not) and where to look."""
     verdict = summary["comparison"] or {}
-    lines = [f"== {summary['sweep']}: {len(summary['jobs'])} jobs, summary in "
-             f"{sweep_dir / SWEEP_FILE}"]  # fmt: skip
+    lines = [
+        f"== {summary['sweep']}: {len(summary['jobs'])} jobs, summary in {sweep_dir / SWEEP_FILE}"
+    ]
     lines += [
         f"  job {o['job']}: {o['status']:9} {mix_label(o['mixture'], decimals)} "
         f"dp={o.get('dp_sizes')} {o.get('run_name') or ''}"
@@ -421,8 +431,10 @@ def _report(summary: dict[str, Any], sweep_dir: Path, decimals: int) -> str:
         lines += ["", verdict["error"]]
     uri = summary["tracking_uri"] or ""
     if uri.startswith("sqlite:"):
-        lines.append(f"Look at it: mlflow ui --backend-store-uri {uri}  (parent run "
-                     f"{summary['parent_run_id']})")  # fmt: skip
+        lines.append(
+            f"Look at it: mlflow ui --backend-store-uri {uri}  (parent run "
+            f"{summary['parent_run_id']})"
+        )
     elif uri:
         lines.append(f"Look at it: {uri} (parent run {summary['parent_run_id']})")
     return "\n".join(lines)

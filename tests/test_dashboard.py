@@ -48,10 +48,16 @@ SERVER_START_S = 120
 BUDGETS_MS = (15_000, 30_000, 60_000)
 """Virtual-time budgets tried in turn until a page shows what it must (the first suffices)."""
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     "--window-size=1600,1000",
-]  # fmt: skip
+]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -81,10 +87,19 @@ def run_chromium(binary: str, url: str, *args: str, budget_ms: int) -> str:
     """Chromium headless on ``url`` with a fresh profile; its stdout."""
     with tempfile.TemporaryDirectory(prefix="zephon-chromium-") as profile:
         process = subprocess.run(
-            [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-             f"--virtual-time-budget={budget_ms}", *args, url],
-            capture_output=True, text=True, timeout=180, cwd=profile,
-        )  # fmt: skip
+            [
+                binary,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                f"--virtual-time-budget={budget_ms}",
+                *args,
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=profile,
+        )
     assert process.returncode == 0, f"chromium failed on {url}:\n{process.stderr[-3000:]}"
     return process.stdout
 
@@ -153,15 +168,28 @@ def server(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     port = free_port()
     log = (root / "server.log").open("w")
     process = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "server",
-         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-         "--artifacts-destination", str(root / "artifacts"),
-         "--workers", "1", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(Path(sys.executable).with_name("mlflow")),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--workers",
+            "1",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=root,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
         # no job runner (7 huey consumers, for GenAI features the UI does not need here):
         # starts faster, stops in 2-3 s instead of 15 s, and leaves the 2 cores to the sweep
         env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-    )  # fmt: skip
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + SERVER_START_S
@@ -205,15 +233,29 @@ def sweep(server: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
     work = tmp_path_factory.mktemp("dashboard")
     sweep_dir = work / "multirun" / "dashboard"
     process = subprocess.run(
-        [sys.executable, "-m", "sweeps.app", "-m", "hydra/sweeper=zephon_mix",
-         "hydra/launcher=zephon", f"hydra.sweep.dir={sweep_dir}",
-         "tracking=server", "tracking.experiment=dashboard",
-         f"data.datasets={{{datasets}}}", "data.holdout_bytes=4096",
-         "train=smoke", "train.steps=2", "eval.interval=2",
-         f"hydra.sweeper.mix.explicit=[{','.join(mixes)}]"],
-        cwd=work, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "sweeps.app",
+            "-m",
+            "hydra/sweeper=zephon_mix",
+            "hydra/launcher=zephon",
+            f"hydra.sweep.dir={sweep_dir}",
+            "tracking=server",
+            "tracking.experiment=dashboard",
+            f"data.datasets={{{datasets}}}",
+            "data.holdout_bytes=4096",
+            "train=smoke",
+            "train.steps=2",
+            "eval.interval=2",
+            f"hydra.sweeper.mix.explicit=[{','.join(mixes)}]",
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": server},
-    )  # fmt: skip
+    )
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
     assert "Comparison accepted" in process.stdout, process.stdout[-3000:]
     summary = json.loads((sweep_dir / SWEEP_FILE).read_text())

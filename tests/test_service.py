@@ -89,9 +89,21 @@ def test_bad_requests_are_refused_with_reasons_and_change_nothing(
     # Malformed JSON and a missing key through the CLI: exit 2, a message, nothing queued.
     for args in (["--spec", "{not json", "--key", "a"], ["--spec", "{}"]):
         cli = subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", "submit", "--root", str(svc.path), *args,
-             "--json"], capture_output=True, text=True, env=ENV, timeout=120,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "submit",
+                "--root",
+                str(svc.path),
+                *args,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=120,
+        )
         assert cli.returncode == 2, cli.stdout + cli.stderr
         if cli.stdout:
             assert json.loads(cli.stdout)["error"]["kind"] == "invalid"
@@ -119,8 +131,9 @@ def _submitter(root: str, worker: int, data: dict[str, list[str]]) -> list[tuple
         i = int(key.rsplit("e", 1)[1])
         real = worker < 2 and i == 0  # 2 short trainings; the rest are dry runs
         body = spec(data, seed=worker * 10 + i)
-        got = service.submit(svc, body, key=key, submitter=f"agent-{worker}",
-                             kind="run" if real else "plan")  # fmt: skip
+        got = service.submit(
+            svc, body, key=key, submitter=f"agent-{worker}", kind="run" if real else "plan"
+        )
         out.append((key, got["job"]["id"], got["created"]))
         time.sleep(rng.random() * 0.01)
     return out
@@ -156,10 +169,22 @@ def test_twenty_submitters_two_hundred_jobs_none_lost_none_twice(
 
 def serve(svc: service.ServiceConfig, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "serve", "--root", str(svc.path),
-         "--data-root", svc.data_roots[0], *extra],
-        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "serve",
+            "--root",
+            str(svc.path),
+            "--data-root",
+            svc.data_roots[0],
+            *extra,
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_sigkill_of_scheduler_and_job_then_restart_finishes_with_the_same_digests(
@@ -181,10 +206,12 @@ def test_sigkill_of_scheduler_and_job_then_restart_finishes_with_the_same_digest
     os.kill(job.pid, signal.SIGKILL)
     scheduler.wait()
 
-    reference = service.submit(svc, body | {"name": "reference"}, key="reference",
-                               submitter="agent")["job"]["id"]  # fmt: skip
-    doomed = service.submit(svc, spec(data, steps=500) | {"name": "doomed"}, key="doomed",
-                            submitter="agent")["job"]["id"]  # fmt: skip
+    reference = service.submit(
+        svc, body | {"name": "reference"}, key="reference", submitter="agent"
+    )["job"]["id"]
+    doomed = service.submit(
+        svc, spec(data, steps=500) | {"name": "doomed"}, key="doomed", submitter="agent"
+    )["job"]["id"]
     restarted = serve(svc, "--until-idle")
     while not RunFolder(svc.runs_root / doomed).steps() and restarted.poll() is None:
         time.sleep(0.5)  # cancelled mid-training
@@ -219,18 +246,23 @@ async def _mcp_session(root: str, body: dict) -> dict[str, Any]:
         calls = {}
         for key in ("a", "b"):
             result = await session.call_tool(
-                "submit", {"spec": body | {"name": key}, "key": key, "submitter": "llm",
-                           "kind": "plan"},
-            )  # fmt: skip
+                "submit",
+                {"spec": body | {"name": key}, "key": key, "submitter": "llm", "kind": "plan"},
+            )
             calls[key] = json.loads(result.content[0].text)
         out["submitted"] = calls
         out["bad"] = await session.call_tool(
-            "submit", {"spec": {"data": {"datasets": {"x": ["/etc/passwd"]}}}, "key": "bad",
-                       "submitter": "llm"},
-        )  # fmt: skip
+            "submit",
+            {
+                "spec": {"data": {"datasets": {"x": ["/etc/passwd"]}}},
+                "key": "bad",
+                "submitter": "llm",
+            },
+        )
         # the scheduler runs the two dry runs in this process meanwhile
-        await asyncio.to_thread(Scheduler(service.load_service(root), poll_s=0.2).serve,
-                                until_idle=True)  # fmt: skip
+        await asyncio.to_thread(
+            Scheduler(service.load_service(root), poll_s=0.2).serve, until_idle=True
+        )
         status = await session.call_tool("status", {"job_id": calls["a"]["job"]["id"]})
         out["status"] = json.loads(status.content[0].text)
         run_ids = [out["status"]["job"]["mlflow_run_id"]]

@@ -78,11 +78,21 @@ def multirun(work: Path, name: str, *args: str) -> tuple[subprocess.CompletedPro
     """``zephon-run -m hydra/sweeper=zephon_mix ARGS`` in ``work``; (process, sweep dir)."""
     sweep_dir = work / "multirun" / name
     process = subprocess.run(
-        [sys.executable, "-m", "sweeps.app", "-m", "hydra/sweeper=zephon_mix",
-         f"hydra.sweep.dir={sweep_dir}", *args],
-        cwd=work, capture_output=True, text=True, timeout=1200,
+        [
+            sys.executable,
+            "-m",
+            "sweeps.app",
+            "-m",
+            "hydra/sweeper=zephon_mix",
+            f"hydra.sweep.dir={sweep_dir}",
+            *args,
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=1200,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+    )
     return process, sweep_dir
 
 
@@ -102,9 +112,13 @@ def fingerprints(result: dict[str, Any]) -> dict[str, set[str]]:
 @pytest.fixture(scope="module")
 def replicated(work: Path, domains: list[str], base_overrides: list[str]) -> dict[str, Any]:
     process, sweep_dir = multirun(
-        work, "replicated", "hydra/launcher=zephon", *base_overrides, mixes(domains, *THREE),
+        work,
+        "replicated",
+        "hydra/launcher=zephon",
+        *base_overrides,
+        mixes(domains, *THREE),
         "hydra.sweeper.replicate_dp=[1,2]",
-    )  # fmt: skip
+    )
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
     return {"summary": summary(sweep_dir), "stdout": process.stdout}
 
@@ -156,9 +170,13 @@ def test_a_sweep_over_two_contracts_is_refused_and_says_why(
     work: Path, domains: list[str], base_overrides: list[str]
 ) -> None:
     process, sweep_dir = multirun(
-        work, "seeds", "hydra/launcher=zephon", *base_overrides,
-        mixes(domains, (1.0, 1.0, 1.0), (0.0, 1.0, 1.0)), "data.seed=0,1",
-    )  # fmt: skip
+        work,
+        "seeds",
+        "hydra/launcher=zephon",
+        *base_overrides,
+        mixes(domains, (1.0, 1.0, 1.0), (0.0, 1.0, 1.0)),
+        "data.seed=0,1",
+    )
     assert process.returncode != 0
     assert "seed" in process.stderr and "contract" in process.stderr
     result = summary(sweep_dir)
@@ -179,14 +197,20 @@ def test_invalid_sweeps_are_refused_before_anything_launches(
     )
     assert unknown.returncode != 0 and "web" in unknown.stderr, unknown.stderr
     bounds, _ = multirun(
-        tmp_path, "bounds", *base_overrides, "hydra.sweeper.mix.grid_resolution=0.5",
+        tmp_path,
+        "bounds",
+        *base_overrides,
+        "hydra.sweeper.mix.grid_resolution=0.5",
         f"hydra.sweeper.mix.min={{{domains[0]}:0.6,{domains[1]}:0.6}}",
-    )  # fmt: skip
+    )
     assert bounds.returncode != 0 and "no valid mix" in bounds.stderr, bounds.stderr
     dp, _ = multirun(
-        tmp_path, "dp", *base_overrides, "hydra.sweeper.mix.grid_resolution=0.5",
+        tmp_path,
+        "dp",
+        *base_overrides,
+        "hydra.sweeper.mix.grid_resolution=0.5",
         "hydra.sweeper.replicate_dp=[1,3]",
-    )  # fmt: skip
+    )
     assert dp.returncode != 0 and "dp=3 does not divide data.lanes=4" in dp.stderr, dp.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
 
@@ -196,9 +220,13 @@ def test_hydra_submitit_launcher_runs_the_jobs(
 ) -> None:
     """Slurm's launcher in its local mode (jobs pickled to submitit subprocesses); dry runs."""
     process, sweep_dir = multirun(
-        tmp_path, "submitit", "hydra/launcher=submitit_local", "dry_run=true", *base_overrides,
+        tmp_path,
+        "submitit",
+        "hydra/launcher=submitit_local",
+        "dry_run=true",
+        *base_overrides,
         mixes(domains, *THREE),
-    )  # fmt: skip
+    )
     assert process.returncode == 0, process.stderr[-5000:]
     jobs = summary(sweep_dir)["jobs"]
     assert [j["status"] for j in jobs] == ["succeeded"] * 3

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.experiment import ExperimentConfig, ExperimentError, load_experiment, validate
+from orchestrator.errors import ExperimentError
+from orchestrator.experiment import ExperimentConfig, load_experiment, validate
 
 
 @dataclass(frozen=True)

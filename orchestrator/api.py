@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from orchestrator import interrupts
 from orchestrator.devices import Devices, choose_dp, discover
+from orchestrator.errors import LaunchError, TrackingError
 from orchestrator.experiment import (
     ExperimentConfig,
     ExperimentError,
@@ -34,7 +35,6 @@ from orchestrator.experiment import (
 )
 from orchestrator.launch import (
     Launch,
-    LaunchError,
     Progress,
     launch_env,
     run_local,
@@ -285,7 +285,7 @@ def _train(
     progress: TextIO | None,
 ) -> RunResult:
     """Launch one segment of ``folder``'s training on ``dp`` ranks and track it."""
-    from orchestrator.tracking import TrackingError, resolve_uri
+    from orchestrator.tracking import resolve_uri
 
     state = folder.state()
     messages: list[str] = []

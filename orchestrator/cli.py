@@ -42,20 +42,20 @@ import json
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 from orchestrator import interrupts
-from pipeline import ConfigError, DataError
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INVALID = 2
-EXIT_REFUSED = 3
-EXIT_TRACKING = 4
-EXIT_BUSY = 5
-EXIT_TIMED_OUT = 124
-EXIT_INTERRUPTED = 130
+from orchestrator.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_TIMED_OUT,
+)
+from pipeline import ConfigError, ZephonError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -321,22 +321,16 @@ def _interrupted_payload() -> dict[str, Any]:
 
 
 def _error(error: BaseException) -> tuple[int, dict[str, Any]]:
-    from orchestrator.launch import LaunchError
-    from orchestrator.queue import QueueFull
-    from orchestrator.tracking import TrackingUnavailable
-
-    if isinstance(error, TrackingUnavailable):
-        code, kind = EXIT_TRACKING, "tracking_unavailable"
-    elif isinstance(error, QueueFull):
-        code, kind = EXIT_BUSY, "queue_full"
-    elif isinstance(error, (ConfigError, DataError, FileNotFoundError, ValueError)):
+    """The exit code and JSON payload of ``error`` (the class says which: orchestrator/errors.py)."""
+    if isinstance(error, ZephonError):
+        code, kind = error.exit_code, error.kind
+    elif isinstance(error, (FileNotFoundError, ValueError)):  # files and values of arguments
         code, kind = EXIT_INVALID, "invalid"
-    elif isinstance(error, LaunchError):
-        code, kind = EXIT_FAILED, "launch_failed"
     elif isinstance(error, KeyboardInterrupt):
         code, kind = EXIT_INTERRUPTED, "interrupted"
-    else:
-        raise error
+    else:  # a bug: the traceback goes to stderr, the payload stays one JSON object
+        traceback.print_exception(error, file=sys.stderr)
+        code, kind = EXIT_FAILED, "internal"
     problems = getattr(error, "problems", [str(error)])
     return code, {"error": {"kind": kind, "message": str(error), "problems": problems}}
 

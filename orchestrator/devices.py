@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from orchestrator.experiment import ExperimentConfig, ExperimentError, divisors, dp_problems
+from orchestrator.errors import ExperimentError
+from orchestrator.experiment import ExperimentConfig, divisors, dp_problems
 
 BUSY_MEMORY_FRACTION = 0.10
 

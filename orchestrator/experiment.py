@@ -32,31 +32,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from orchestrator.errors import ExperimentError
 from orchestrator.precision import PRECISIONS
-from pipeline import ConfigError, load_tokenizer
+from pipeline import load_tokenizer
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
-
-
-class ProblemsError(ConfigError):
-    """A request refused for one or more reasons; ``problems`` lists every one."""
-
-    subject = "request"
-    """What was invalid, for the message."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__(
-            f"invalid {self.subject}:\n" + "\n".join(f"  - {p}" for p in problems)
-            if len(problems) > 1
-            else f"invalid {self.subject}: {problems[0]}"
-        )
-
-
-class ExperimentError(ProblemsError):
-    """An experiment that must not be launched; ``problems`` lists every reason."""
-
-    subject = "experiment"
 
 
 @dataclass

@@ -34,10 +34,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from orchestrator.errors import EXIT_INTERRUPTED
+
 STOP = threading.Event()
 """Set once SIGINT or SIGTERM arrived; every launch loop polls it."""
 UNFINISHED_ENV = "ZEPHON_UNFINISHED_FILE"
-EXIT_INTERRUPTED = 130
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _received: list[int] = []

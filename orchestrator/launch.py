@@ -51,10 +51,6 @@ SLURM_CANCEL_WAIT_S = 30.0
 """How long an interrupted Slurm launch waits for its cancelled job to end."""
 
 
-class LaunchError(RuntimeError):
-    """A launch that failed; the message ends with the tail of its log."""
-
-
 def trainer_args(config: ExperimentConfig, folder: RunFolder) -> list[str]:
     """TorchTitan's flags for ``config`` (``zephon-train`` parses them)."""
     d, t = config.data, config.train

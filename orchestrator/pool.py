@@ -30,12 +30,9 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from orchestrator.devices import Devices
+from orchestrator.errors import NoFit
 
 T = TypeVar("T")
-
-
-class NoFit(RuntimeError):
-    """A run asks only for dp sizes larger than every device of the pool together."""
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Many agent processes submit experiments at once; the scheduler (one or more threads or
 processes) starts them, watches them and records how they end. The queue is one SQLite
 file, so it survives restarts of everyone involved and needs no server. This module
-imports only the standard library and :mod:`pipeline.errors`: submitting stays cheap.
+imports only the standard library and the error classes: submitting stays cheap.
 
 Schema (``PRAGMA user_version`` = 1)::
 
@@ -73,7 +73,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ConfigError
+from orchestrator.errors import QueueError, QueueFull, TransitionError
 
 STATES = ("queued", "running", "succeeded", "failed", "cancelled", "preempted")
 FINAL = {"succeeded", "failed", "cancelled"}
@@ -132,18 +132,6 @@ _SCHEMA = (
     )""",
     "CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, seq)",
 )
-
-
-class QueueError(ConfigError):
-    """A request the queue refuses: bad input, a reused key, a limit reached, an unknown job."""
-
-
-class QueueFull(QueueError):
-    """The submitter already has as many unfinished jobs as it may."""
-
-
-class TransitionError(QueueError):
-    """A state change the state machine forbids, or the job is not in the expected state."""
 
 
 @dataclass(frozen=True)

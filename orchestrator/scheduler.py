@@ -45,9 +45,10 @@ from typing import Any
 
 from orchestrator.admission import admit
 from orchestrator.devices import discover
-from orchestrator.experiment import ExperimentConfig, ExperimentError, divisors, dp_problems
+from orchestrator.errors import ExperimentError, TransitionError
+from orchestrator.experiment import ExperimentConfig, divisors, dp_problems
 from orchestrator.pool import DevicePool, Lease
-from orchestrator.queue import Job, TransitionError
+from orchestrator.queue import Job
 from orchestrator.runfolder import RunFolder
 from orchestrator.service import ServiceConfig
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.admission import Limits, Rules, admit
-from orchestrator.queue import FINAL, JobQueue, QueueError
+from orchestrator.errors import QueueError
+from orchestrator.queue import FINAL, JobQueue
 
 SERVICE_FILE = "service.json"
 DEFAULT_ROOT = "zephon-service"

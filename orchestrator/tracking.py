@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from orchestrator.errors import NotTracked, TrackingError, TrackingUnavailable
 from orchestrator.runfolder import EVAL_FILE, EXPERIMENT_FILE, RUN_SUBDIR, STEPS_FILE, RunFolder
 from orchestrator.tracking_names import (
     ARTIFACT_EVAL,
@@ -117,14 +118,6 @@ _OFFLINE_HINT = (
     "Start the MLflow server, fix tracking.uri, or set tracking.offline_ok=true to train now "
     "and send the metrics later with `zephon sync <run folder>`."
 )
-
-
-class TrackingError(Exception):
-    """Tracking cannot proceed; the message says what is wrong and what to do."""
-
-
-class TrackingUnavailable(TrackingError):
-    """The tracking server (or database) cannot be reached right now; retrying later may work."""
 
 
 # -- URIs and the pre-launch check ------------------------------------------------------------
@@ -734,7 +727,7 @@ def sync_folder(folder: RunFolder) -> dict[str, int]:
     uri = state.get("tracking_uri")
     if not uri:
         what = "has no run.json" if not state else "has no tracking_uri in run.json"
-        raise TrackingError(
+        raise NotTracked(
             f"{folder.path} was never tracked ({what}): nothing to sync. Runs launched with "
             "tracking record their tracking URI there; check the folder path."
         )

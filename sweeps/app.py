@@ -28,13 +28,14 @@ from omegaconf import DictConfig
 from orchestrator import interrupts
 from orchestrator.experiment import load_experiment
 from orchestrator.runfolder import RunFolder
+from pipeline import ZephonError
 from sweeps.config import split
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 """The config tree (``conf/`` next to ``sweeps/``; Zephon is installed editable)."""
 
 
-class RunFailed(RuntimeError):
+class RunFailed(ZephonError):
     """A run that ended in another status than ``succeeded``."""
 
 

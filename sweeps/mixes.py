@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.experiment import ProblemsError
+from orchestrator.errors import ProblemsError
 
 _TOLERANCE = 1e-9
 """Slack of float comparisons: grid steps, bounds in units, perturbed weights."""

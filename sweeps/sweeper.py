@@ -45,8 +45,10 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from orchestrator import interrupts
-from orchestrator.experiment import ExperimentError, validate
+from orchestrator.errors import ExperimentError
+from orchestrator.experiment import validate
 from orchestrator.runfolder import RunFolder
+from pipeline import ZephonError
 from sweeps.config import experiment_from
 from sweeps.mixes import MixSpace, describe, mix_label, override_strings, variants
 
@@ -55,7 +57,7 @@ log = logging.getLogger(__name__)
 SWEEP_FILE = "sweep.json"
 
 
-class SweepFailed(RuntimeError):
+class SweepFailed(ZephonError):
     """Some job of the sweep failed, or the guard refused the comparison (all logged)."""
 
 

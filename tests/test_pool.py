@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.devices import Devices
-from orchestrator.pool import DevicePool, Lease, NoFit
+from orchestrator.errors import NoFit
+from orchestrator.pool import DevicePool, Lease
 
 GPUS = Devices("cuda", 4, "H100", (0, 1, 2, 3))
 

@@ -23,8 +23,7 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator import service
-from orchestrator.experiment import ExperimentError
-from orchestrator.queue import QueueFull
+from orchestrator.errors import ExperimentError, QueueFull
 from orchestrator.runfolder import RunFolder
 from orchestrator.scheduler import Scheduler
 from tests.titan_run import corpus

@@ -1,0 +1,123 @@
+"""Every error the orchestrator raises, with the exit code the ``zephon`` CLI ends with.
+
+They all derive from ``pipeline.ZephonError`` (the pipeline's own errors are in
+``pipeline/errors.py``), so the CLI maps an error to its code and JSON ``kind``
+by reading the class, never by the order of its checks::
+
+    ZephonError                         1 failed
+    ├── ConfigError                     2 invalid
+    │   ├── ProblemsError               2 invalid      every reason in .problems
+    │   │   └── ExperimentError         2 invalid
+    │   └── QueueError                  2 invalid
+    │       ├── QueueFull               5 queue_full
+    │       └── TransitionError         2 invalid
+    ├── NoFit                           2 invalid
+    ├── LaunchError                     1 launch_failed
+    └── TrackingError                   4 tracking_error
+        ├── TrackingUnavailable         4 tracking_unavailable
+        └── NotTracked                  2 invalid
+
+Exit codes the CLI uses beyond errors: 0 ok, 3 the guard refused, 124 timed out,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+from pipeline.errors import EXIT_FAILED, EXIT_INVALID, ConfigError, ZephonError
+
+EXIT_OK = 0
+EXIT_REFUSED = 3
+"""The comparison guard (or ``verify-elastic``) refused."""
+EXIT_TRACKING = 4
+"""The tracking server is unreachable (before launch, or on sync)."""
+EXIT_BUSY = 5
+"""The submitter's queue is full."""
+EXIT_TIMED_OUT = 124
+EXIT_INTERRUPTED = 130
+"""SIGINT or SIGTERM stopped the command (128 + SIGINT, as shells report Ctrl-C)."""
+
+__all__ = [
+    "EXIT_BUSY",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_INVALID",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_TIMED_OUT",
+    "EXIT_TRACKING",
+    "ExperimentError",
+    "LaunchError",
+    "NoFit",
+    "NotTracked",
+    "ProblemsError",
+    "QueueError",
+    "QueueFull",
+    "TrackingError",
+    "TrackingUnavailable",
+    "TransitionError",
+]
+
+
+class ProblemsError(ConfigError):
+    """A request refused for one or more reasons; ``problems`` lists every one."""
+
+    subject = "request"
+    """What was invalid, for the message."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(
+            f"invalid {self.subject}:\n" + "\n".join(f"  - {p}" for p in problems)
+            if len(problems) > 1
+            else f"invalid {self.subject}: {problems[0]}"
+        )
+
+
+class ExperimentError(ProblemsError):
+    """An experiment that must not be launched; ``problems`` lists every reason."""
+
+    subject = "experiment"
+
+
+class QueueError(ConfigError):
+    """A request the queue refuses: bad input, a reused key, a limit reached, an unknown job."""
+
+
+class QueueFull(QueueError):
+    """The submitter already has as many unfinished jobs as it may."""
+
+    exit_code, kind = EXIT_BUSY, "queue_full"
+
+
+class TransitionError(QueueError):
+    """A state change the state machine forbids, or the job is not in the expected state."""
+
+
+class NoFit(ZephonError):
+    """A run asks only for dp sizes larger than every device of the pool together."""
+
+    exit_code, kind = EXIT_INVALID, "invalid"
+
+
+class LaunchError(ZephonError):
+    """A launch that failed; the message ends with the tail of its log."""
+
+    kind = "launch_failed"
+
+
+class TrackingError(ZephonError):
+    """Tracking cannot proceed; the message says what is wrong and what to do."""
+
+    exit_code, kind = EXIT_TRACKING, "tracking_error"
+
+
+class TrackingUnavailable(TrackingError):
+    """The tracking server (or database) cannot be reached right now; retrying later may work."""
+
+    kind = "tracking_unavailable"
+
+
+class NotTracked(TrackingError):
+    """A run folder that was never tracked: there is nothing to send."""
+
+    exit_code, kind = EXIT_INVALID, "invalid"

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.launch import CPU_MALLOC_ENV, free_port
+from orchestrator.runfolder import read_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOADERS = ("stock", "zephon")
@@ -316,13 +317,9 @@ def launch(
 # -- results of one run -----------------------------------------------------------------------
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def _step_batches(folder: Path, dp: int, steps: int) -> list[list[str]]:
     """Per step, the sorted sequence hashes of the global batch (all ranks' pulls)."""
-    per_rank = [_jsonl(folder / f"rows.dp{rank}.jsonl") for rank in range(dp)]
+    per_rank = [read_jsonl(folder / f"rows.dp{rank}.jsonl") for rank in range(dp)]
     pulls = {len(p) for p in per_rank}
     assert len(pulls) == 1, f"{folder}: ranks made different numbers of pulls: {pulls}"
     per_step = pulls.pop() // steps
@@ -344,7 +341,7 @@ def collect(run: dict[str, Any], loader: str, dp: int, steps: int) -> dict[str, 
     """Scores, eval repeats, per-step global batches and final loss of one finished run."""
     folder = Path(run["folder"])
     zephon_dir = folder / "titan" / "zephon"
-    evals = [r for r in _jsonl(zephon_dir / "eval.jsonl") if r["step"] == steps]
+    evals = [r for r in read_jsonl(zephon_dir / "eval.jsonl") if r["step"] == steps]
     assert len(evals) >= 2, f"{folder}: expected 2 evaluations at step {steps}, got {len(evals)}"
     first, second = evals[0], evals[1]
     noise = {d: abs(second["bpb"][d] - first["bpb"][d]) for d in first["bpb"]}
@@ -352,7 +349,7 @@ def collect(run: dict[str, Any], loader: str, dp: int, steps: int) -> dict[str, 
     batches = _step_batches(folder, dp, steps)
     losses = {
         r["step"]: r["loss_metrics/global_avg_loss"]
-        for r in _jsonl(zephon_dir / "metrics.jsonl")
+        for r in read_jsonl(zephon_dir / "metrics.jsonl")
         if "loss_metrics/global_avg_loss" in r
     }
     result = {
@@ -373,7 +370,7 @@ def collect(run: dict[str, Any], loader: str, dp: int, steps: int) -> dict[str, 
         "_batches": batches,
     }
     if loader == "zephon":
-        records = {r["step"]: r["global_digest"] for r in _jsonl(zephon_dir / "steps.jsonl")}
+        records = {r["step"]: r["global_digest"] for r in read_jsonl(zephon_dir / "steps.jsonl")}
         result["zephon_digests"] = [records.get(s) for s in range(1, steps + 1)]
     return result
 

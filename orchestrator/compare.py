@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.runfolder import read_jsonl
 from orchestrator.tracking_names import (
     ARTIFACT_DIR,
     ARTIFACT_EVAL,
@@ -211,7 +212,7 @@ def _align(header: str) -> str:
 # -- the guard ---------------------------------------------------------------------------------
 
 
-def canonical_mixture(mixture: dict[str, float]) -> str:
+def mixture_label(mixture: dict[str, float]) -> str:
     """``"code=0.500 docs=0.300 i18n=0.200"``: shares by dataset name, three decimals."""
     return " ".join(f"{name}={float(share):.3f}" for name, share in sorted(mixture.items()))
 
@@ -464,7 +465,7 @@ def compare(runs: list[RunSummary]) -> Comparison:
             {
                 "variant": variant[:SHORT],
                 "variant_id": variant,
-                "mixture": canonical_mixture(group[0].mixture),
+                "mixture": mixture_label(group[0].mixture),
                 "shares": {k: float(v) for k, v in sorted(group[0].mixture.items())},
                 "replicates": len(group),
                 "dp_sizes": ",".join(
@@ -593,19 +594,6 @@ def plot(comparison: Comparison, runs: list[RunSummary], path: Path) -> Path:
 # -- MLflow ------------------------------------------------------------------------------------
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a torn last line of a crashed writer
-    return records
-
-
 def _dp_sizes(tags: dict[str, str], steps: list[dict[str, Any]]) -> list[int]:
     for key in (TAG_DP_HISTORY, TAG_DP_SIZE):
         text = tags.get(key, "")
@@ -647,8 +635,8 @@ def load_runs(client: mlflow.MlflowClient, run_ids: list[str]) -> list[RunSummar
                 experiment = json.loads(experiment_path.read_text())
             except (OSError, json.JSONDecodeError):
                 experiment = {}
-            steps = _read_jsonl(root / ARTIFACT_STEPS)
-            evals_raw = _read_jsonl(root / ARTIFACT_EVAL)
+            steps = read_jsonl(root / ARTIFACT_STEPS)
+            evals_raw = read_jsonl(root / ARTIFACT_EVAL)
         digests = {
             int(r["step"]): str(r["global_digest"])
             for r in steps

@@ -20,8 +20,6 @@ trainer will build, so they cannot drift from it)::
 from __future__ import annotations
 
 import glob
-import hashlib
-import json
 import math
 import os
 import re
@@ -34,7 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.errors import ExperimentError
 from orchestrator.precision import PRECISIONS
-from pipeline import load_tokenizer
+from pipeline import fingerprint, load_tokenizer
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -298,13 +296,6 @@ def canonical_mixture(config: ExperimentConfig) -> dict[str, str]:
     return Mixture({n: weights.get(n, 0.0) for n in names}, names).canonical()
 
 
-def fingerprint_of(value: Any) -> str:
-    """SHA-256 of ``value`` as canonical JSON."""
-    return hashlib.sha256(
-        json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-    ).hexdigest()
-
-
 @dataclass
 class Fingerprints:
     """The data contract without the mixture, the mixture, and their fingerprints."""
@@ -338,12 +329,12 @@ def fingerprints(config: ExperimentConfig, dp: int = 1) -> Fingerprints:
     finally:
         pipeline.close()
     mixture = canonical_mixture(config)
-    contract_fp = fingerprint_of(contract)
+    contract_fp = fingerprint(contract)
     return Fingerprints(
         contract=contract,
         mixture=mixture,
         contract_fingerprint=contract_fp,
-        variant=fingerprint_of({"contract": contract_fp, "mixture": mixture}),
+        variant=fingerprint({"contract": contract_fp, "mixture": mixture}),
     )
 
 

@@ -33,7 +33,7 @@ from pipeline.errors import (
 )
 from pipeline.pipeline import Pipeline
 from pipeline.source import WorkSource
-from pipeline.state import merge_states
+from pipeline.state import fingerprint, merge_states
 from pipeline.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "TokenizerError",
     "WorkSource",
     "ZephonError",
+    "fingerprint",
     "global_batch_digest",
     "lane_digest",
     "load_tokenizer",

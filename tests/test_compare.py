@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from orchestrator.compare import (
     Comparison,
     RunSummary,
-    canonical_mixture,
     check,
     compare,
     find_run_ids,
     load_runs,
     log_comparison,
+    mixture_label,
     plot,
 )
 from orchestrator.tracking_names import (
@@ -132,12 +132,12 @@ def test_accepted_rows_means_and_spread(tmp_path: Path) -> None:
     assert result.eval_step == 10
     assert result.domains == list(DOMAINS)
     assert [row["mixture"] for row in result.rows] == [
-        canonical_mixture(MIX_B),
-        canonical_mixture(MIX_A),
+        mixture_label(MIX_B),
+        mixture_label(MIX_A),
     ]
     best, second = result.rows
     assert best["rank"] == 1 and second["rank"] == 2
-    assert canonical_mixture(MIX_A) == "code=0.500 docs=0.300 i18n=0.200"
+    assert mixture_label(MIX_A) == "code=0.500 docs=0.300 i18n=0.200"
     assert best["variant"] == runs[2].variant[:12] and len(best["variant"]) == 12
     assert best["replicates"] == 2 and best["runs"] == ["b-1", "b-2"]
     assert best["dp_sizes"] == "1,2" and second["dp_sizes"] == "1,2"

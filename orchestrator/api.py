@@ -447,23 +447,20 @@ def compare(
     and its artifacts; the verdict is logged to MLflow either way: to a new comparison
     run (a child of ``parent_run_id`` if given), or into the run ``into_run_id``.
     """
-    from mlflow import MlflowClient
-
     from orchestrator import compare as guard
-    from orchestrator.tracking import resolve_uri
+    from orchestrator.tracking import Tracker, resolve_uri
 
     uri = resolve_uri(tracking_uri, Path.cwd())
-    client = MlflowClient(tracking_uri=uri)
+    tracker = Tracker(uri, experiment or "zephon")
     if not run_ids:
-        run_ids = guard.find_run_ids(client, experiment=experiment, sweep=sweep)
-    runs = guard.load_runs(client, list(run_ids))
+        run_ids = guard.find_run_ids(tracker.client, experiment=experiment, sweep=sweep)
+    runs = guard.load_runs(tracker.client, list(run_ids))
     comparison = guard.compare(runs)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="zephon-compare-"))
     comparison_run = guard.log_comparison(
-        client,
+        tracker,
         comparison,
         runs,
-        experiment=experiment or "zephon",
         parent_run_id=parent_run_id,
         workdir=work,
         into_run_id=into_run_id,

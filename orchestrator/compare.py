@@ -66,6 +66,7 @@ from orchestrator.tracking_names import (
     TAG_DP_HISTORY,
     TAG_DP_SIZE,
     TAG_KIND,
+    TAG_NOTE,
     TAG_SWEEP,
     TAG_VARIANT,
     TAG_VERDICT,
@@ -74,6 +75,8 @@ from orchestrator.tracking_names import (
 
 if TYPE_CHECKING:
     import mlflow
+
+    from orchestrator.tracking import Tracker
 
 TOO_FEW_RUNS = "too_few_runs"
 NO_DATA = "no_data"
@@ -715,16 +718,15 @@ def comparison_name(run_ids: Iterable[str]) -> str:
 
 
 def log_comparison(
-    client: mlflow.MlflowClient,
+    tracker: Tracker,
     comparison: Comparison,
     runs: list[RunSummary],
     *,
-    experiment: str,
     parent_run_id: str | None = None,
     workdir: Path,
     into_run_id: str | None = None,
 ) -> str:
-    """Log ``comparison`` as an MLflow run of ``experiment`` (created if missing); return its id.
+    """Log ``comparison`` as a run of ``tracker``'s experiment; return its id.
 
     The run is named :func:`comparison_name`, tagged ``TAG_KIND=comparison``,
     ``TAG_VERDICT`` (accepted/refused), ``TAG_COMPARED`` (run ids, comma-separated) and
@@ -741,20 +743,13 @@ def log_comparison(
     tags = {
         TAG_VERDICT: "accepted" if comparison.accepted else "refused",
         TAG_COMPARED: ",".join(ids),
-        "mlflow.note.content": markdown,
+        TAG_NOTE: markdown,
     }
     if into_run_id:
         run_id = into_run_id
-        for key, value in tags.items():
-            client.set_tag(run_id, key, value)
+        tracker.set_tags(run_id, tags)
     else:
-        from orchestrator.tracking import Tracker
-
-        experiment_id = Tracker(client.tracking_uri, experiment).experiment_id()
-        tags[TAG_KIND] = "comparison"
-        if parent_run_id:
-            tags["mlflow.parentRunId"] = parent_run_id
-        run_id = client.create_run(experiment_id, tags=tags, run_name=name).info.run_id
+        run_id = tracker.create_run(name, kind="comparison", tags=tags, parent_run_id=parent_run_id)
     try:
         folder = Path(workdir) / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -765,14 +760,13 @@ def log_comparison(
         files = [folder / "comparison.json", folder / "comparison.md"]
         if comparison.accepted:
             files.append(plot(comparison, runs, folder / "comparison.png"))
-        for path in files:
-            client.log_artifact(run_id, str(path))
+        tracker.log_artifacts(run_id, files)
     except BaseException:
         if not into_run_id:
-            client.set_terminated(run_id, "FAILED")
+            tracker.end_run(run_id, "FAILED")
         raise
     if not into_run_id:
-        client.set_terminated(run_id, "FINISHED")
+        tracker.end_run(run_id, "FINISHED")
     return run_id
 
 

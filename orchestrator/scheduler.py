@@ -304,30 +304,23 @@ def _read_result(path: Path) -> dict[str, Any] | None:
 
 def _log_plan(uri: str, config: ExperimentConfig, plan: dict[str, Any], job: Job) -> str:
     """An MLflow run for a dry-run job: its fingerprints and mixture, no metrics."""
-    from mlflow.entities import Param, RunTag
-
     from orchestrator.tracking import Tracker
     from orchestrator.tracking_names import (
         PARAM_MIX_PREFIX,
         TAG_CONTRACT,
-        TAG_KIND,
+        TAG_JOB_ID,
+        TAG_SUBMITTER,
         TAG_VARIANT,
     )
 
     tracker = Tracker(uri, config.tracking.experiment)
-    client = tracker.client
-    run = client.create_run(tracker.experiment_id(), run_name=job.id)
     tags = {
-        TAG_KIND: "plan",
         TAG_CONTRACT: plan["contract_fingerprint"],
         TAG_VARIANT: plan["variant"],
-        "zephon.job_id": job.id,
-        "zephon.submitter": job.submitter,
+        TAG_JOB_ID: job.id,
+        TAG_SUBMITTER: job.submitter,
     }
-    client.log_batch(
-        run.info.run_id,
-        params=[Param(f"{PARAM_MIX_PREFIX}{k}", v) for k, v in plan["mixture"].items()],
-        tags=[RunTag(k, v) for k, v in tags.items()],
-    )
-    client.set_terminated(run.info.run_id, "FINISHED")
-    return run.info.run_id
+    params = {f"{PARAM_MIX_PREFIX}{k}": v for k, v in plan["mixture"].items()}
+    run_id = tracker.create_run(job.id, kind="plan", tags=tags, params=params)
+    tracker.end_run(run_id, "FINISHED")
+    return run_id

@@ -78,6 +78,7 @@ from orchestrator.tracking_names import (
     TAG_DP_SIZE,
     TAG_GIT,
     TAG_KIND,
+    TAG_PARENT_RUN,
     TAG_PRECISION,
     TAG_RUN_FOLDER,
     TAG_STATUS,
@@ -296,7 +297,8 @@ def _precision(experiment: dict[str, Any]) -> str | None:
     return ((experiment.get("config") or {}).get("train") or {}).get("precision")
 
 
-def _param_value(value: object) -> str:
+def param_value(value: object) -> str:
+    """``value`` as MLflow stores a param: a string (JSON unless it is one), cut to the limit."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return text[:MAX_PARAM_VALUE]
 
@@ -415,7 +417,9 @@ class Tracker:
                         folder.path,
                         self.uri,
                     )
-                run_id = self._create_run(folder, tracking.get("parent_run_id"))
+                run_id = self.create_run(
+                    folder.name, kind="run", parent_run_id=tracking.get("parent_run_id")
+                )
                 tracking = {
                     "tags": tracking.get("tags") or {},
                     "parent_run_id": tracking.get("parent_run_id"),
@@ -484,14 +488,59 @@ class Tracker:
         assert self._experiment_id is not None
         return self._experiment_id
 
-    def _create_run(self, folder: RunFolder, parent_run_id: str | None) -> str:
-        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+    def create_run(
+        self,
+        name: str,
+        *,
+        kind: str,
+        tags: dict[str, str] | None = None,
+        params: dict[str, object] | None = None,
+        parent_run_id: str | None = None,
+    ) -> str:
+        """Create a RUNNING run named ``name``, tagged ``TAG_KIND=kind`` and ``tags``, with
+        ``params`` (formatted by :func:`param_value`); return its id. Every Zephon run
+        (trained, sweep parent, comparison, planned job) is created here."""
+        from mlflow.entities import Param
 
-        tags = {TAG_KIND: "run"}
+        all_tags = {TAG_KIND: kind, **(tags or {})}
         if parent_run_id:
-            tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
-        run = self.client.create_run(self.experiment_id(), tags=tags, run_name=folder.name)
-        return run.info.run_id
+            all_tags[TAG_PARENT_RUN] = parent_run_id
+        with _mlflow_errors(self.uri, f"creating the MLflow run {name}"):
+            run_id = self.client.create_run(
+                self.experiment_id(), tags=all_tags, run_name=name
+            ).info.run_id
+            batch = [Param(k, param_value(v)) for k, v in sorted((params or {}).items())]
+            for chunk in _chunks(batch, MAX_PARAMS_TAGS_PER_BATCH):
+                self.client.log_batch(run_id, params=chunk, synchronous=True)
+        return run_id
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        """Set ``tags`` on the run ``run_id`` (cut to MLflow's limits)."""
+        with _mlflow_errors(self.uri, f"tagging MLflow run {run_id}"):
+            self._log_tags(run_id, tags)
+
+    def log_artifacts(self, run_id: str, paths: list[Path]) -> None:
+        """Attach the files ``paths`` to the run ``run_id``, at its artifact root."""
+        with _mlflow_errors(self.uri, f"sending artifacts to MLflow run {run_id}"):
+            for path in paths:
+                self.client.log_artifact(run_id, str(path))
+
+    def find_runs(self, filter_string: str) -> list[Any]:
+        """Runs of this tracker's experiment matching MLflow's ``filter_string``."""
+        with _mlflow_errors(self.uri, "searching MLflow runs"):
+            return list(self.client.search_runs([self.experiment_id()], filter_string))
+
+    def reopen_run(self, run_id: str) -> None:
+        """Mark the run ``run_id`` RUNNING again (a continued sweep's parent)."""
+        with _mlflow_errors(self.uri, f"reopening MLflow run {run_id}"):
+            self.client.update_run(run_id, status="RUNNING")
+
+    def end_run(self, run_id: str, status: str) -> None:
+        """End the run ``run_id`` as ``FINISHED``, ``FAILED`` or ``KILLED``."""
+        if status not in MLFLOW_STATUS.values():
+            raise ValueError(f"unknown MLflow run status {status!r}; use one of {MLFLOW_STATUS}")
+        with _mlflow_errors(self.uri, f"ending MLflow run {run_id}"):
+            self.client.set_terminated(run_id, status)
 
     def _log_params(self, folder: RunFolder, run_id: str, logged: dict[str, str]) -> None:
         """Mixture shares and flattened contract fields not yet on the run (params are immutable)."""
@@ -500,12 +549,12 @@ class Tracker:
         experiment = folder.experiment()
         params: dict[str, str] = {}
         for name, share in (experiment.get("mixture") or {}).items():
-            params[metric_key(PARAM_MIX_PREFIX + str(name))[:MAX_KEY]] = _param_value(share)
+            params[metric_key(PARAM_MIX_PREFIX + str(name))[:MAX_KEY]] = param_value(share)
         precision = _precision(experiment)
         if precision:
             params[PARAM_PRECISION] = precision
         for key, value in flatten(experiment.get("contract") or {}).items():
-            params[metric_key(PARAM_CONTRACT_PREFIX + key)[:MAX_KEY]] = _param_value(value)
+            params[metric_key(PARAM_CONTRACT_PREFIX + key)[:MAX_KEY]] = param_value(value)
         for key in [k for k in params if k in logged]:
             if logged[key] != params.pop(key):
                 _log.warning("MLflow param %s of run %s differs from %s; kept", key, run_id, folder)

@@ -319,29 +319,23 @@ class _ParentRun:
     def start(cls, base: Any, name: str, params: dict[str, Any]) -> _ParentRun:
         """Create the parent run; TrackingUnavailable unless ``tracking.offline_ok``."""
         from orchestrator.tracking import Tracker, reachable_uri, resolve_uri
-        from orchestrator.tracking_names import TAG_KIND, TAG_SWEEP
+        from orchestrator.tracking_names import TAG_SWEEP
 
         t = base.tracking
         uri = reachable_uri(t.uri, t.offline_ok, Path.cwd())
         if uri is None:
             log.warning("tracking unavailable: the sweep has no parent run; compare later")
             return cls(resolve_uri(t.uri, Path.cwd()), t.experiment, None)
-        tracker = Tracker(uri, t.experiment)
-        client = tracker.client
-        run = client.create_run(
-            tracker.experiment_id(), run_name=name, tags={TAG_KIND: "sweep", TAG_SWEEP: name}
+        run_id = Tracker(uri, t.experiment).create_run(
+            name, kind="sweep", tags={TAG_SWEEP: name}, params=params
         )
-        client.log_batch(
-            run.info.run_id,
-            params=[_param(k, v) for k, v in sorted(params.items())],
-        )
-        return cls(uri, base.tracking.experiment, run.info.run_id)
+        return cls(uri, t.experiment, run_id)
 
     @classmethod
     def reopen(cls, base: Any, name: str, params: dict[str, Any]) -> _ParentRun:
         """The parent run of the sweep ``name``, RUNNING again; ExperimentError if there is
         none, or if it was started with other jobs (``params`` differ)."""
-        from orchestrator.tracking import Tracker, reachable_uri
+        from orchestrator.tracking import Tracker, param_value, reachable_uri
         from orchestrator.tracking_names import TAG_KIND, TAG_SWEEP
 
         t = base.tracking
@@ -351,10 +345,7 @@ class _ParentRun:
                 [f"hydra.sweeper.resume={name}: the tracking store is unreachable"]
             )
         tracker = Tracker(uri, t.experiment)
-        found = tracker.client.search_runs(
-            [tracker.experiment_id()],
-            filter_string=f"tags.{TAG_KIND} = 'sweep' and tags.`{TAG_SWEEP}` = '{name}'",
-        )
+        found = tracker.find_runs(f"tags.{TAG_KIND} = 'sweep' and tags.`{TAG_SWEEP}` = '{name}'")
         if not found:
             raise ExperimentError(
                 [
@@ -363,7 +354,7 @@ class _ParentRun:
                 ]
             )
         then = found[0].data.params
-        now = {p.key: p.value for p in (_param(k, v) for k, v in params.items())}
+        now = {key: param_value(value) for key, value in params.items()}
         differing = [
             f"{key}: {then.get(key)} then, {now.get(key)} now"
             for key in sorted(now.keys() | then.keys())
@@ -376,9 +367,8 @@ class _ParentRun:
                     f"({'; '.join(differing)}); continue it with the arguments it was started with"
                 ]
             )
-        run = found[0]
-        tracker.client.update_run(run.info.run_id, status="RUNNING")
-        return cls(uri, t.experiment, run.info.run_id)
+        tracker.reopen_run(found[0].info.run_id)
+        return cls(uri, t.experiment, found[0].info.run_id)
 
     def compare(self, outcomes: list[dict[str, Any]], sweep_dir: Path) -> dict[str, Any] | None:
         """The guard over the sweep's tracked runs, logged into the parent run."""
@@ -404,16 +394,9 @@ class _ParentRun:
         """End the parent run: ``FINISHED``, ``FAILED`` or ``KILLED`` (interrupted)."""
         if self.run_id is None:
             return
-        from mlflow import MlflowClient
+        from orchestrator.tracking import Tracker
 
-        MlflowClient(tracking_uri=self.uri).set_terminated(self.run_id, status)
-
-
-def _param(key: str, value: Any) -> Any:
-    from mlflow.entities import Param
-
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return Param(key, text[:6000])
+        Tracker(self.uri, self.experiment).end_run(self.run_id, status)
 
 
 def _report(summary: dict[str, Any], sweep_dir: Path, decimals: int) -> str:

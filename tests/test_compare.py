@@ -22,6 +22,7 @@ from orchestrator.compare import (
     mixture_label,
     plot,
 )
+from orchestrator.tracking import Tracker
 from orchestrator.tracking_names import (
     ARTIFACT_DIR,
     TAG_COMPARED,
@@ -442,11 +443,11 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
     ]
 
     parent = client.create_run(experiment_id, run_name="sweep-parent").info.run_id
+    tracker = Tracker(client.tracking_uri, "comparisons")
     cmp_id = log_comparison(
-        client,
+        tracker,
         result,
         loaded,
-        experiment="comparisons",
         parent_run_id=parent,
         workdir=tmp_path / "work",
     )
@@ -470,9 +471,7 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
     refused = compare([*loaded, bare_summary])
     assert not refused.accepted
     assert "no_data" in codes(refused.refusals)
-    refused_id = log_comparison(
-        client, refused, [*loaded, bare_summary], experiment="comparisons", workdir=tmp_path / "w2"
-    )
+    refused_id = log_comparison(tracker, refused, [*loaded, bare_summary], workdir=tmp_path / "w2")
     refused_run = client.get_run(refused_id)
     assert refused_run.info.status == "FINISHED"
     assert refused_run.data.tags[TAG_VERDICT] == "refused"

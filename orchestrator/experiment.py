@@ -32,7 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.errors import ExperimentError
 from orchestrator.precision import PRECISIONS
-from pipeline import fingerprint, load_tokenizer
+from pipeline import Dataset, Pipeline, WorkSource, fingerprint, load_tokenizer
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -311,15 +311,8 @@ class Fingerprints:
 
 def fingerprints(config: ExperimentConfig, dp: int = 1) -> Fingerprints:
     """Index the datasets, calibrate, and fingerprint the data contract (seconds, not minutes)."""
-    from orchestrator.titan.dataloader import build_pipeline  # imports torch: only when needed
-
     pipeline = build_pipeline(
-        dataloader_config(config),
-        tokenizer=config.data.tokenizer,
-        dp_world_size=dp,
-        dp_rank=0,
-        seq_len=config.data.seq_len,
-        microbatch_size=config.train.microbatch_size,
+        config.data, dp_size=dp, dp_rank=0, microbatch_size=config.train.microbatch_size
     )
     try:
         contract = pipeline.contract()
@@ -338,26 +331,53 @@ def fingerprints(config: ExperimentConfig, dp: int = 1) -> Fingerprints:
     )
 
 
-def dataloader_config(config: ExperimentConfig) -> Any:
-    """The ``ZephonDataLoader.Config`` of ``config`` (the trainer's view of the data)."""
-    from orchestrator.titan.dataloader import ZephonDataLoader
-
-    d = config.data
-    return ZephonDataLoader.Config(
-        datasets={name: ",".join(absolute(p) for p in paths) for name, paths in d.datasets.items()},
-        text_field=d.text_field,
-        mixture=dict(d.mixture),
-        exhausted=d.exhausted,  # type: ignore[arg-type]
-        seed=d.seed,
-        lanes=d.lanes,
-        global_batch_size=d.global_batch_size,
-        shuffle_buffer=d.shuffle_buffer,
-        shuffle_seed=d.shuffle_seed,
-        flush_every=d.flush_every,
-        chunk_tokens=d.chunk_tokens,
-        holdout_bytes=d.holdout_bytes,
-        cache_dir=d.cache_dir,
+def build_pipeline(
+    data: DataSection,
+    *,
+    dp_size: int,
+    dp_rank: int,
+    microbatch_size: int,
+    tokenize_parallelism: int = 1,
+    runner: str = "threads",
+    prefetch_steps: int = 2,
+) -> Pipeline:
+    """One rank's validated ``Pipeline`` for the data contract ``data`` (no data is read yet;
+    the last three arguments change speed only). The trainer builds its data the same way,
+    so the fingerprints are those of the data it trains on. Raises ConfigError."""
+    datasets = [
+        Dataset(
+            name,
+            [absolute(p) for p in paths],
+            field=data.text_field,
+            exhausted=data.exhausted,
+            cache_dir=data.cache_dir,
+        )
+        for name, paths in sorted(data.datasets.items())
+    ]
+    source = WorkSource(
+        datasets,
+        dict(data.mixture) or dict.fromkeys(data.datasets, 1.0),
+        seed=data.seed,
+        chunk_tokens=data.chunk_tokens,
+        holdout_bytes=data.holdout_bytes,
     )
+    pipeline = (
+        Pipeline(source)
+        .options(
+            lanes=data.lanes,
+            dp_rank=dp_rank,
+            dp_size=dp_size,
+            flush_every=data.flush_every,
+            runner=runner,
+            prefetch_steps=prefetch_steps,
+        )
+        .tokenize(data.tokenizer, data.text_field, tokenize_parallelism)
+        .pack_flat(max_length=data.seq_len)
+        .shuffle(data.shuffle_buffer, data.shuffle_seed)
+        .batch(microbatch_size=microbatch_size, global_batch_size=data.global_batch_size)
+    )
+    pipeline.validate()
+    return pipeline
 
 
 def absolute(path: str) -> str:

@@ -31,7 +31,7 @@ from typing import TextIO
 
 from orchestrator import interrupts
 from orchestrator.devices import Devices, usable_cores
-from orchestrator.experiment import ExperimentConfig, dataloader_config
+from orchestrator.experiment import ExperimentConfig, absolute
 from orchestrator.runfolder import RunFolder
 
 TRAIN_MODULE = "orchestrator.titan.train"
@@ -55,8 +55,11 @@ def trainer_args(config: ExperimentConfig, folder: RunFolder) -> list[str]:
     """TorchTitan's flags for ``config`` (``zephon-train`` parses them)."""
     d, t = config.data, config.train
     assert t.precision != "auto", "plan() resolves train.precision before the command is built"
-    data = dataloader_config(config)
-    datasets = [x for name in sorted(data.datasets) for x in (name, data.datasets[name])]
+    datasets = [
+        x
+        for name in sorted(d.datasets)
+        for x in (name, ",".join(absolute(p) for p in d.datasets[name]))
+    ]
     args = [
         "--module",
         config.model.module,
@@ -108,11 +111,11 @@ def trainer_args(config: ExperimentConfig, folder: RunFolder) -> list[str]:
         "--comm.train-timeout-seconds",
         "600",  # oversubscribed CPUs: a step can take seconds
     ]
-    if data.mixture:
+    if d.mixture:
         args += ["--dataloader.mixture"]
-        args += [x for name in sorted(data.mixture) for x in (name, repr(data.mixture[name]))]
-    if data.cache_dir:
-        args += ["--dataloader.cache-dir", data.cache_dir]
+        args += [x for name in sorted(d.mixture) for x in (name, repr(float(d.mixture[name])))]
+    if d.cache_dir:
+        args += ["--dataloader.cache-dir", d.cache_dir]
     if config.eval.enable:
         args += ["--validator.enable", "--validator.freq", str(config.eval.interval)]
     return args + list(config.model.args)

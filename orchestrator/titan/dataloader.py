@@ -45,18 +45,18 @@ from torchtitan.components.checkpointer import DATALOADER
 from torchtitan.components.dataloader import BaseDataLoader
 from torchtitan.components.metrics import BaseLogger
 
+from orchestrator.experiment import DataSection
+from orchestrator.experiment import build_pipeline as build_data_pipeline
 from orchestrator.titan.collectives import DataParallelGroup
 from orchestrator.titan.runlog import StepLog
 from orchestrator.titan.tokenizer import ZephonTokenizer
 from pipeline import (
     IGNORE_INDEX,
     ConfigError,
-    Dataset,
     DigestChain,
     MicroBatch,
     Pipeline,
     StateError,
-    WorkSource,
     global_batch_digest,
     merge_states,
 )
@@ -320,43 +320,38 @@ def build_pipeline(
             "no datasets: set --dataloader.datasets NAME PATHS [NAME PATHS ...], e.g. "
             "--dataloader.datasets code 'data/code/*.jsonl.zst' docs 'data/docs/*.parquet'"
         )
-    datasets = [
-        Dataset(
-            name,
-            [p.strip() for p in paths.split(",") if p.strip()],
-            field=config.text_field,
-            exhausted=config.exhausted,
-            cache_dir=config.cache_dir,
-        )
-        for name, paths in sorted(config.datasets.items())
-    ]
-    source = WorkSource(
-        datasets,
-        config.mixture or dict.fromkeys(config.datasets, 1.0),
+    data = DataSection(
+        datasets={
+            name: [p.strip() for p in paths.split(",") if p.strip()]
+            for name, paths in config.datasets.items()
+        },
+        mixture=dict(config.mixture),
+        text_field=config.text_field,
+        exhausted=config.exhausted,
         seed=config.seed,
+        lanes=config.lanes,
+        global_batch_size=config.global_batch_size,
+        seq_len=seq_len,
+        shuffle_buffer=config.shuffle_buffer,
+        shuffle_seed=config.shuffle_seed,
+        flush_every=config.flush_every,
         chunk_tokens=config.chunk_tokens,
         holdout_bytes=config.holdout_bytes,
+        tokenizer=tokenizer,
+        cache_dir=config.cache_dir,
     )
-    pipeline = (
-        Pipeline(source)
-        .options(
-            lanes=config.lanes,
-            dp_rank=dp_rank,
+    try:
+        return build_data_pipeline(
+            data,
             dp_size=dp_world_size,
-            flush_every=config.flush_every,
+            dp_rank=dp_rank,
+            microbatch_size=microbatch_size,
+            tokenize_parallelism=config.tokenize_parallelism,
             runner=config.runner,
             prefetch_steps=config.prefetch_steps,
         )
-        .tokenize(tokenizer, config.text_field, config.tokenize_parallelism)
-        .pack_flat(max_length=seq_len)
-        .shuffle(config.shuffle_buffer, config.shuffle_seed)
-        .batch(microbatch_size=microbatch_size, global_batch_size=config.global_batch_size)
-    )
-    try:
-        pipeline.validate()
     except ConfigError as error:
         raise ConfigError(f"{error} ({_FLAGS})") from None
-    return pipeline
 
 
 def check_checkpoint(checkpoint_id: str) -> None:

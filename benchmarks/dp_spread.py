@@ -15,7 +15,7 @@ noise of the eval. This is the same design at small scale, on CPU::
                 (max - min), eval re-run noise, and whether each step's global batch is
                 the same on every dp size
 
-Same text for both loaders. The corpus is :mod:`orchestrator.local_corpus`; Zephon's
+Same text for both loaders. The corpus is :mod:`demo.local_corpus`; Zephon's
 ``WorkSource`` (holdout bytes > 0) splits it into held-out and training records. The
 stock loader reads a JSON dataset of the *training* records only, in a seeded random
 order (written once by :func:`prepare`); Zephon's mixture is each domain's natural token
@@ -52,8 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.launch import CPU_MALLOC_ENV, free_port
-from orchestrator.runfolder import read_jsonl
+from orchestrator.experiment.runfolder import read_jsonl
+from orchestrator.run.launch import CPU_MALLOC_ENV, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOADERS = ("stock", "zephon")
@@ -123,7 +123,7 @@ class Prepared:
 
 def prepare(work_dir: Path, corpus_bytes: int, holdout_bytes: int) -> Prepared:
     """Build the corpus, split it with Zephon's WorkSource, write the stock JSON dataset."""
-    from orchestrator.local_corpus import build_local_corpus
+    from demo.local_corpus import build_local_corpus
     from orchestrator.titan.dataloader import ZephonDataLoader, build_pipeline
     from pipeline import load_tokenizer
 
@@ -693,7 +693,7 @@ def to_markdown(report: dict[str, Any]) -> str:
             "initialises the FSDP-sharded model differently on each dp size, so both spreads "
             "include an init difference."
         ),
-        f"* **Corpus.** `orchestrator.local_corpus` capped at {meta['corpus_bytes_per_domain']:,} "
+        f"* **Corpus.** `demo.local_corpus` capped at {meta['corpus_bytes_per_domain']:,} "
         f"text bytes per domain. Zephon's `WorkSource` with `holdout_bytes={meta['holdout_bytes']}` "
         "chooses each domain's held-out records (by dataset name alone); training records: "
         + ", ".join(

@@ -3,7 +3,7 @@
 ``bash scripts/bench.sh --training [--steps N] [--reps N] [--main-job]`` (or
 ``python -m benchmarks.training``) trains ``zephon_debug`` (TorchTitan's debug llama3,
 gpt2 vocabulary, 8 x 128 tokens a step) through ``zephon run``'s code path
-(:func:`orchestrator.api.run`, torchrun, dp 1, no eval, no tracking) on a small local
+(:func:`orchestrator.run.api.run`, torchrun, dp 1, no eval, no tracking) on a small local
 corpus, once per precision in each round::
 
     auto       train.precision=auto (what every run gets by default)
@@ -79,7 +79,7 @@ def experiment(corpus: dict[str, list[Path]], work: Path, precision: str, steps:
 
 def seconds_per_step(folder: Path) -> list[float]:
     """TorchTitan's end-to-end seconds of every step after the first."""
-    from orchestrator.runfolder import RunFolder
+    from orchestrator.experiment.runfolder import RunFolder
 
     metrics = RunFolder(folder).metrics()
     return [
@@ -91,8 +91,8 @@ def seconds_per_step(folder: Path) -> list[float]:
 
 def measure_precisions(work: Path, steps: int, reps: int) -> dict[str, Any]:
     """Every precision ``reps`` times, order rotated per round (module docstring)."""
-    from orchestrator import api
-    from orchestrator.local_corpus import build_local_corpus
+    from demo.local_corpus import build_local_corpus
+    from orchestrator.run import api
 
     corpus = build_local_corpus(work / "corpus", max_bytes_per_domain=CORPUS_BYTES_PER_DOMAIN)
     samples: dict[str, list[float]] = {p: [] for p in PRECISIONS}
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from orchestrator.precision import cpu_model
+    from orchestrator.run.precision import cpu_model
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="zephon-bench-training-"))
     work.mkdir(parents=True, exist_ok=True)

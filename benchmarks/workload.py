@@ -1,7 +1,7 @@
 """The benchmark workload: one real corpus, the same for every variant.
 
 ``prepare_workload`` builds (or reuses) the local three-domain corpus of
-:mod:`orchestrator.local_corpus` under the benchmark work dir, indexes it with
+:mod:`demo.local_corpus` under the benchmark work dir, indexes it with
 Zephon's ``Dataset`` (cached under ``<work_dir>/cache``) and counts its gpt2
 tokens per domain once with raw tiktoken. The result is stored as
 ``<work_dir>/workload.json`` and reused while the corpus manifest is unchanged.
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orchestrator.local_corpus import MANIFEST_NAME, build_local_corpus
+from demo.local_corpus import MANIFEST_NAME, build_local_corpus
 from pipeline import Dataset, WorkSource, load_tokenizer
 
 TOKENIZER_ID = "gpt2"

@@ -1,4 +1,4 @@
-"""``zephon``: the command line over :mod:`orchestrator.api`, for people and agents.
+"""``zephon``: the command line over :mod:`orchestrator.run.api`, for people and agents.
 
 ::
 
@@ -9,7 +9,7 @@
     zephon verify-elastic [-c FILE] [key=value ...] --dp A --resume-dp B [--split-step S]
     zephon sync    RUN_FOLDER
 
-The job service (``--root DIR``, default ``./zephon-service``; see orchestrator/service.py)::
+The job service (``--root DIR``, default ``./zephon-service``; see orchestrator/service/client.py)::
 
     zephon serve   [--data-root DIR ...] [--capacity N] [--device D] [--until-idle]
     zephon submit  (-c FILE | --spec JSON) --key KEY [--submitter NAME] [--kind run|plan]
@@ -46,7 +46,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator import interrupts
 from orchestrator.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -55,6 +54,7 @@ from orchestrator.errors import (
     EXIT_REFUSED,
     EXIT_TIMED_OUT,
 )
+from orchestrator.run import interrupts
 from pipeline import ConfigError, ZephonError
 
 
@@ -137,7 +137,7 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def _plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from orchestrator import api
+    from orchestrator.run import api
 
     return EXIT_OK, api.plan(args.config, dp=args.dp, overrides=args.overrides).to_dict()
 
@@ -148,7 +148,7 @@ def _run_result(result: Any) -> tuple[int, dict[str, Any]]:
 
 
 def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from orchestrator import api
+    from orchestrator.run import api
 
     result = api.run(
         args.config, dp=args.dp, run_name=args.name, overrides=args.overrides, progress=sys.stderr
@@ -157,13 +157,13 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _resume(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from orchestrator import api
+    from orchestrator.run import api
 
     return _run_result(api.resume(args.folder, dp=args.dp, steps=args.steps, progress=sys.stderr))
 
 
 def _compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from orchestrator import api
+    from orchestrator.run import api
 
     if not args.run_ids and not args.experiment and not args.sweep:
         raise ConfigError("name the runs: RUN_ID ..., --experiment NAME or --sweep NAME")
@@ -174,7 +174,7 @@ def _compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _verify(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from orchestrator import api
+    from orchestrator.run import api
 
     report = api.verify_elastic(
         args.config,
@@ -188,14 +188,14 @@ def _verify(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _sync(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from orchestrator import api
+    from orchestrator.run import api
 
     return EXIT_OK, api.sync(args.folder)
 
 
 def _serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from orchestrator.scheduler import Scheduler
-    from orchestrator.service import ServiceConfig
+    from orchestrator.service.client import ServiceConfig
+    from orchestrator.service.scheduler import Scheduler
 
     service = ServiceConfig(
         root=args.root,
@@ -214,7 +214,7 @@ def _serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from orchestrator import service
+    from orchestrator.service import client as service
 
     if (args.config is None) == (args.spec is None):
         raise ConfigError("give the experiment with -c FILE or --spec JSON (one of them)")
@@ -237,7 +237,7 @@ def _submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _job_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from orchestrator import service
+    from orchestrator.service import client as service
 
     svc = service.load_service(args.root)
     if args.command == "status":
@@ -255,7 +255,7 @@ def _job_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from orchestrator import service
+    from orchestrator.service import client as service
 
     return EXIT_OK, service.list_jobs(
         service.load_service(args.root),
@@ -267,7 +267,7 @@ def _jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _mcp(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from orchestrator.mcp_server import serve_stdio
+    from orchestrator.service.mcp_server import serve_stdio
 
     serve_stdio(args.root)
     return EXIT_OK, {}

@@ -7,14 +7,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh
 
-# tests/test_dashboard.py renders the MLflow UI in headless Chromium and fails without it.
+# tests/e2e/test_dashboard.py renders the MLflow UI in headless Chromium and fails without it.
 # Idempotent: nothing happens when chromium is on PATH; apt-get update only if needed.
 if ! command -v chromium >/dev/null 2>&1; then
     apt=(env DEBIAN_FRONTEND=noninteractive apt-get)
     if [[ "$(id -u)" != 0 ]] && command -v sudo >/dev/null 2>&1; then
         apt=(sudo "${apt[@]}")
     fi
-    echo "test: installing chromium (for tests/test_dashboard.py)"
+    echo "test: installing chromium (for tests/e2e/test_dashboard.py)"
     "${apt[@]}" install -y -q chromium || { "${apt[@]}" update -q && "${apt[@]}" install -y -q chromium; }
     chromium --version
 fi

@@ -25,9 +25,9 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from orchestrator import interrupts
 from orchestrator.experiment import load_experiment
-from orchestrator.runfolder import RunFolder
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.run import interrupts
 from pipeline import ZephonError
 from sweeps.config import split
 
@@ -41,7 +41,7 @@ class RunFailed(ZephonError):
 
 def run_job(cfg: DictConfig) -> dict[str, Any]:
     """Run (or, with ``dry_run``, plan) the experiment of ``cfg``; see the module docstring."""
-    from orchestrator import api
+    from orchestrator.run import api
 
     experiment, options = split(cfg)
     if options.dry_run:
@@ -80,7 +80,7 @@ def hydra_main(cfg: DictConfig) -> dict[str, Any]:
 
 def main() -> None:
     """The ``zephon-run`` console script: Hydra's app, stopped cleanly by SIGINT/SIGTERM
-    (exit 130 and one line per unfinished run, see :mod:`orchestrator.interrupts`)."""
+    (exit 130 and one line per unfinished run, see :mod:`orchestrator.run.interrupts`)."""
     with interrupts.entry_point("zephon-run", on_stop=_hydra_raises):
         hydra_main()
 

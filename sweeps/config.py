@@ -41,7 +41,7 @@ class AppOptions:
 def local_corpus(mb_per_domain: float) -> dict[str, list[str]]:
     """``${zephon_local_corpus:MB}``: build (or reuse) the local corpus under
     ``$ZEPHON_HOME/corpus-<MB>mb`` and return ``{domain: [shard paths]}``."""
-    from orchestrator.local_corpus import build_local_corpus
+    from demo.local_corpus import build_local_corpus
 
     size = float(mb_per_domain)
     folder = zephon_home() / f"corpus-{size:g}mb"

@@ -2,7 +2,7 @@
 
 Each job's experiment asks for the dp sizes it accepts: its ``resources.dp``
 if set (replicates), else every divisor of its lanes that divides its batch. A
-:class:`~orchestrator.pool.DevicePool` over the devices free when the sweep
+:class:`~orchestrator.service.pool.DevicePool` over the devices free when the sweep
 starts hands out leases (first fit; jobs needing the most devices first, so that a
 wide job never ends the sweep alone while cores wait; on CPU the last job to start
 also gets the spare cores as threads); a job starts with overrides that pin it to
@@ -31,10 +31,10 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from orchestrator import interrupts
-from orchestrator.devices import discover
 from orchestrator.experiment import divisors, dp_problems
-from orchestrator.pool import DevicePool, Lease
+from orchestrator.run import interrupts
+from orchestrator.run.devices import discover
+from orchestrator.service.pool import DevicePool, Lease
 from sweeps.config import experiment_from
 
 log = logging.getLogger(__name__)

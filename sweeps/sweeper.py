@@ -44,10 +44,10 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from orchestrator import interrupts
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import validate
-from orchestrator.runfolder import RunFolder
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.run import interrupts
 from pipeline import ZephonError
 from sweeps.config import experiment_from
 from sweeps.mixes import MixSpace, describe, mix_label, override_strings, variants
@@ -318,15 +318,15 @@ class _ParentRun:
     @classmethod
     def start(cls, base: Any, name: str, params: dict[str, Any]) -> _ParentRun:
         """Create the parent run; TrackingUnavailable unless ``tracking.offline_ok``."""
-        from orchestrator.tracking import Tracker, reachable_uri, resolve_uri
-        from orchestrator.tracking_names import TAG_SWEEP
+        from orchestrator.tracking.names import TAG_SWEEP
+        from orchestrator.tracking.tracker import Tracker, reachable_uri, resolve_uri
 
         t = base.tracking
         uri = reachable_uri(t.uri, t.offline_ok, Path.cwd())
         if uri is None:
             log.warning("tracking unavailable: the sweep has no parent run; compare later")
             return cls(resolve_uri(t.uri, Path.cwd()), t.experiment, None)
-        run_id = Tracker(uri, t.experiment).create_run(
+        run_id = Tracker(uri, t.experiment).new_run(
             name, kind="sweep", tags={TAG_SWEEP: name}, params=params
         )
         return cls(uri, t.experiment, run_id)
@@ -335,8 +335,8 @@ class _ParentRun:
     def reopen(cls, base: Any, name: str, params: dict[str, Any]) -> _ParentRun:
         """The parent run of the sweep ``name``, RUNNING again; ExperimentError if there is
         none, or if it was started with other jobs (``params`` differ)."""
-        from orchestrator.tracking import Tracker, param_value, reachable_uri
-        from orchestrator.tracking_names import TAG_KIND, TAG_SWEEP
+        from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
+        from orchestrator.tracking.tracker import Tracker, param_value, reachable_uri
 
         t = base.tracking
         uri = reachable_uri(t.uri, t.offline_ok, Path.cwd())
@@ -372,7 +372,7 @@ class _ParentRun:
 
     def compare(self, outcomes: list[dict[str, Any]], sweep_dir: Path) -> dict[str, Any] | None:
         """The guard over the sweep's tracked runs, logged into the parent run."""
-        from orchestrator import api
+        from orchestrator.run import api
 
         run_ids = [o["mlflow_run_id"] for o in outcomes if o.get("mlflow_run_id")]
         if self.run_id is None or not run_ids:
@@ -394,7 +394,7 @@ class _ParentRun:
         """End the parent run: ``FINISHED``, ``FAILED`` or ``KILLED`` (interrupted)."""
         if self.run_id is None:
             return
-        from orchestrator.tracking import Tracker
+        from orchestrator.tracking.tracker import Tracker
 
         Tracker(self.uri, self.experiment).end_run(self.run_id, status)
 

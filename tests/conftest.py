@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.local_corpus import build_local_corpus
-from pipeline import Dataset, Pipeline, WorkSource
+from demo.local_corpus import build_local_corpus
+from pipeline import Dataset, WorkSource
 
 
 @pytest.fixture(scope="session")
@@ -37,39 +37,3 @@ def source(datasets: list[Dataset]) -> WorkSource:
     names = [ds.name for ds in datasets]
     weights = dict(zip(names, (0.5, 0.3, 0.2), strict=False))
     return WorkSource(datasets, weights, seed=7, chunk_tokens=512, calibration_bytes=200_000)
-
-
-def make_pipeline(
-    source: WorkSource,
-    *,
-    lanes: int = 8,
-    dp_rank: int = 0,
-    dp_size: int = 1,
-    microbatch_size: int | None = None,
-    global_batch_size: int = 16,
-    max_length: int = 64,
-    parallelism: int = 0,
-    runner: str = "threads",
-    shuffle_buffer: int = 4,
-    flush_every: int = 2,
-    prefetch: int = 0,
-    prefetch_steps: int = 2,
-) -> Pipeline:
-    """A small pipeline over ``source``; micro-batch defaults to the whole local batch."""
-    local = global_batch_size // dp_size
-    return (
-        Pipeline(source)
-        .options(
-            lanes=lanes,
-            dp_rank=dp_rank,
-            dp_size=dp_size,
-            flush_every=flush_every,
-            runner=runner,
-            prefetch=prefetch,
-            prefetch_steps=prefetch_steps,
-        )
-        .tokenize(tokenizer_id="gpt2", field="text", parallelism=parallelism)
-        .pack_flat(max_length=max_length, algorithm="wrap")
-        .shuffle(buffer_size=shuffle_buffer, seed=3)
-        .batch(microbatch_size=microbatch_size or local, global_batch_size=global_batch_size)
-    )

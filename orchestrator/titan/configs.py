@@ -16,7 +16,7 @@ from torchtitan.models.common.decoder import Decoder
 from torchtitan.models.llama3.config_registry import llama3_debugmodel
 from torchtitan.trainer import Trainer
 
-from orchestrator.precision import resolve_precision
+from orchestrator.run.precision import resolve_precision
 from orchestrator.titan.dataloader import ZephonDataLoader
 from orchestrator.titan.evaluator import HeldOutEvaluator
 from orchestrator.titan.tokenizer import ZephonTokenizer
@@ -45,7 +45,7 @@ def zephon_debug() -> ZephonTrainer.Config:
     sequences, for CPU runs and CI. Set ``--dataloader.datasets``.
 
     4 lanes (dp 1, 2 or 4), 8 sequences of 128 tokens per step, 2 per micro-batch;
-    precision as ``train.precision=auto`` resolves it (:mod:`orchestrator.precision`).
+    precision as ``train.precision=auto`` resolves it (:mod:`orchestrator.run.precision`).
     ``partial_dtensor``: the default ``spmd_types`` backend fails with dp > 1 on torch 2.13.
     """
     config = zephon_config(

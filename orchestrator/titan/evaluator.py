@@ -39,7 +39,7 @@ from torchtitan.components.metrics import BaseLogger
 from torchtitan.components.validate import BaseValidator, Validator
 from torchtitan.tools import utils
 
-from orchestrator.runfolder import EVAL_FILE
+from orchestrator.experiment.runfolder import EVAL_FILE
 from pipeline import ConfigError, Tokenizer, WorkSource
 
 

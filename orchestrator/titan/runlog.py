@@ -23,7 +23,7 @@ from typing import Any
 
 from torchtitan.components.metrics import BaseLogger
 
-from orchestrator.runfolder import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
+from orchestrator.experiment.runfolder import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
 
 __all__ = [
     "METRICS_FILE",

@@ -1,0 +1,56 @@
+"""What an experiment is: its schema, its validation, its data and their fingerprints.
+
+::
+
+    YAML / dict / Hydra config + key=value overrides
+        │  config.py        the sections (model, data, train, eval, resources, tracking)
+        ▼
+    ExperimentConfig ── validation.py   every problem at once, before any work starts
+        │
+        │  fingerprints.py  the data pipeline of the contract -> contract + variant fingerprints
+        ▼
+    runfolder.py        a run's folder on disk: experiment.json, run.json, logs, digests
+
+No torch, no MLflow, no subprocess: this package imports nothing of ``run/``,
+``service/``, ``guard/``, ``tracking/`` or ``titan/`` (tests/orchestrator/test_layout.py).
+"""
+
+from orchestrator.experiment.config import (
+    PRECISIONS,
+    DataSection,
+    EvalSection,
+    ExperimentConfig,
+    ModelSection,
+    ResourcesSection,
+    TrackingSection,
+    TrainSection,
+    load_experiment,
+)
+from orchestrator.experiment.fingerprints import (
+    Fingerprints,
+    absolute,
+    build_pipeline,
+    canonical_mixture,
+    fingerprints,
+)
+from orchestrator.experiment.validation import divisors, dp_problems, validate
+
+__all__ = [
+    "PRECISIONS",
+    "DataSection",
+    "EvalSection",
+    "ExperimentConfig",
+    "Fingerprints",
+    "ModelSection",
+    "ResourcesSection",
+    "TrackingSection",
+    "TrainSection",
+    "absolute",
+    "build_pipeline",
+    "canonical_mixture",
+    "divisors",
+    "dp_problems",
+    "fingerprints",
+    "load_experiment",
+    "validate",
+]

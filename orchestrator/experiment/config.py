@@ -1,0 +1,178 @@
+"""The experiment's schema (its sections), loaded from YAML, a dict or Hydra with overrides.
+
+Unknown keys and wrong types are refused by OmegaConf's structured schema; everything
+else :func:`orchestrator.experiment.validate` checks before any work starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from orchestrator.errors import ExperimentError
+
+PRECISIONS = ("auto", "float32", "bfloat16")
+"""Values of ``train.precision`` (resolved by ``orchestrator.run.precision``)."""
+
+
+@dataclass
+class ModelSection:
+    module: str = "orchestrator.titan.configs"
+    """Python module holding the TorchTitan config function."""
+    config: str = "zephon_debug"
+    """Function in ``module`` returning a ``ZephonTrainer.Config``."""
+    args: list[str] = field(default_factory=list)
+    """Extra TorchTitan flags, e.g. ``["--optimizer.lr", "1e-3"]``."""
+
+
+@dataclass
+class DataSection:
+    datasets: dict[str, list[str]] = field(default_factory=dict)
+    """Dataset name -> shard paths or globs (JSONL[.gz|.zst], Parquet, text)."""
+    mixture: dict[str, float] = field(default_factory=dict)
+    """Token share per dataset (normalised); empty: equal shares."""
+    text_field: str = "text"
+    """Record field holding the text."""
+    exhausted: str = "repeat"
+    """At a dataset's end: ``repeat`` (next epoch) or ``stop``."""
+    seed: int = 0
+    """Seed of the plan (record order per dataset)."""
+    lanes: int = 4
+    """Lanes L; every dp size used must divide it."""
+    global_batch_size: int = 8
+    """Sequences per step over all ranks (a multiple of lanes)."""
+    seq_len: int = 128
+    """Tokens per sequence."""
+    shuffle_buffer: int = 16
+    """Sequences in each lane's shuffle buffer."""
+    shuffle_seed: int = 0
+    """Seed of the shuffle."""
+    flush_every: int = 4
+    """Chunks per lane between flush points."""
+    chunk_tokens: int = 1024
+    """Estimated tokens per work chunk."""
+    holdout_bytes: int = 8192
+    """Bytes of each dataset held out from training for evaluation (0: none)."""
+    tokenizer: str = "gpt2"
+    """Tokenizer name (tiktoken)."""
+    cache_dir: str | None = None
+    """Shard index cache; None: $ZEPHON_HOME/cache."""
+
+
+@dataclass
+class TrainSection:
+    steps: int = 20
+    """Training steps."""
+    microbatch_size: int = 2
+    """Sequences per forward pass per rank (TorchTitan's local batch size)."""
+    seed: int = 42
+    """Model initialisation seed."""
+    precision: str = "auto"
+    """``auto``, ``float32`` or ``bfloat16`` (TorchTitan's ``training.mixed_precision_param``);
+    ``auto``: bfloat16 on CUDA and on CPUs measured fast at it, else float32
+    (:mod:`orchestrator.run.precision`). A plan records the resolved value."""
+    checkpoint_interval: int = 10
+    """Steps between checkpoints (the last step is always saved)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept on disk (0: all)."""
+
+
+@dataclass
+class EvalSection:
+    enable: bool = True
+    """Held-out bits per byte per dataset (needs ``data.holdout_bytes > 0``)."""
+    interval: int = 10
+    """Steps between evaluations; the last step is always evaluated."""
+
+
+@dataclass
+class ResourcesSection:
+    dp: int | None = None
+    """Data-parallel size; None: the largest divisor of lanes the free devices allow."""
+    device: str = "auto"
+    """``auto`` (CUDA if any GPU is free, else CPU), ``cuda`` or ``cpu``."""
+    max_procs: int | None = None
+    """Most processes on CPU, and the cores their threads share; None: the usable cores."""
+    gpu_ids: list[int] | None = None
+    """CUDA GPUs this run may use (indexes); None: every free one."""
+    oversubscribe: bool = False
+    """Allow a requested dp above ``max_procs`` on CPU (slower, for tests on small machines)."""
+    launcher: str = "local"
+    """``local`` (torchrun on this machine), ``multinode`` (torchrun c10d) or ``slurm`` (submitit)."""
+    nodes: int = 1
+    """Nodes (multinode/slurm); dp = nodes x processes per node."""
+    node_rank: int = 0
+    """This machine's node rank (multinode)."""
+    rdzv_endpoint: str | None = None
+    """``host:port`` of the c10d rendezvous (multinode)."""
+    slurm: dict[str, Any] = field(default_factory=dict)
+    """submitit executor parameters, e.g. ``{"slurm_partition": "gpu", "timeout_min": 60}``."""
+    timeout_s: int | None = None
+    """Kill the launch after this many seconds; None: no limit."""
+
+
+@dataclass
+class TrackingSection:
+    uri: str | None = None
+    """MLflow tracking URI; None: the embedded SQLite store ``./mlflow.db``."""
+    experiment: str = "zephon"
+    """MLflow experiment name."""
+    offline_ok: bool = False
+    """Train even if the tracking server is unreachable now (sync later with ``zephon sync``)."""
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "run"
+    """Run name prefix."""
+    runs_root: str = "runs"
+    """Folder holding run folders."""
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    resources: ResourcesSection = field(default_factory=ResourcesSection)
+    tracking: TrackingSection = field(default_factory=TrackingSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_experiment(
+    source: ExperimentConfig | DictConfig | dict[str, Any] | str | os.PathLike[str] | None = None,
+    overrides: list[str] | None = None,
+) -> ExperimentConfig:
+    """An ``ExperimentConfig`` from a YAML path, a dict or an OmegaConf config, with
+    ``key=value`` overrides applied; schema errors become ``ExperimentError``."""
+    schema = OmegaConf.structured(ExperimentConfig)
+    try:
+        if source is None:
+            loaded: Any = {}
+        elif isinstance(source, ExperimentConfig):
+            loaded = OmegaConf.structured(source)
+        elif isinstance(source, (str, os.PathLike)):
+            path = Path(source)
+            if not path.is_file():
+                raise ExperimentError([f"experiment file {str(path)!r} does not exist"])
+            loaded = OmegaConf.load(path)
+        else:
+            loaded = source
+        merged = OmegaConf.merge(schema, loaded)
+        if overrides:
+            for override in overrides:
+                if "=" not in override:
+                    raise ExperimentError([f"override {override!r} is not of the form key=value"])
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        raise ExperimentError(
+            [f"{key}: {e.msg.splitlines()[0]}" if key else str(e).splitlines()[0]]
+        ) from None
+    assert isinstance(config, ExperimentConfig)
+    return config

@@ -1,0 +1,126 @@
+"""The experiment's data: its pipeline, data contract and fingerprints.
+
+An experiment is a tree of sections (``model``, ``data``, ``train``, ``eval``,
+``resources``, ``tracking``), built from a YAML file, a dict or a Hydra/OmegaConf
+config plus ``key=value`` overrides. Unknown keys and wrong types are refused
+by OmegaConf's structured schema; everything else :func:`validate` checks
+before any work starts, reporting every problem at once.
+
+Fingerprints (computed by :func:`fingerprints` from the data pipeline the
+trainer will build, so they cannot drift from it)::
+
+    contract   = sha256(canonical data contract without the mixture)
+                 datasets (content fingerprints, field, exhausted), tokenizer, seed,
+                 seq len, global batch, lanes, packing, shuffle, flush interval,
+                 chunk size, held-out bytes, measured tokens/byte
+    variant    = sha256(contract, canonical mixture)          "same data, same mix"
+    data fingerprint = the run's digest chain over its per-step global batch digests
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.experiment.config import DataSection, ExperimentConfig
+from pipeline import Dataset, Pipeline, WorkSource, fingerprint, load_tokenizer
+
+
+def canonical_mixture(config: ExperimentConfig) -> dict[str, str]:
+    """Shares normalised and printed with fixed decimals, for every dataset (sorted)."""
+    from pipeline.mixture import Mixture
+
+    names = sorted(config.data.datasets)
+    weights = config.data.mixture or dict.fromkeys(names, 1.0)
+    return Mixture({n: weights.get(n, 0.0) for n in names}, names).canonical()
+
+
+@dataclass
+class Fingerprints:
+    """The data contract without the mixture, the mixture, and their fingerprints."""
+
+    contract: dict[str, Any]
+    mixture: dict[str, str]
+    contract_fingerprint: str
+    variant: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fingerprints(config: ExperimentConfig, dp: int = 1) -> Fingerprints:
+    """Index the datasets, calibrate, and fingerprint the data contract (seconds, not minutes)."""
+    pipeline = build_pipeline(
+        config.data, dp_size=dp, dp_rank=0, microbatch_size=config.train.microbatch_size
+    )
+    try:
+        contract = pipeline.contract()
+        contract.pop("mixture", None)
+        measured = pipeline.source.calibrate(load_tokenizer(config.data.tokenizer))
+        contract["tokens_per_byte"] = {k: round(v, 6) for k, v in measured.items()}
+    finally:
+        pipeline.close()
+    mixture = canonical_mixture(config)
+    contract_fp = fingerprint(contract)
+    return Fingerprints(
+        contract=contract,
+        mixture=mixture,
+        contract_fingerprint=contract_fp,
+        variant=fingerprint({"contract": contract_fp, "mixture": mixture}),
+    )
+
+
+def build_pipeline(
+    data: DataSection,
+    *,
+    dp_size: int,
+    dp_rank: int,
+    microbatch_size: int,
+    tokenize_parallelism: int = 1,
+    runner: str = "threads",
+    prefetch_steps: int = 2,
+) -> Pipeline:
+    """One rank's validated ``Pipeline`` for the data contract ``data`` (no data is read yet;
+    the last three arguments change speed only). The trainer builds its data the same way,
+    so the fingerprints are those of the data it trains on. Raises ConfigError."""
+    datasets = [
+        Dataset(
+            name,
+            [absolute(p) for p in paths],
+            field=data.text_field,
+            exhausted=data.exhausted,
+            cache_dir=data.cache_dir,
+        )
+        for name, paths in sorted(data.datasets.items())
+    ]
+    source = WorkSource(
+        datasets,
+        dict(data.mixture) or dict.fromkeys(data.datasets, 1.0),
+        seed=data.seed,
+        chunk_tokens=data.chunk_tokens,
+        holdout_bytes=data.holdout_bytes,
+    )
+    pipeline = (
+        Pipeline(source)
+        .options(
+            lanes=data.lanes,
+            dp_rank=dp_rank,
+            dp_size=dp_size,
+            flush_every=data.flush_every,
+            runner=runner,
+            prefetch_steps=prefetch_steps,
+        )
+        .tokenize(data.tokenizer, data.text_field, tokenize_parallelism)
+        .pack_flat(max_length=data.seq_len)
+        .shuffle(data.shuffle_buffer, data.shuffle_seed)
+        .batch(microbatch_size=microbatch_size, global_batch_size=data.global_batch_size)
+    )
+    pipeline.validate()
+    return pipeline
+
+
+def absolute(path: str) -> str:
+    """A local path made absolute (a URL unchanged): runs start in other folders."""
+    return path if "://" in path else str(Path(os.path.expanduser(path)).absolute())

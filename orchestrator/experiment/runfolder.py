@@ -1,0 +1,155 @@
+"""The run folder: everything one experiment run leaves on disk, and the only input tracking needs.
+
+Layout of ``<runs_root>/<run name>/``::
+
+    experiment.json   the resolved experiment, its contract, mixture and fingerprints (written once)
+    run.json          status, launch segments (dp size per segment), MLflow run id, sync cursor
+    launch.log        torchrun's output, all segments appended
+    titan/            TorchTitan's dump folder
+      zephon/steps.jsonl     per step: global_digest, data_fingerprint, tokens, data_wait_s, dp_size
+      zephon/metrics.jsonl   TorchTitan's metrics (loss, throughput, ...) per logged step
+      zephon/eval.jsonl      held-out bits per byte per domain, per evaluated step
+      checkpoint/step-N      TorchTitan (DCP) checkpoints
+
+The files under ``titan/zephon`` are written while training runs and survive a
+crash line by line, so they double as the buffer of metrics not yet sent to a
+tracking server (see :mod:`orchestrator.tracking.tracker`). This module imports no
+torch, so tracking and the CLI stay light.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+EXPERIMENT_FILE = "experiment.json"
+RUN_FILE = "run.json"
+LOG_FILE = "launch.log"
+TITAN_DIR = "titan"
+RUN_SUBDIR = "zephon"
+"""Zephon's files inside TorchTitan's dump folder."""
+STEPS_FILE = "steps.jsonl"
+METRICS_FILE = "metrics.jsonl"
+EVAL_FILE = "eval.jsonl"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file ([] if it does not exist); a torn last line is skipped."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a crash; every whole line is kept
+    return records
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` through a rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    scratch.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(scratch, path)
+
+
+class RunFolder:
+    """Typed access to one run folder (see module docstring)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def titan_dir(self) -> Path:
+        """TorchTitan's ``--dump-folder``."""
+        return self.path / TITAN_DIR
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / LOG_FILE
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.titan_dir / "checkpoint"
+
+    def exists(self) -> bool:
+        return (self.path / EXPERIMENT_FILE).exists()
+
+    # -- experiment.json (immutable) and run.json (updated) ---------------------------------
+
+    def experiment(self) -> dict[str, Any]:
+        """``{"config", "contract", "mixture", "contract_fingerprint", "variant"}``."""
+        return json.loads((self.path / EXPERIMENT_FILE).read_text())
+
+    def write_experiment(self, record: dict[str, Any]) -> None:
+        write_json_atomic(self.path / EXPERIMENT_FILE, record)
+
+    def state(self) -> dict[str, Any]:
+        """``run.json``: ``status``, ``segments``, ``mlflow_run_id``, ``tracking`` ... ({} if none)."""
+        path = self.path / RUN_FILE
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def update_state(self, **changes: Any) -> dict[str, Any]:
+        """Merge ``changes`` into ``run.json`` (one writer per run: the launching process)."""
+        state = self.state()
+        state.update(changes)
+        write_json_atomic(self.path / RUN_FILE, state)
+        return state
+
+    # -- training outputs ---------------------------------------------------------------------
+
+    def steps(self) -> dict[int, dict[str, Any]]:
+        """Step -> its ``steps.jsonl`` record (the last one written for that step)."""
+        return {r["step"]: r for r in read_jsonl(self.titan_dir / RUN_SUBDIR / STEPS_FILE)}
+
+    def digests(self) -> dict[int, str]:
+        """Step -> global batch digest: the run's data fingerprint, step by step."""
+        return {step: r["global_digest"] for step, r in self.steps().items()}
+
+    def data_fingerprint(self) -> str | None:
+        """The digest chain after the last finished step (None before the first)."""
+        steps = self.steps()
+        return steps[max(steps)]["data_fingerprint"] if steps else None
+
+    def metrics(self) -> dict[int, dict[str, Any]]:
+        """Step -> TorchTitan's metrics at that step (the last record wins after a resume)."""
+        merged: dict[int, dict[str, Any]] = {}
+        for record in read_jsonl(self.titan_dir / RUN_SUBDIR / METRICS_FILE):
+            merged.setdefault(record["step"], {}).update(record)
+        return merged
+
+    def evals(self) -> dict[int, dict[str, Any]]:
+        """Step -> held-out eval record ``{"step", "bpb": {domain: x}, "aggregate_bpb", ...}``."""
+        return {r["step"]: r for r in read_jsonl(self.titan_dir / RUN_SUBDIR / EVAL_FILE)}
+
+    def last_checkpoint_step(self) -> int | None:
+        """Step of the newest complete checkpoint (DCP writes ``.metadata`` last)."""
+        if not self.checkpoint_dir.is_dir():
+            return None
+        steps = [
+            int(p.name.split("-", 1)[1])
+            for p in self.checkpoint_dir.glob("step-*")
+            if (p / ".metadata").exists() and p.name.split("-", 1)[1].isdigit()
+        ]
+        return max(steps, default=None)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of ``launch.log``."""
+        if not self.log_path.exists():
+            return ""
+        with self.log_path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64_000))
+            text = f.read().decode(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,105 @@
+"""Every check of an experiment that can be made before any work starts, reported at once."""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import re
+
+from orchestrator.errors import ExperimentError
+from orchestrator.experiment.config import PRECISIONS, ExperimentConfig
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def validate(config: ExperimentConfig, dp: int | None = None) -> None:
+    """Raise ExperimentError listing every problem of ``config`` (and of ``dp``, if given)."""
+    problems: list[str] = []
+    d, t, r = config.data, config.train, config.resources
+    if not _NAME.fullmatch(config.name):
+        problems.append(f"name {config.name!r}: use letters, digits and _ . - only")
+    if not d.datasets:
+        problems.append("data.datasets is empty: name at least one dataset and its files")
+    for name, paths in d.datasets.items():
+        if not _NAME.fullmatch(name):
+            problems.append(f"dataset name {name!r}: use letters, digits and _ . - only")
+        if not paths:
+            problems.append(f"data.datasets.{name} lists no files")
+        for pattern in paths:
+            if "://" not in pattern and not glob.glob(os.path.expanduser(pattern), recursive=True):
+                problems.append(f"data.datasets.{name}: {pattern!r} matches no file")
+    unknown = sorted(set(d.mixture) - set(d.datasets))
+    if unknown:
+        problems.append(
+            f"data.mixture names unknown datasets {unknown}; known: {sorted(d.datasets)}"
+        )
+    weights = list(d.mixture.values())
+    if any(not math.isfinite(w) or w < 0 for w in weights):
+        problems.append(f"data.mixture weights must be finite and >= 0, got {d.mixture}")
+    elif weights and sum(weights) <= 0:
+        problems.append("data.mixture weights sum to zero; give at least one dataset a share")
+    if d.exhausted not in ("repeat", "stop"):
+        problems.append(f"data.exhausted={d.exhausted!r}: use 'repeat' or 'stop'")
+    for key in ("lanes", "global_batch_size", "seq_len", "chunk_tokens", "flush_every"):
+        if getattr(d, key) < 1:
+            problems.append(f"data.{key} must be >= 1, got {getattr(d, key)}")
+    if d.lanes >= 1 and d.global_batch_size % d.lanes:
+        problems.append(
+            f"data.global_batch_size ({d.global_batch_size}) must be a multiple of data.lanes "
+            f"({d.lanes})"
+        )
+    if d.seed < 0 or d.shuffle_seed < 0 or d.shuffle_buffer < 0 or d.holdout_bytes < 0:
+        problems.append("data.seed, shuffle_seed, shuffle_buffer and holdout_bytes must be >= 0")
+    for key in ("steps", "microbatch_size", "checkpoint_interval"):
+        if getattr(t, key) < 1:
+            problems.append(f"train.{key} must be >= 1, got {getattr(t, key)}")
+    if t.precision not in PRECISIONS:
+        problems.append(f"train.precision={t.precision!r}: use one of {', '.join(PRECISIONS)}")
+    precision_flags = ("--training.mixed-precision-param", "--training.mixed_precision_param")
+    if any(a.split("=", 1)[0] in precision_flags for a in config.model.args):
+        problems.append(
+            "model.args sets --training.mixed-precision-param: set train.precision instead "
+            "(float32 or bfloat16), so the run's records show the precision it trained in"
+        )
+    if config.eval.enable and d.holdout_bytes == 0:
+        problems.append("eval.enable needs held-out data: set data.holdout_bytes > 0")
+    if config.eval.interval < 1:
+        problems.append(f"eval.interval must be >= 1, got {config.eval.interval}")
+    if r.device not in ("auto", "cuda", "cpu"):
+        problems.append(f"resources.device={r.device!r}: use auto, cuda or cpu")
+    if r.launcher not in ("local", "multinode", "slurm"):
+        problems.append(f"resources.launcher={r.launcher!r}: use local, multinode or slurm")
+    if r.launcher == "multinode" and not r.rdzv_endpoint:
+        problems.append("resources.launcher=multinode needs resources.rdzv_endpoint=HOST:PORT")
+    if r.max_procs is not None and r.max_procs < 1:
+        problems.append(f"resources.max_procs must be >= 1, got {r.max_procs}")
+    if r.gpu_ids is not None and (not r.gpu_ids or min(r.gpu_ids) < 0):
+        problems.append(f"resources.gpu_ids must list GPU indexes >= 0, got {r.gpu_ids}")
+    if r.nodes < 1 or not 0 <= r.node_rank < max(r.nodes, 1):
+        problems.append(f"resources.nodes ({r.nodes}) / node_rank ({r.node_rank}) out of range")
+    dp = r.dp if dp is None else dp
+    if dp is not None:
+        problems += dp_problems(config, dp)
+    if problems:
+        raise ExperimentError(problems)
+
+
+def dp_problems(config: ExperimentConfig, dp: int) -> list[str]:
+    """Why ``dp`` data-parallel ranks cannot run ``config`` ([] if they can)."""
+    d, t = config.data, config.train
+    if dp < 1:
+        return [f"dp must be >= 1, got {dp}"]
+    if d.lanes % dp:
+        return [f"dp={dp} does not divide data.lanes={d.lanes}; use one of {divisors(d.lanes)}"]
+    local = d.global_batch_size // dp
+    if t.microbatch_size >= 1 and local % t.microbatch_size:
+        return [
+            f"dp={dp} gives {local} sequences per rank per step, not a multiple of "
+            f"train.microbatch_size={t.microbatch_size}"
+        ]
+    return []
+
+
+def divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]

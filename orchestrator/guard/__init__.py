@@ -1,0 +1,48 @@
+"""The comparison guard: a table of scores only for runs that differ in their data mixture.
+
+::
+
+    MLflow runs ── runs.py (load_runs, through the tracker) ──> RunSummary per run
+                                                                   │
+                        rules.py: check / compare (refusals with reasons, or rows)
+                                                                   │
+    runs.py (log_comparison) <── plot.py (comparison.png) <── Comparison
+
+The rules themselves are in :mod:`orchestrator.guard.rules`.
+"""
+
+from orchestrator.guard.plot import plot
+from orchestrator.guard.rules import (
+    AGGREGATE,
+    CONTRACT_MISMATCH,
+    DIVERGED_DATA,
+    NO_COMMON_EVAL,
+    NO_DATA,
+    TOO_FEW_RUNS,
+    Comparison,
+    Refusal,
+    RunSummary,
+    check,
+    compare,
+    mixture_label,
+)
+from orchestrator.guard.runs import comparison_name, load_runs, log_comparison
+
+__all__ = [
+    "AGGREGATE",
+    "CONTRACT_MISMATCH",
+    "DIVERGED_DATA",
+    "NO_COMMON_EVAL",
+    "NO_DATA",
+    "TOO_FEW_RUNS",
+    "Comparison",
+    "Refusal",
+    "RunSummary",
+    "check",
+    "compare",
+    "comparison_name",
+    "load_runs",
+    "log_comparison",
+    "mixture_label",
+    "plot",
+]

@@ -1,0 +1,465 @@
+"""The comparison guard's rules: compare runs that differ only in their data mixture, or refuse to.
+
+Researchers compare training runs whose data differs in the mixture and nothing
+else. A table of scores is only meaningful if that is actually true, so before
+any score is shown the guard checks the runs' records and refuses, with the
+reason and what to do about it, when it is not. The rules:
+
+1. **Enough runs with data.** Fewer than two runs: ``too_few_runs``. A run
+   without per-step batch digests (or without its experiment record, so its
+   contract is unknown): ``no_data``; such a run takes no part in rules 2 and 3.
+2. **Replicates saw the same data.** Runs of the same *variant* (same contract
+   and mixture) must have identical global batch digests on every step they
+   both finished. Within a variant every run is compared with the variant's
+   first run (runs are ordered by name, then run id, so the choice is
+   deterministic). A mismatch is ``diverged_data`` and names the first
+   divergent step and both digests: the infrastructure changed the data
+   (dataset files, Zephon version), which the data contract forbids. Two runs
+   without any common step cannot be checked and are refused the same way.
+3. **Variants differ only in the mixture.** Runs of different variants must
+   have equal data contracts apart from the mixture: ``flatten(contract)`` is
+   compared field by field (a ``mixture`` key inside the contract, if there is
+   one, is ignored). Each variant's first run is compared with the first run of
+   the first variant; each further run of a variant with its variant's first
+   run. Any differing dotted field is ``contract_mismatch`` and names each
+   field and both values; equal contracts with different contract fingerprints
+   are refused too (naming ``contract_fingerprint``), since the fingerprint
+   definition itself then differs.
+4. **Scores come from one common step.** Scores are read at the last held-out
+   eval step that every run evaluated, and only if every run evaluated the same
+   domains there; otherwise ``no_common_eval``.
+5. **All reasons at once.** Every refusal is collected (not only the first);
+   the verdict is "refused" if there is any, and a refused comparison shows no
+   scores.
+
+An accepted comparison has one row per variant, best (lowest aggregate bits
+per byte) first: the mixture, the number of replicates, the dp sizes they ran
+on, the mean score per domain and in aggregate, and the replicate spread of
+the aggregate (range and sample standard deviation, 0 for one replicate).
+
+Runs are read from MLflow with the names in :mod:`orchestrator.tracking.names`
+(:func:`load_runs`, :func:`find_run_ids`), and a verdict is logged back as a
+run of its own (:func:`log_comparison`) with ``comparison.json``,
+``comparison.md`` and, when accepted, ``comparison.png`` (:func:`plot`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from orchestrator.tracking.names import (
+    flatten,
+)
+
+TOO_FEW_RUNS = "too_few_runs"
+NO_DATA = "no_data"
+DIVERGED_DATA = "diverged_data"
+CONTRACT_MISMATCH = "contract_mismatch"
+NO_COMMON_EVAL = "no_common_eval"
+
+AGGREGATE = "aggregate"
+"""Key of the aggregate score in :attr:`RunSummary.evals` entries."""
+SHORT = 12
+"""Hex digits shown of variants, fingerprints and digests."""
+ABSENT = "<absent>"
+"""Value shown for a contract field one of two runs does not have."""
+
+
+@dataclass
+class RunSummary:
+    """What the guard needs to know about one training run."""
+
+    run_id: str
+    name: str
+    variant: str
+    contract_fingerprint: str
+    contract: dict[str, Any]
+    mixture: dict[str, float]
+    digests: dict[int, str] = field(default_factory=dict)
+    """Step -> global batch digest (hex)."""
+    evals: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Step -> ``{"code": bpb, ..., "aggregate": bpb}`` (bits per byte, lower is better)."""
+    dp_sizes: list[int] = field(default_factory=list)
+    """Data-parallel size of each launch segment (``[2, 1]``: started on 2, resumed on 1)."""
+
+
+@dataclass
+class Refusal:
+    """One reason the comparison is refused.
+
+    ``runs`` holds the MLflow run ids concerned; ``message`` (names, not ids) says what
+    is wrong and what to do; ``detail`` is machine-readable (e.g. ``{"step": 7,
+    "digests": {name: digest}}`` or ``{"fields": {"seed": {name: value}}}``).
+    """
+
+    code: str
+    """``diverged_data``, ``contract_mismatch``, ``no_data``, ``no_common_eval`` or ``too_few_runs``."""
+    message: str
+    runs: list[str] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Comparison:
+    """The guard's verdict and, if accepted, one row per variant (best first)."""
+
+    accepted: bool
+    refusals: list[Refusal]
+    eval_step: int | None
+    rows: list[dict[str, Any]]
+    """Per variant: ``rank``, ``variant`` (12 hex), ``variant_id``, ``mixture`` (canonical
+    text), ``shares``, ``replicates``, ``dp_sizes`` ("1,2"), ``bpb`` (domain -> mean),
+    ``aggregate_bpb``, ``aggregate_range``, ``aggregate_std``, ``runs`` (names), ``run_ids``."""
+    domains: list[str] = field(default_factory=list)
+    """Held-out domains scored at ``eval_step``, in table order."""
+    common_steps: int = 0
+    """Fewest digest steps any two compared replicates shared (0 if no variant had two)."""
+    contract_fingerprint: str | None = None
+    """The contract fingerprint all runs share, when accepted."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The verdict as a JSON-serialisable dict."""
+        return {
+            "accepted": self.accepted,
+            "verdict": "accepted" if self.accepted else "refused",
+            "eval_step": self.eval_step,
+            "domains": list(self.domains),
+            "contract_fingerprint": self.contract_fingerprint,
+            "common_steps": self.common_steps,
+            "refusals": [asdict(r) for r in self.refusals],
+            "rows": self.rows,
+        }
+
+    def to_markdown(self) -> str:
+        """A readable report: the table if accepted, the reasons if refused."""
+        if not self.accepted:
+            lines = [
+                f"## Comparison refused ({len(self.refusals)} reason{'s' if len(self.refusals) != 1 else ''})",
+                "",
+            ]
+            lines += [f"- **{r.code}**: {r.message}" for r in self.refusals]
+            return "\n".join(lines) + "\n"
+        header = ["rank", "variant", "mixture", "n", "dp sizes"]
+        header += [f"{d} bpb" for d in self.domains]
+        header += ["aggregate bpb", "range", "std", "runs"]
+        lines = [
+            "## Comparison accepted",
+            "",
+            f"Held-out bits per byte (lower is better) at eval step {self.eval_step}, the last step "
+            "every run evaluated; means over replicates, spread of the aggregate across replicates.",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "|".join(_align(h) for h in header) + "|",
+        ]
+        for row in self.rows:
+            cells = [
+                str(row["rank"]),
+                f"`{row['variant']}`",
+                row["mixture"],
+                str(row["replicates"]),
+                row["dp_sizes"],
+            ]
+            cells += [f"{row['bpb'][d]:.4f}" for d in self.domains]
+            cells += [
+                f"**{row['aggregate_bpb']:.4f}**",
+                f"{row['aggregate_range']:.4f}",
+                f"{row['aggregate_std']:.4f}",
+                ", ".join(row["runs"]),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        agreed = (
+            f"every replicate of a variant had the same global batch digests over its "
+            f"{self.common_steps} common steps or more"
+            if self.common_steps
+            else "no variant had two replicates to cross-check"
+        )
+        lines += [
+            "",
+            f"All data fingerprints agreed ({agreed}), and all variants share data contract "
+            f"`{(self.contract_fingerprint or '')[:SHORT]}`: they differ only in the mixture.",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _align(header: str) -> str:
+    return "---:" if header in ("rank", "n", "range", "std") or header.endswith("bpb") else "---"
+
+
+# -- the guard ---------------------------------------------------------------------------------
+
+
+def mixture_label(mixture: dict[str, float]) -> str:
+    """``"code=0.500 docs=0.300 i18n=0.200"``: shares by dataset name, three decimals."""
+    return " ".join(f"{name}={float(share):.3f}" for name, share in sorted(mixture.items()))
+
+
+def ordered_runs(runs: Iterable[RunSummary]) -> list[RunSummary]:
+    return sorted(runs, key=lambda r: (r.name, r.run_id))
+
+
+def _labels(runs: list[RunSummary]) -> dict[str, str]:
+    """Run id -> a readable, unique label: the name, with a short id where names repeat."""
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[run.name] = counts.get(run.name, 0) + 1
+    return {
+        r.run_id: r.name
+        if counts[r.name] == 1 and r.name
+        else f"{r.name or 'run'} ({r.run_id[:8]})"
+        for r in runs
+    }
+
+
+def _contract_fields(contract: dict[str, Any]) -> dict[str, Any]:
+    flat = flatten({k: v for k, v in contract.items() if k != "mixture"})
+    return {k: v for k, v in flat.items() if k != "mixture" and not k.startswith("mixture.")}
+
+
+def _by_variant(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
+    groups: dict[str, list[RunSummary]] = {}
+    for run in ordered_runs(runs):
+        groups.setdefault(run.variant, []).append(run)
+    return groups
+
+
+def _no_data(
+    runs: list[RunSummary], label: dict[str, str]
+) -> tuple[list[Refusal], list[RunSummary]]:
+    refusals: list[Refusal] = []
+    usable: list[RunSummary] = []
+    for run in runs:
+        missing = []
+        if not run.digests:
+            missing.append("no per-step batch digests (zephon/steps.jsonl)")
+        if not run.contract or not run.variant:
+            missing.append("no data contract / variant (zephon/experiment.json)")
+        if missing:
+            refusals.append(
+                Refusal(
+                    NO_DATA,
+                    f"{label[run.run_id]} has {' and '.join(missing)}, so its data cannot be "
+                    "checked; let it finish at least one step and sync its tracking, or leave it "
+                    "out of the comparison.",
+                    [run.run_id],
+                    {"run": label[run.run_id], "missing": missing},
+                )
+            )
+        else:
+            usable.append(run)
+    return refusals, usable
+
+
+def _diverged(ref: RunSummary, run: RunSummary, label: dict[str, str]) -> Refusal | None:
+    """``diverged_data`` if two runs of one variant saw different data, else None."""
+    a, b = label[ref.run_id], label[run.run_id]
+    common = sorted(set(ref.digests) & set(run.digests))
+    if not common:
+        return Refusal(
+            DIVERGED_DATA,
+            f"{a} and {b} are the same variant but have no common steps "
+            f"({a}: steps {_span(ref.digests)}, {b}: steps {_span(run.digests)}), so their data "
+            "cannot be cross-checked; let both run past a common step, or leave one out.",
+            [ref.run_id, run.run_id],
+            {"step": None, "reason": "no common steps"},
+        )
+    for step in common:
+        if ref.digests[step] != run.digests[step]:
+            da, db = ref.digests[step][:SHORT], run.digests[step][:SHORT]
+            return Refusal(
+                DIVERGED_DATA,
+                f"{a} and {b} are the same variant but their data differs from step {step} on "
+                f"(global batch digest {da} vs {db}): the infrastructure changed the data, which "
+                "the contract forbids — check the dataset files and the zephon version of both "
+                "runs, then re-run one of them.",
+                [ref.run_id, run.run_id],
+                {"step": step, "digests": {a: ref.digests[step], b: run.digests[step]}},
+            )
+    return None
+
+
+def _span(digests: dict[int, str]) -> str:
+    return f"{min(digests)}-{max(digests)}" if digests else "none"
+
+
+def _mismatch(ref: RunSummary, run: RunSummary, label: dict[str, str]) -> Refusal | None:
+    """``contract_mismatch`` if two runs' contracts differ in more than the mixture, else None."""
+    a, b = label[ref.run_id], label[run.run_id]
+    fa, fb = _contract_fields(ref.contract), _contract_fields(run.contract)
+    fields = {
+        key: {a: fa.get(key, ABSENT), b: fb.get(key, ABSENT)}
+        for key in sorted(set(fa) | set(fb))
+        if fa.get(key, ABSENT) != fb.get(key, ABSENT)
+    }
+    if fields:
+        parts = "; ".join(
+            f"{k}: {_show(v[a])} ({a}) vs {_show(v[b])} ({b})" for k, v in fields.items()
+        )
+        fixes = ", ".join(f"{k}={_show(v[a])}" for k, v in list(fields.items())[:3])
+        more = f" (and {len(fields) - 3} more fields)" if len(fields) > 3 else ""
+        same = "variant" if ref.variant == run.variant else "comparison"
+        return Refusal(
+            CONTRACT_MISMATCH,
+            f"{a} and {b} differ in more than the mixture — {parts}. Scores of this {same} would "
+            "mix up the mixture's effect with these changes; compare runs with the same contract "
+            f"fingerprint, or re-run {b} with {fixes}{more}.",
+            [ref.run_id, run.run_id],
+            {"fields": fields},
+        )
+    if ref.contract_fingerprint != run.contract_fingerprint:
+        ca, cb = ref.contract_fingerprint[:SHORT], run.contract_fingerprint[:SHORT]
+        return Refusal(
+            CONTRACT_MISMATCH,
+            f"{a} and {b} record equal contracts but different contract_fingerprint ({ca} ({a}) vs "
+            f"{cb} ({b})): the fingerprint was computed differently (another zephon version?) or a "
+            "record was edited; re-run one of them with the other's zephon version.",
+            [ref.run_id, run.run_id],
+            {
+                "fields": {
+                    "contract_fingerprint": {
+                        a: ref.contract_fingerprint,
+                        b: run.contract_fingerprint,
+                    }
+                }
+            },
+        )
+    return None
+
+
+def _show(value: Any) -> str:
+    return value if value == ABSENT else json.dumps(value)
+
+
+def _eval_step(
+    runs: list[RunSummary], label: dict[str, str]
+) -> tuple[int | None, list[str], Refusal | None]:
+    """The last eval step common to all runs, its domains, or the refusal saying why none."""
+    ids = [r.run_id for r in runs]
+    without = [label[r.run_id] for r in runs if not r.evals]
+    if without:
+        return (
+            None,
+            [],
+            Refusal(
+                NO_COMMON_EVAL,
+                f"no eval step is common to all runs: {', '.join(without)} "
+                f"{'has' if len(without) == 1 else 'have'} no held-out eval scores "
+                "(zephon/eval.jsonl); run the eval on them or leave them out.",
+                ids,
+                {"runs_without_eval": without},
+            ),
+        )
+    common = set.intersection(*(set(r.evals) for r in runs))
+    if not common:
+        steps = {label[r.run_id]: sorted(r.evals) for r in runs}
+        listed = "; ".join(f"{k}: {v}" for k, v in steps.items())
+        return (
+            None,
+            [],
+            Refusal(
+                NO_COMMON_EVAL,
+                f"no eval step is common to all runs ({listed}); evaluate every run at the same "
+                "step (same eval interval and training length), then compare again.",
+                ids,
+                {"eval_steps": steps},
+            ),
+        )
+    step = max(common)
+    domains = {label[r.run_id]: sorted(k for k in r.evals[step] if k != AGGREGATE) for r in runs}
+    first = next(iter(domains.values()))
+    missing_aggregate = [label[r.run_id] for r in runs if AGGREGATE not in r.evals[step]]
+    if any(d != first for d in domains.values()) or missing_aggregate:
+        return (
+            step,
+            [],
+            Refusal(
+                NO_COMMON_EVAL,
+                f"at eval step {step} the runs were scored on different held-out domains "
+                f"({'; '.join(f'{k}: {v}' for k, v in domains.items())}"
+                f"{'; no aggregate: ' + ', '.join(missing_aggregate) if missing_aggregate else ''}), "
+                "so their aggregates are not comparable; evaluate all runs with the same eval spec.",
+                ids,
+                {"step": step, "domains": domains},
+            ),
+        )
+    return step, first, None
+
+
+def _checks(runs: list[RunSummary]) -> tuple[list[Refusal], int | None, list[str], int]:
+    label = _labels(runs)
+    refusals: list[Refusal] = []
+    if len(runs) < 2:
+        refusals.append(
+            Refusal(
+                TOO_FEW_RUNS,
+                f"a comparison needs at least two runs, got {len(runs)}"
+                f"{' (' + ', '.join(label.values()) + ')' if runs else ''}; add runs of other "
+                "mixtures (or replicates) to compare against.",
+                [r.run_id for r in runs],
+                {"count": len(runs)},
+            )
+        )
+    no_data, usable = _no_data(ordered_runs(runs), label)
+    refusals += no_data
+    groups = _by_variant(usable)
+    common_steps: list[int] = []
+    for group in groups.values():
+        for run in group[1:]:
+            refusal = _diverged(group[0], run, label)
+            if refusal:
+                refusals.append(refusal)
+            else:
+                common_steps.append(len(set(group[0].digests) & set(run.digests)))
+    heads = [group[0] for group in groups.values()]
+    pairs = [(heads[0], head) for head in heads[1:]] if heads else []
+    pairs += [(group[0], run) for group in groups.values() for run in group[1:]]
+    for ref, run in pairs:
+        refusal = _mismatch(ref, run, label)
+        if refusal:
+            refusals.append(refusal)
+    scored = usable or ordered_runs(runs)  # runs refused for no_data need no second reason
+    step, domains, refusal = _eval_step(scored, label) if scored else (None, [], None)
+    if refusal:
+        refusals.append(refusal)
+    return refusals, step, domains, min(common_steps, default=0)
+
+
+def check(runs: list[RunSummary]) -> list[Refusal]:
+    """Every reason to refuse comparing ``runs`` (empty: the comparison is sound)."""
+    return _checks(runs)[0]
+
+
+def compare(runs: list[RunSummary]) -> Comparison:
+    """Check ``runs`` and, if nothing is refused, score each variant at the common eval step."""
+    refusals, step, domains, common_steps = _checks(runs)
+    if refusals or step is None:
+        return Comparison(False, refusals, step, [], domains, common_steps)
+    rows = []
+    for variant, group in _by_variant(runs).items():
+        scores = [r.evals[step] for r in group]
+        aggregates = [float(s[AGGREGATE]) for s in scores]
+        rows.append(
+            {
+                "variant": variant[:SHORT],
+                "variant_id": variant,
+                "mixture": mixture_label(group[0].mixture),
+                "shares": {k: float(v) for k, v in sorted(group[0].mixture.items())},
+                "replicates": len(group),
+                "dp_sizes": ",".join(
+                    str(n) for n in sorted({n for r in group for n in r.dp_sizes})
+                ),
+                "bpb": {d: statistics.fmean(float(s[d]) for s in scores) for d in domains},
+                "aggregate_bpb": statistics.fmean(aggregates),
+                "aggregate_range": max(aggregates) - min(aggregates),
+                "aggregate_std": statistics.stdev(aggregates) if len(aggregates) > 1 else 0.0,
+                "runs": [r.name for r in group],
+                "run_ids": [r.run_id for r in group],
+            }
+        )
+    rows.sort(key=lambda row: (row["aggregate_bpb"], row["mixture"], row["variant_id"]))
+    rows = [{"rank": rank, **row} for rank, row in enumerate(rows, 1)]
+    fingerprint = ordered_runs(runs)[0].contract_fingerprint
+    return Comparison(True, [], step, rows, domains, common_steps, fingerprint)

@@ -1,0 +1,154 @@
+"""Reading runs for the guard (through the tracker) and logging its verdict as a run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.experiment.runfolder import read_jsonl
+from orchestrator.tracking.names import (
+    ARTIFACT_DIR,
+    ARTIFACT_EVAL,
+    ARTIFACT_EXPERIMENT,
+    ARTIFACT_STEPS,
+    TAG_COMPARED,
+    TAG_CONTRACT,
+    TAG_DP_HISTORY,
+    TAG_DP_SIZE,
+    TAG_NOTE,
+    TAG_VARIANT,
+    TAG_VERDICT,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.tracking.tracker import Tracker
+
+from orchestrator.guard.plot import plot
+from orchestrator.guard.rules import AGGREGATE, Comparison, RunSummary, ordered_runs
+
+
+def _dp_sizes(tags: dict[str, str], steps: list[dict[str, Any]]) -> list[int]:
+    for key in (TAG_DP_HISTORY, TAG_DP_SIZE):
+        text = tags.get(key, "")
+        sizes = [int(p) for p in text.split(",") if p.strip().isdigit()]
+        if sizes:
+            return sizes
+    sizes = []
+    for record in steps:
+        size = record.get("dp_size")
+        if isinstance(size, int) and (not sizes or sizes[-1] != size):
+            sizes.append(size)
+    return sizes
+
+
+def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
+    """Read ``run_ids`` from ``tracker``'s store into :class:`RunSummary` objects, in order.
+
+    Tags give the variant, contract fingerprint and dp sizes; ``zephon/experiment.json``
+    the contract and mixture (and the fingerprints, if the tags are missing);
+    ``zephon/steps.jsonl`` the digests and ``zephon/eval.jsonl`` the scores. Missing
+    artifacts leave the fields empty, so :func:`check` refuses the run with a reason
+    instead of this function failing. An unknown run id raises ``ValueError``.
+    """
+    summaries = []
+    for run_id in run_ids:
+        with tempfile.TemporaryDirectory(prefix="zephon-compare-") as tmp:
+            stored = tracker.download_run(run_id, ARTIFACT_DIR, Path(tmp))
+            try:
+                experiment = json.loads((Path(tmp) / ARTIFACT_EXPERIMENT).read_text())
+            except (OSError, json.JSONDecodeError):
+                experiment = {}
+            steps = read_jsonl(Path(tmp) / ARTIFACT_STEPS)
+            evals_raw = read_jsonl(Path(tmp) / ARTIFACT_EVAL)
+        tags = stored.tags
+        digests = {
+            int(r["step"]): str(r["global_digest"])
+            for r in steps
+            if "step" in r and r.get("global_digest")
+        }
+        evals: dict[int, dict[str, float]] = {}
+        for record in evals_raw:
+            if "step" not in record:
+                continue
+            scores = {str(k): float(v) for k, v in (record.get("bpb") or {}).items()}
+            if record.get("aggregate_bpb") is not None:
+                scores[AGGREGATE] = float(record["aggregate_bpb"])
+            evals[int(record["step"])] = scores
+        summaries.append(
+            RunSummary(
+                run_id=run_id,
+                name=stored.name,
+                variant=tags.get(TAG_VARIANT) or str(experiment.get("variant") or ""),
+                contract_fingerprint=tags.get(TAG_CONTRACT)
+                or str(experiment.get("contract_fingerprint") or ""),
+                contract=dict(experiment.get("contract") or {}),
+                mixture={str(k): float(v) for k, v in (experiment.get("mixture") or {}).items()},
+                digests=digests,
+                evals=evals,
+                dp_sizes=_dp_sizes(tags, steps),
+            )
+        )
+    return summaries
+
+
+def comparison_name(run_ids: Iterable[str]) -> str:
+    """``compare-<8 hex>``: a short hash of the sorted run ids (same runs, same name)."""
+    digest = hashlib.sha256(",".join(sorted(run_ids)).encode()).hexdigest()
+    return f"compare-{digest[:8]}"
+
+
+def log_comparison(
+    tracker: Tracker,
+    comparison: Comparison,
+    runs: list[RunSummary],
+    *,
+    parent_run_id: str | None = None,
+    workdir: Path,
+    into_run_id: str | None = None,
+) -> str:
+    """Log ``comparison`` as a run of ``tracker``'s experiment; return its id.
+
+    The run is named :func:`comparison_name`, tagged ``TAG_KIND=comparison``,
+    ``TAG_VERDICT`` (accepted/refused), ``TAG_COMPARED`` (run ids, comma-separated) and
+    ``mlflow.parentRunId`` if ``parent_run_id`` is given; its description is the markdown
+    report. Artifacts: ``comparison.json``, ``comparison.md`` and, if accepted,
+    ``comparison.png``, written first under ``workdir/<run name>/``. The run ends FINISHED
+    whatever the verdict (FAILED only if logging itself fails). With ``into_run_id`` the
+    verdict tags, description and artifacts go to that existing run instead (a sweep's
+    parent), which is left as it is.
+    """
+    ids = [r.run_id for r in ordered_runs(runs)]
+    name = comparison_name(ids)
+    markdown = comparison.to_markdown()
+    tags = {
+        TAG_VERDICT: "accepted" if comparison.accepted else "refused",
+        TAG_COMPARED: ",".join(ids),
+        TAG_NOTE: markdown,
+    }
+    if into_run_id:
+        run_id = into_run_id
+        tracker.tag_run(run_id, tags)
+    else:
+        run_id = tracker.new_run(name, kind="comparison", tags=tags, parent_run_id=parent_run_id)
+    try:
+        folder = Path(workdir) / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "comparison.json").write_text(
+            json.dumps(comparison.to_json(), indent=2, sort_keys=True) + "\n"
+        )
+        (folder / "comparison.md").write_text(markdown)
+        files = [folder / "comparison.json", folder / "comparison.md"]
+        if comparison.accepted:
+            files.append(plot(comparison, runs, folder / "comparison.png"))
+        tracker.attach_files(run_id, files)
+    except BaseException:
+        if not into_run_id:
+            tracker.end_run(run_id, "FAILED")
+        raise
+    if not into_run_id:
+        tracker.end_run(run_id, "FINISHED")
+    return run_id

@@ -1,0 +1,13 @@
+"""One run: plan -> torchrun -> result.
+
+::
+
+    api.py         plan / run / resume / sync / compare / verify_elastic (the Python API)
+      │  devices.py     free GPUs or cores -> dp (a divisor of the lanes)
+      │  precision.py   train.precision=auto -> float32 or bfloat16, measured once per CPU
+      ▼
+    launch.py      torchrun's command and environment, its process groups, progress, Slurm
+      │  interrupts.py  SIGINT/SIGTERM: stop every launch, note how to continue, exit 130
+      ▼
+    titan/ (the trainer) writes the run folder; tracking/ mirrors it to MLflow
+"""

@@ -1,0 +1,529 @@
+"""Zephon's Python API; the ``zephon`` CLI (:mod:`orchestrator.cli`) is a thin layer over it.
+
+Every function checks its inputs before it starts anything and returns plain
+data (``to_dict()`` is what the CLI prints as JSON)::
+
+    plan(config)                   resolve, validate, fingerprint; nothing is launched
+    run(config)                    plan, then train (torchrun), track (MLflow), evaluate
+    resume(folder, dp=...)         continue a run from its last checkpoint, any dp size
+    compare(run_ids | experiment | sweep)   the comparison guard's verdict, logged to MLflow
+    verify_elastic(config, dp, dp) train on one dp size, resume on another, check every digest
+    sync(folder)                   send what a run folder holds and its tracking lacks
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from orchestrator.errors import ExperimentError, LaunchError, TrackingError
+from orchestrator.experiment import (
+    ExperimentConfig,
+    fingerprints,
+    load_experiment,
+    validate,
+)
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.run import interrupts
+from orchestrator.run.devices import Devices, choose_dp, discover
+from orchestrator.run.launch import (
+    Launch,
+    Progress,
+    launch_env,
+    run_local,
+    run_slurm,
+    stop_leftover_launch,
+)
+from orchestrator.run.launch import torchrun_command as build_torchrun_command
+from orchestrator.run.precision import resolve_precision
+from orchestrator.tracking.names import TAG_DEVICE, TAG_SWEEP
+
+SYNC_EVERY_S = 10.0
+
+
+@dataclass
+class Plan:
+    """A resolved, validated experiment and where and how it would run."""
+
+    config: ExperimentConfig
+    dp: int
+    devices: Devices
+    contract: dict[str, Any]
+    mixture: dict[str, str]
+    contract_fingerprint: str
+    variant: str
+    run_name: str
+    command: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        d, t = self.config.data, self.config.train
+        lanes_per_rank = d.lanes // self.dp
+        tokens_per_step = d.global_batch_size * d.seq_len
+        return {
+            "run_name": self.run_name,
+            "run_folder": str(Path(self.config.runs_root, self.run_name).absolute()),
+            "device": self.devices.label,
+            "free_devices": self.devices.count,
+            "dp_size": self.dp,
+            "lanes": d.lanes,
+            "lanes_per_rank": {
+                r: [r * lanes_per_rank + i for i in range(lanes_per_rank)] for r in range(self.dp)
+            },
+            "steps": t.steps,
+            "tokens_per_step": tokens_per_step,
+            "tokens": tokens_per_step * t.steps,
+            "micro_batches_per_step": d.global_batch_size // (self.dp * t.microbatch_size),
+            "precision": t.precision,
+            "mixture": self.mixture,
+            "contract": self.contract,
+            "contract_fingerprint": self.contract_fingerprint,
+            "variant": self.variant,
+            "command": self.command,
+            "config": self.config.to_dict(),
+        }
+
+
+@dataclass
+class RunResult:
+    """What a finished (or failed) run left: status, fingerprints, scores, tracking."""
+
+    run_name: str
+    folder: str
+    status: str
+    returncode: int
+    dp_sizes: list[int]
+    steps: int
+    data_fingerprint: str | None
+    contract_fingerprint: str
+    variant: str
+    eval: dict[str, Any] | None
+    mlflow_run_id: str | None
+    tracking: str
+    """``synced``, ``pending`` (run ``zephon sync``) or ``off``."""
+    messages: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def plan(
+    config: ExperimentConfig | dict[str, Any] | str | Path,
+    *,
+    dp: int | None = None,
+    run_name: str | None = None,
+    overrides: list[str] | None = None,
+) -> Plan:
+    """Resolve and validate ``config``, choose dp from the free devices, fingerprint the data."""
+    if not isinstance(config, ExperimentConfig) or overrides:
+        config = load_experiment(config, overrides)
+    validate(config, dp)
+    devices = discover(config.resources.device, config.resources.gpu_ids)
+    chosen = choose_dp(config, devices, dp)
+    # Resolved here, on the machine that trains, and stored in the config: a resume keeps it.
+    precision = resolve_precision(config.train.precision, devices.kind)
+    config = replace(config, train=replace(config.train, precision=precision))
+    prints = fingerprints(config, chosen)
+    name = (
+        run_name
+        or f"{config.name}-{prints.variant[:8]}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    )
+    folder = RunFolder(Path(config.runs_root) / name)
+    command = build_torchrun_command(
+        config,
+        folder,
+        chosen,
+        nodes=config.resources.nodes,
+        node_rank=config.resources.node_rank,
+        rdzv_endpoint=_endpoint(config),
+    )
+    return Plan(
+        config,
+        chosen,
+        devices,
+        prints.contract,
+        prints.mixture,
+        prints.contract_fingerprint,
+        prints.variant,
+        name,
+        command,
+    )
+
+
+def _endpoint(config: ExperimentConfig) -> str | None:
+    r = config.resources
+    if r.launcher == "multinode":
+        return r.rdzv_endpoint
+    return "localhost:0" if r.nodes > 1 else None  # slurm: the job sets the real one
+
+
+def run(
+    config: ExperimentConfig | dict[str, Any] | str | Path,
+    *,
+    dp: int | None = None,
+    run_name: str | None = None,
+    overrides: list[str] | None = None,
+    progress: TextIO | None = None,
+    parent_run_id: str | None = None,
+    sweep: str | None = None,
+    tracking: bool = True,
+) -> RunResult:
+    """Plan, then train ``config`` to the end; see :class:`RunResult`.
+
+    Refuses before launch (``ExperimentError``, ``TrackingError``) when the experiment
+    is invalid or its tracking server is unreachable (unless ``tracking.offline_ok``).
+    A failed launch returns status ``failed`` with the log tail in ``messages``.
+    """
+    the_plan = plan(config, dp=dp, run_name=run_name, overrides=overrides)
+    if interrupts.requested():  # stopped while planning: nothing was created
+        raise interrupts.Interrupted()
+    folder = RunFolder(Path(the_plan.config.runs_root) / the_plan.run_name)
+    if folder.exists():
+        raise ExperimentError([f"run folder {folder.path} exists; resume it or pick another name"])
+    tracker = _tracker(the_plan.config) if tracking else None
+    folder.write_experiment(
+        {
+            "config": the_plan.config.to_dict(),
+            "contract": the_plan.contract,
+            "mixture": the_plan.mixture,
+            "contract_fingerprint": the_plan.contract_fingerprint,
+            "variant": the_plan.variant,
+        }
+    )
+    folder.update_state(
+        status="created",
+        segments=[],
+        sweep=sweep,
+        parent_run_id=parent_run_id,
+        tracking_enabled=tracking,
+    )
+    return _train(folder, the_plan.config, the_plan.dp, the_plan.devices, tracker, progress)
+
+
+def resume(
+    folder: str | Path | RunFolder,
+    *,
+    dp: int | None = None,
+    progress: TextIO | None = None,
+    steps: int | None = None,
+    like: ExperimentConfig | None = None,
+) -> RunResult:
+    """Continue a run from its last checkpoint on ``dp`` ranks (any divisor of its lanes),
+    in the same MLflow run. ``steps`` extends the schedule. ``like``: the experiment the
+    caller means (a re-run sweep job): it must be the recorded one but for
+    ``resources``, which it replaces (where the run trains now, not what it trains).
+    A run that already succeeded (and is not extended) is returned as it is."""
+    folder = folder if isinstance(folder, RunFolder) else RunFolder(folder)
+    if not folder.exists():
+        raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
+    record = folder.experiment()
+    config = load_experiment(record["config"])
+    if "precision" not in record["config"]["train"]:  # recorded before it: TorchTitan's default
+        config = replace(config, train=replace(config.train, precision="bfloat16"))
+    if like is not None:
+        _check_same_experiment(folder, config, like)
+        config = replace(config, resources=like.resources)
+    state = folder.state()
+    if state.get("status") == "succeeded" and steps is None:
+        return _result(folder, 0, "synced" if state.get("mlflow_run_id") else "off", [])
+    stopped = stop_leftover_launch(folder)
+    if stopped:
+        print(
+            f"[zephon] stopped the leftover launch of {folder.path} (process groups "
+            f"{stopped}): its zephon process had died",
+            file=sys.stderr,
+        )
+    if steps is not None:
+        config = replace(config, train=replace(config.train, steps=steps))
+    validate(config, dp)
+    devices = discover(config.resources.device, config.resources.gpu_ids)
+    chosen = choose_dp(config, devices, dp)
+    tracker = _tracker(config) if folder.state().get("tracking_enabled", True) else None
+    return _train(folder, config, chosen, devices, tracker, progress)
+
+
+def _check_same_experiment(
+    folder: RunFolder, recorded: ExperimentConfig, wanted: ExperimentConfig
+) -> None:
+    """ExperimentError naming each section where ``wanted`` differs from the recorded run."""
+    mine, theirs = recorded.to_dict(), wanted.to_dict()
+    if theirs["train"]["precision"] == "auto":  # resolved when the run was planned
+        theirs["train"]["precision"] = mine["train"]["precision"]
+    differing = [
+        f"{folder.path} holds another experiment: {key} is {mine[key]} there, {theirs[key]} now"
+        for key in mine
+        if key != "resources" and mine[key] != theirs.get(key)
+    ]
+    if differing:
+        raise ExperimentError(
+            [*differing, "run it with the arguments it was started with, or pick another name"]
+        )
+
+
+def _tracker(config: ExperimentConfig) -> Any:
+    """A Tracker for ``config``, checked now; None when offline training is allowed and needed."""
+    from orchestrator.tracking.tracker import Tracker, reachable_uri
+
+    t = config.tracking
+    uri = reachable_uri(t.uri, t.offline_ok, Path.cwd())
+    return None if uri is None else Tracker(uri, t.experiment)
+
+
+def _train(
+    folder: RunFolder,
+    config: ExperimentConfig,
+    dp: int,
+    devices: Devices,
+    tracker: Any,
+    progress: TextIO | None,
+) -> RunResult:
+    """Launch one segment of ``folder``'s training on ``dp`` ranks and track it."""
+    from orchestrator.tracking.tracker import resolve_uri
+
+    state = folder.state()
+    messages: list[str] = []
+    start_step = folder.last_checkpoint_step() or 0
+    segments = [
+        *state.get("segments", []),
+        {
+            "dp_size": dp,
+            "start_step": start_step,
+            "device": devices.label,
+            "started_at": time.time(),
+        },
+    ]
+    folder.update_state(
+        status="running",
+        segments=segments,
+        tracking_uri=resolve_uri(config.tracking.uri, Path.cwd()),
+        mlflow_experiment=config.tracking.experiment,
+    )
+    tracking = "off" if tracker is None else "synced"
+    if tracker is not None:
+        tags = {TAG_DEVICE: devices.label}
+        if state.get("sweep"):
+            tags[TAG_SWEEP] = state["sweep"]
+        try:
+            tracker.start(folder, tags=tags, parent_run_id=state.get("parent_run_id"))
+        except TrackingError as e:
+            messages.append(f"tracking unavailable, training continues: {e}")
+            tracker, tracking = None, "pending"
+    if tracker is None and config.tracking.offline_ok and tracking == "off":
+        tracking = "pending"
+
+    bar = Progress(config.train.steps, progress, label=f"{folder.name} dp={dp} ")
+    last_sync = [time.monotonic()]
+
+    def tick(f: RunFolder) -> None:
+        nonlocal tracking
+        bar.update(f)
+        if tracker is not None and time.monotonic() - last_sync[0] >= SYNC_EVERY_S:
+            last_sync[0] = time.monotonic()
+            try:
+                tracker.sync(f)
+                tracking = "synced"
+            except TrackingError as e:
+                if tracking != "pending":
+                    messages.append(f"tracking unavailable, metrics kept in {f.path}: {e}")
+                tracking = "pending"
+
+    r = config.resources
+    per_node = dp // r.nodes
+    command = build_torchrun_command(
+        config, folder, dp, nodes=r.nodes, node_rank=r.node_rank, rdzv_endpoint=_endpoint(config)
+    )
+    launch = Launch(
+        [command],
+        launch_env(folder, devices, per_node, r.max_procs),
+        folder,
+        timeout_s=r.timeout_s,
+        on_tick=tick,
+    )
+    try:
+        code = run_slurm(launch, r.nodes, r.slurm) if r.launcher == "slurm" else run_local(launch)
+    finally:
+        bar.close()
+    done = max(folder.steps(), default=0)
+    status = (
+        "interrupted"
+        if code < 0
+        else "succeeded"
+        if code == 0 and done >= config.train.steps
+        else "failed"
+    )
+    segments[-1].update(ended_at=time.time(), returncode=code, end_step=done)
+    state = folder.update_state(status=status, segments=segments)
+    if status == "interrupted":
+        checkpoint = folder.last_checkpoint_step()
+        line = (
+            f"{folder.name}: interrupted at step {done}/{config.train.steps} (last checkpoint: "
+            f"{f'step {checkpoint}' if checkpoint else 'none'}); continue: "
+            f"{shlex.join([*zephon_command(), 'resume', str(folder.path.absolute())])}"
+        )
+        interrupts.note_unfinished(line)
+        messages.append(line)
+    elif status != "succeeded":
+        messages.append(
+            f"training {status} (exit status {code}); log {folder.log_path}:\n{folder.log_tail()}"
+        )
+    if tracker is not None:
+        try:
+            tracker.finish(folder, status)
+            tracking = "synced"
+        except TrackingError as e:
+            tracking = "pending"
+            messages.append(f"tracking unavailable: {e}")
+    if tracking == "pending":
+        messages.append(
+            f"metrics are kept in {folder.path}; send them with `zephon sync {folder.path}`"
+        )
+    return _result(folder, code, tracking, messages)
+
+
+def zephon_command() -> list[str]:
+    """How to call the ``zephon`` CLI of this installation (for the commands Zephon prints)."""
+    beside = Path(sys.executable).parent / "zephon"
+    found = shutil.which("zephon")
+    if found and (not beside.exists() or Path(found).resolve() == beside.resolve()):
+        return ["zephon"]
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "orchestrator.cli"]
+
+
+def _result(folder: RunFolder, code: int, tracking: str, messages: list[str]) -> RunResult:
+    state = folder.state()
+    experiment = folder.experiment()
+    evals = folder.evals()
+    return RunResult(
+        run_name=folder.name,
+        folder=str(folder.path.absolute()),
+        status=state.get("status", "unknown"),
+        returncode=code,
+        dp_sizes=[s["dp_size"] for s in state.get("segments", [])],
+        steps=max(folder.steps(), default=0),
+        data_fingerprint=folder.data_fingerprint(),
+        contract_fingerprint=experiment["contract_fingerprint"],
+        variant=experiment["variant"],
+        eval=evals[max(evals)] if evals else None,
+        mlflow_run_id=state.get("mlflow_run_id"),
+        tracking=tracking,
+        messages=messages,
+    )
+
+
+def sync(folder: str | Path | RunFolder) -> dict[str, Any]:
+    """Send everything ``folder`` holds that its MLflow run lacks (after an outage)."""
+    from orchestrator.tracking.tracker import sync_folder
+
+    folder = folder if isinstance(folder, RunFolder) else RunFolder(folder)
+    if not folder.exists():
+        raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
+    return {
+        "run_folder": str(folder.path),
+        "sent": sync_folder(folder),
+        "mlflow_run_id": folder.state().get("mlflow_run_id"),
+    }
+
+
+def compare(
+    run_ids: list[str] | None = None,
+    *,
+    experiment: str | None = None,
+    sweep: str | None = None,
+    tracking_uri: str | None = None,
+    parent_run_id: str | None = None,
+    workdir: str | Path | None = None,
+    into_run_id: str | None = None,
+) -> dict[str, Any]:
+    """The comparison guard over MLflow runs (by id, or all runs of an experiment or sweep).
+
+    Returns the verdict (``accepted``, ``rows``, ``refusals``), the comparison run's id
+    and its artifacts; the verdict is logged to MLflow either way: to a new comparison
+    run (a child of ``parent_run_id`` if given), or into the run ``into_run_id``.
+    """
+    from orchestrator import guard
+    from orchestrator.tracking.tracker import Tracker, resolve_uri, training_run_ids
+
+    uri = resolve_uri(tracking_uri, Path.cwd())
+    tracker = Tracker(uri, experiment or "zephon")
+    if not run_ids:
+        run_ids = training_run_ids(uri, experiment=experiment, sweep=sweep)
+    runs = guard.load_runs(tracker, list(run_ids))
+    comparison = guard.compare(runs)
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="zephon-compare-"))
+    comparison_run = guard.log_comparison(
+        tracker,
+        comparison,
+        runs,
+        parent_run_id=parent_run_id,
+        workdir=work,
+        into_run_id=into_run_id,
+    )
+    return {
+        **comparison.to_json(),
+        "comparison_run_id": comparison_run,
+        "tracking_uri": uri,
+        "markdown": comparison.to_markdown(),
+    }
+
+
+def verify_elastic(
+    config: ExperimentConfig | dict[str, Any] | str | Path,
+    *,
+    first_dp: int,
+    second_dp: int,
+    split_step: int | None = None,
+    overrides: list[str] | None = None,
+    progress: TextIO | None = None,
+) -> dict[str, Any]:
+    """Train to ``split_step`` on ``first_dp`` ranks and to the end uninterrupted on
+    ``first_dp``; resume the first on ``second_dp``; report whether every digest matches."""
+    base = load_experiment(config, overrides)
+    steps = base.train.steps
+    split = split_step or max(1, steps // 2)
+    if not 1 <= split < steps:
+        raise ExperimentError([f"split_step must be in [1, {steps}), got {split}"])
+    base = replace(
+        base,
+        train=replace(base.train, checkpoint_interval=split, keep_checkpoints=0),
+        eval=replace(base.eval, enable=False),
+    )
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    reference = run(
+        base,
+        dp=first_dp,
+        run_name=f"{base.name}-verify-{stamp}-ref",
+        progress=progress,
+        tracking=False,
+    )
+    short = replace(base, train=replace(base.train, steps=split))
+    first = run(
+        short,
+        dp=first_dp,
+        run_name=f"{base.name}-verify-{stamp}-split",
+        progress=progress,
+        tracking=False,
+    )
+    if first.status != "succeeded" or reference.status != "succeeded":
+        raise LaunchError("\n".join(reference.messages + first.messages))
+    resumed = resume(Path(first.folder), dp=second_dp, progress=progress, steps=steps)
+    want = RunFolder(reference.folder).digests()
+    got = RunFolder(resumed.folder).digests()
+    mismatched = sorted(s for s in want if got.get(s) != want[s])
+    return {
+        "ok": not mismatched and resumed.status == "succeeded",
+        "first_dp": first_dp,
+        "second_dp": second_dp,
+        "split_step": split,
+        "steps": steps,
+        "matched_steps": len(want) - len(mismatched),
+        "first_mismatch": mismatched[0] if mismatched else None,
+        "reference_folder": reference.folder,
+        "resumed_folder": resumed.folder,
+        "messages": resumed.messages,
+    }

@@ -1,0 +1,428 @@
+"""Launching TorchTitan for an experiment: the command, the launchers, and the progress monitor.
+
+::
+
+    ExperimentConfig --trainer_args--> TorchTitan flags (zephon-train)
+                     --torchrun_command(dp, node)--> [python -m torch.distributed.run ...]
+    launcher: local      one torchrun on this machine, dp processes
+              multinode  this machine's torchrun of a c10d rendezvous (run it on every node)
+              slurm      submitit submits a job whose tasks run torchrun, one per node
+    monitor:  follows <run>/titan/zephon/steps.jsonl while the launch runs:
+              progress (a bar on a terminal, plain lines otherwise) and periodic callbacks
+
+Commands are argument lists, never shell strings. torchrun's output goes to
+``<run>/launch.log`` (appended per segment); a failed launch raises
+:class:`LaunchError` carrying the log tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from orchestrator.experiment import ExperimentConfig, absolute
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.run import interrupts
+from orchestrator.run.devices import Devices, usable_cores
+
+TRAIN_MODULE = "orchestrator.titan.train"
+CPU_MALLOC_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(4 << 30),
+    "MALLOC_TRIM_THRESHOLD_": str(16 << 30),
+    "MALLOC_TOP_PAD_": str(512 << 20),
+}
+"""glibc malloc settings for CPU training (the user's own values win). By default glibc
+serves each block over 32 MB (the debug model's embedding and its gradients, FSDP's
+gathered parameters) with a fresh mmap and returns it on free, so every step faults the
+same pages in again: measured on 2 AVX2 cores (dp 2, 8 steps), 55 s of 140 s CPU were
+system time and a step took 6.8 s; with these, 17 s and 4.1 s. Memory stays mapped
+at its peak instead."""
+POLL_S = 1.0
+SLURM_CANCEL_WAIT_S = 30.0
+"""How long an interrupted Slurm launch waits for its cancelled job to end."""
+
+
+def trainer_args(config: ExperimentConfig, folder: RunFolder) -> list[str]:
+    """TorchTitan's flags for ``config`` (``zephon-train`` parses them)."""
+    d, t = config.data, config.train
+    assert t.precision != "auto", "plan() resolves train.precision before the command is built"
+    datasets = [
+        x
+        for name in sorted(d.datasets)
+        for x in (name, ",".join(absolute(p) for p in d.datasets[name]))
+    ]
+    args = [
+        "--module",
+        config.model.module,
+        "--config",
+        config.model.config,
+        "--dump-folder",
+        str(folder.titan_dir.absolute()),
+        "--tokenizer.name",
+        d.tokenizer,
+        "--dataloader.datasets",
+        *datasets,
+        "--dataloader.text-field",
+        d.text_field,
+        "--dataloader.exhausted",
+        d.exhausted,
+        "--dataloader.seed",
+        str(d.seed),
+        "--dataloader.lanes",
+        str(d.lanes),
+        "--dataloader.global-batch-size",
+        str(d.global_batch_size),
+        "--dataloader.shuffle-buffer",
+        str(d.shuffle_buffer),
+        "--dataloader.shuffle-seed",
+        str(d.shuffle_seed),
+        "--dataloader.flush-every",
+        str(d.flush_every),
+        "--dataloader.chunk-tokens",
+        str(d.chunk_tokens),
+        "--dataloader.holdout-bytes",
+        str(d.holdout_bytes),
+        "--training.seq-len",
+        str(d.seq_len),
+        "--training.local-batch-size",
+        str(t.microbatch_size),
+        "--training.steps",
+        str(t.steps),
+        "--debug.seed",
+        str(t.seed),
+        "--training.mixed-precision-param",
+        t.precision,
+        "--checkpoint.enable",
+        "--checkpoint.interval",
+        str(t.checkpoint_interval),
+        "--checkpoint.keep-latest-k",
+        str(t.keep_checkpoints),
+        "--metrics.log-freq",
+        "1",
+        "--comm.train-timeout-seconds",
+        "600",  # oversubscribed CPUs: a step can take seconds
+    ]
+    if d.mixture:
+        args += ["--dataloader.mixture"]
+        args += [x for name in sorted(d.mixture) for x in (name, repr(float(d.mixture[name])))]
+    if d.cache_dir:
+        args += ["--dataloader.cache-dir", d.cache_dir]
+    if config.eval.enable:
+        args += ["--validator.enable", "--validator.freq", str(config.eval.interval)]
+    return args + list(config.model.args)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_command(
+    config: ExperimentConfig,
+    folder: RunFolder,
+    dp: int,
+    *,
+    nodes: int = 1,
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
+) -> list[str]:
+    """The torchrun command of one node: ``dp // nodes`` processes."""
+    assert dp % nodes == 0, f"dp ({dp}) must be a multiple of nodes ({nodes})"
+    if nodes == 1 and rdzv_endpoint is None:
+        rendezvous = [f"--master-port={free_port()}"]
+    else:
+        rendezvous = [
+            f"--nnodes={nodes}",
+            f"--node-rank={node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv_endpoint}",
+            f"--rdzv-id={folder.name}",
+        ]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *rendezvous,
+        f"--nproc-per-node={dp // nodes}",
+        "-m",
+        TRAIN_MODULE,
+        *trainer_args(config, folder),
+    ]
+
+
+def launch_env(
+    folder: RunFolder, devices: Devices, procs_per_node: int, cores: int | None = None
+) -> dict[str, str]:
+    """The environment of a launch: caches in the run folder, each process an equal share
+    of ``cores`` (default: the usable cores) as threads."""
+    env = dict(os.environ)
+    env.update(
+        HF_HOME=str(folder.path.absolute() / ".hf"),
+        HF_DATASETS_OFFLINE="1",
+        TORCHINDUCTOR_CACHE_DIR=str(folder.path.absolute() / ".inductor"),
+        OMP_NUM_THREADS=str(max(1, (cores or usable_cores()) // procs_per_node)),
+        PYTHONUNBUFFERED="1",
+    )
+    if devices.kind == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in devices.gpu_ids[:procs_per_node])
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        env.update({k: v for k, v in CPU_MALLOC_ENV.items() if k not in os.environ})
+    return env
+
+
+# -- progress ----------------------------------------------------------------------------------
+
+
+class Progress:
+    """Training progress from ``steps.jsonl``: a bar on a terminal, one line per ~10 s otherwise."""
+
+    def __init__(self, total_steps: int, stream: TextIO | None = None, label: str = "") -> None:
+        self.total = total_steps
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty()
+        self.label = label
+        self._start = time.monotonic()
+        self._first: tuple[int, float] | None = None
+        self._last_line = 0.0
+        self._shown = -1
+
+    def update(self, folder: RunFolder) -> None:
+        steps = folder.steps()
+        if not steps:
+            return
+        done = max(steps)
+        now = time.monotonic()
+        if self._first is None:
+            self._first = (done, now)
+        # Measured from the first step seen on: no rate until a whole interval is measured.
+        tokens = sum(r.get("tokens", 0) for s, r in steps.items() if s > self._first[0])
+        rate = tokens / (now - self._first[1]) if tokens and now > self._first[1] else None
+        loss = folder.metrics().get(done, {}).get("loss_metrics/global_avg_loss")
+        loss_text = f" loss {loss:.3f}" if isinstance(loss, float) else ""
+        if self.tty:
+            width = 24
+            filled = int(width * done / max(1, self.total))
+            rate_text = "" if rate is None else f" {rate:,.0f} tok/s"
+            self.stream.write(
+                f"\r{self.label}[{'#' * filled}{'.' * (width - filled)}] step {done}/{self.total}"
+                f"{rate_text}{loss_text}   "
+            )
+            self.stream.flush()
+        elif done != self._shown and (now - self._last_line >= 10 or done == self.total):
+            rate_text = "" if rate is None else f", {rate:,.0f} tokens/s"
+            self.stream.write(
+                f"{self.label}step {done}/{self.total}{rate_text}{loss_text}, "
+                f"{now - self._start:.0f} s\n"
+            )
+            self.stream.flush()
+            self._last_line = now
+        self._shown = done
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# -- launchers ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Launch:
+    """What to run for one segment of a run and how to watch it."""
+
+    commands: list[list[str]]
+    """One torchrun command per node this machine runs."""
+    env: dict[str, str]
+    folder: RunFolder
+    timeout_s: float | None = None
+    on_tick: Callable[[RunFolder], None] | None = None
+    """Called about once a second while training runs (progress, tracking sync)."""
+    tick_every_s: float = POLL_S
+
+
+def run_local(launch: Launch) -> int:
+    """Run ``launch.commands`` here, output appended to ``launch.log``; their worst exit status,
+    or minus the signal number when SIGINT/SIGTERM stopped it (:mod:`orchestrator.run.interrupts`).
+
+    Each torchrun runs in its own process group, killed whole on time-out, on
+    SIGINT/SIGTERM to this process, or when another node's torchrun fails; on Linux
+    the kernel also sends it SIGTERM if the thread that started it dies.
+    """
+    folder = launch.folder
+    folder.path.mkdir(parents=True, exist_ok=True)
+    if interrupts.requested():
+        return -interrupts.signal_received()
+    with folder.log_path.open("ab") as log:
+        log.write(f"\n=== launch {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        log.flush()
+        agents = [
+            subprocess.Popen(
+                command,
+                cwd=folder.path,
+                env=launch.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_parent_death_signal(),
+            )
+            for command in launch.commands
+        ]
+    # Recorded so that a later resume can stop them if this process dies without cleanup.
+    folder.update_state(launch_process_groups=[a.pid for a in agents])
+    deadline = None if launch.timeout_s is None else time.monotonic() + launch.timeout_s
+    with interrupts.handling():
+        try:
+            while any(a.poll() is None for a in agents):
+                failed = any(a.returncode not in (None, 0) for a in agents)
+                late = deadline is not None and time.monotonic() > deadline
+                if interrupts.requested() or failed or late:
+                    _kill(agents)
+                    if late:
+                        with folder.log_path.open("a") as log:
+                            log.write(f"\n[zephon] killed after {launch.timeout_s} s\n")
+                    break
+                if launch.on_tick is not None:
+                    launch.on_tick(folder)
+                interrupts.STOP.wait(launch.tick_every_s)
+        finally:
+            _kill(agents)
+    if launch.on_tick is not None:
+        launch.on_tick(folder)
+    if interrupts.requested():
+        return -interrupts.signal_received()
+    return next((a.returncode for a in agents if a.returncode != 0), 0)
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` making the kernel SIGTERM the child when the thread that started it
+    dies (Linux ``prctl(PR_SET_PDEATHSIG)``), so not even a SIGKILLed Zephon leaves torchrun
+    behind: torchrun stops its workers on SIGTERM. Resolved here, in the parent: after a
+    fork in a threaded process the child must not load libraries."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+
+    return preexec
+
+
+def stop_leftover_launch(folder: RunFolder) -> list[int]:
+    """Kill the torchrun process groups of ``folder``'s last launch that are still alive;
+    return their ids.
+
+    ``run_local`` kills them itself on any exit it sees; they outlive it only when its
+    own process was SIGKILLed (an OOM kill, a killed scheduler). A resume must stop
+    them first: two trainings must not write one run folder. A group counts as the
+    launch's only while its leader's command line still names the run folder.
+    """
+    stopped = []
+    for pgid in folder.state().get("launch_process_groups", []):
+        try:
+            command = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue  # gone (or not Linux: nothing to check against)
+        if str(folder.path.absolute()).encode() in command:
+            _signal_group(pgid, signal.SIGKILL)
+            stopped.append(pgid)
+    return stopped
+
+
+def _kill(agents: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each live process group, SIGKILL what is left after 10 s."""
+    live = [a for a in agents if a.poll() is None]
+    for agent in live:
+        _signal_group(agent.pid, signal.SIGTERM)
+    end = time.monotonic() + 10
+    while any(a.poll() is None for a in live) and time.monotonic() < end:
+        time.sleep(0.1)
+    for agent in live:
+        if agent.poll() is None:
+            _signal_group(agent.pid, signal.SIGKILL)
+        agent.wait()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+
+
+def run_slurm(launch: Launch, nodes: int, parameters: dict[str, object]) -> int:
+    """Submit the launch to Slurm through submitit (``cluster="local"`` runs it here, for tests)
+    and wait for it; each of ``nodes`` tasks runs this node's torchrun."""
+    import submitit
+
+    cluster = str(parameters.get("cluster", "slurm"))
+    executor = submitit.AutoExecutor(folder=launch.folder.path / "submitit", cluster=cluster)
+    settings = {k: v for k, v in parameters.items() if k != "cluster"}
+    if cluster != "local":
+        settings.setdefault("nodes", nodes)
+        settings.setdefault("tasks_per_node", 1)
+    executor.update_parameters(**settings)
+    job = executor.submit(_slurm_task, launch.commands[0], launch.env, str(launch.folder.path))
+    with launch.folder.log_path.open("a") as log:
+        log.write(f"\n=== submitit job {job.job_id} ({cluster})\n")
+    with interrupts.handling():
+        while not job.done():
+            if interrupts.requested():
+                job.cancel(check=False)
+                _wait_done(job, SLURM_CANCEL_WAIT_S)
+                return -interrupts.signal_received()
+            if launch.on_tick is not None:
+                launch.on_tick(launch.folder)
+            interrupts.STOP.wait(launch.tick_every_s)
+    if launch.on_tick is not None:
+        launch.on_tick(launch.folder)
+    try:
+        return int(job.result())
+    except Exception as error:  # submitit re-raises the task's failure here
+        with launch.folder.log_path.open("a") as log:
+            log.write(f"\n[zephon] submitit job {job.job_id} failed: {error}\n")
+        return 1
+
+
+def _wait_done(job: object, limit_s: float) -> None:
+    end = time.monotonic() + limit_s
+    while not job.done() and time.monotonic() < end:  # type: ignore[attr-defined]
+        time.sleep(0.2)
+
+
+def _slurm_task(command: list[str], env: dict[str, str], cwd: str) -> int:
+    """Inside the Slurm job: this node's torchrun, rendezvous on the job's first node."""
+    import submitit
+
+    job = submitit.JobEnvironment()
+    if job.num_nodes > 1:
+        endpoint = f"{job.hostnames[0]}:29512"
+        command = [
+            c
+            for c in command
+            if not c.startswith(("--master-port", "--nnodes", "--node-rank", "--rdzv"))
+        ]
+        command[3:3] = [
+            f"--nnodes={job.num_nodes}",
+            f"--node-rank={job.node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-id={job.job_id}",
+        ]
+    with open(Path(cwd) / "launch.log", "ab") as log:
+        return subprocess.run(
+            command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, check=False
+        ).returncode

@@ -1,0 +1,177 @@
+"""What the job service accepts from a submitter: checked before a job is queued, and
+again before it starts (the queue file could be written by anyone who can write it).
+
+A submitted spec is an experiment (``orchestrator/experiment/``) as a JSON
+object, validated like any experiment, plus the service's own rules:
+
+* size: the spec's JSON is at most ``max_spec_bytes``; steps, sequence length,
+  batch, lanes, held-out bytes and time-out are below ``Limits``;
+* files: every dataset path (after ``~``, symlinks and ``..`` are resolved) lies
+  under one of the service's data roots; URLs are refused;
+* no code or paths of the submitter's choosing: ``model.module`` must be one of
+  ``allowed_model_modules``, ``model.args`` (raw TorchTitan flags, which can
+  name folders) is refused, ``runs_root``, ``data.cache_dir`` and
+  ``tracking.uri`` are the service's, the launcher is the local one on one node.
+
+Nothing here runs a shell: a job becomes an argument list (``orchestrator/service/scheduler.py``).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ExperimentError
+from orchestrator.experiment import ExperimentConfig, load_experiment, validate
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Largest values a submitted experiment may ask for."""
+
+    max_spec_bytes: int = 64_000
+    """Size of the spec as JSON."""
+    max_steps: int = 1_000_000
+    max_seq_len: int = 131_072
+    max_global_batch_size: int = 65_536
+    max_lanes: int = 4_096
+    max_holdout_bytes: int = 100_000_000
+    max_timeout_s: int = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The service's admission rules (module docstring)."""
+
+    data_roots: tuple[str, ...]
+    """Folders dataset files must lie under."""
+    runs_root: str
+    """Where the service keeps run folders."""
+    tracking_uri: str
+    """The service's MLflow tracking URI."""
+    limits: Limits = field(default_factory=Limits)
+    allowed_model_modules: tuple[str, ...] = ("orchestrator.titan.configs",)
+
+
+def admit(spec: Any, rules: Rules) -> ExperimentConfig:
+    """The experiment of ``spec`` if the service may run it; ExperimentError listing
+    every reason otherwise. The returned config carries the service's runs root,
+    cache and tracking URI."""
+    if not isinstance(spec, dict):
+        raise ExperimentError(
+            [f"a spec is a JSON object (an experiment), got {type(spec).__name__}"]
+        )
+    try:
+        size = len(json.dumps(spec))
+    except (TypeError, ValueError) as e:
+        raise ExperimentError([f"the spec is not plain JSON data: {e}"]) from None
+    if size > rules.limits.max_spec_bytes:
+        raise ExperimentError(
+            [f"the spec is {size} bytes of JSON; the limit is {rules.limits.max_spec_bytes}"]
+        )
+    problems = _service_keys(spec, rules)
+    if any("${" in text for text in _strings(spec)):
+        # OmegaConf would resolve them: ${oc.env:...} would copy secrets into the run.
+        raise ExperimentError([*problems, "the spec contains ${...} interpolations; give values"])
+    try:
+        config = load_experiment(
+            {
+                **spec,
+                "runs_root": rules.runs_root,
+                "tracking": {**spec.get("tracking", {}), "uri": rules.tracking_uri},
+            }
+        )
+    except ExperimentError as e:
+        raise ExperimentError(problems + e.problems) from None
+    problems += _sizes(config, rules.limits) + _paths(config, rules)
+    m = config.model
+    if m.module not in rules.allowed_model_modules:
+        problems.append(
+            f"model.module={m.module!r} is not allowed here; use one of "
+            f"{list(rules.allowed_model_modules)}"
+        )
+    if m.args:
+        problems.append("model.args (raw TorchTitan flags) is not accepted by the job service")
+    r = config.resources
+    if r.launcher != "local" or r.nodes != 1:
+        problems.append(
+            "the job service runs local launches on one node (resources.launcher=local)"
+        )
+    if problems:
+        raise ExperimentError(problems)
+    validate(config)
+    return config
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in ``value`` (keys too), however deep."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _service_keys(spec: dict[str, Any], rules: Rules) -> list[str]:
+    """Keys only the service sets, if the submitter set them otherwise."""
+    problems = []
+    if spec.get("runs_root") not in (None, rules.runs_root):
+        problems.append("runs_root is chosen by the job service; leave it out")
+    data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
+    if data.get("cache_dir") is not None:
+        problems.append("data.cache_dir is chosen by the job service; leave it out")
+    tracking = spec.get("tracking") if isinstance(spec.get("tracking"), dict) else {}
+    if tracking.get("uri") not in (None, rules.tracking_uri):
+        problems.append(f"tracking.uri is the job service's ({rules.tracking_uri}); leave it out")
+    return problems
+
+
+def _sizes(config: ExperimentConfig, limits: Limits) -> list[str]:
+    d, t, r = config.data, config.train, config.resources
+    checks = [
+        ("train.steps", t.steps, limits.max_steps),
+        ("data.seq_len", d.seq_len, limits.max_seq_len),
+        ("data.global_batch_size", d.global_batch_size, limits.max_global_batch_size),
+        ("data.lanes", d.lanes, limits.max_lanes),
+        ("data.holdout_bytes", d.holdout_bytes, limits.max_holdout_bytes),
+        ("resources.timeout_s", r.timeout_s or 0, limits.max_timeout_s),
+    ]
+    return [
+        f"{key}={value} is above the limit of {limit}"
+        for key, value, limit in checks
+        if value > limit
+    ]
+
+
+def _paths(config: ExperimentConfig, rules: Rules) -> list[str]:
+    roots = [Path(os.path.realpath(os.path.expanduser(r))) for r in rules.data_roots]
+    problems = []
+    for name, patterns in config.data.datasets.items():
+        for pattern in patterns:
+            if "://" in pattern:
+                problems.append(f"data.datasets.{name}: {pattern!r}: URLs are not accepted here")
+                continue
+            expanded = os.path.expanduser(pattern)
+            if not os.path.isabs(expanded):
+                problems.append(f"data.datasets.{name}: {pattern!r}: give an absolute path")
+                continue
+            # The fixed part of a glob, and every file it matches, must stay inside a root.
+            fixed = expanded.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0]
+            candidates = [fixed, *glob.glob(expanded, recursive=True)]
+            outside = [c for c in candidates if not _inside(Path(os.path.realpath(c)), roots)]
+            if outside:
+                problems.append(
+                    f"data.datasets.{name}: {pattern!r} is outside the data roots "
+                    f"{[str(r) for r in roots]}"
+                )
+    return problems
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    return any(path == root or root in path.parents for root in roots)

@@ -1,0 +1,176 @@
+"""The job service's client side: submit, status, wait, cancel, logs, list.
+
+Agents and people submit experiments to a *service root*, a folder holding::
+
+    <root>/service.json   the rules (data roots, limits, tracking URI), written by `zephon serve`
+    <root>/queue.db       the durable job queue (orchestrator/service/queue.py; SQLite, WAL)
+    <root>/jobs/<id>/     per attempt: the job process's JSON result and its stderr
+    <root>/runs/<id>/     the run folder (checkpoints, digests, metrics)
+    <root>/mlflow.db      the embedded MLflow store (unless tracking_uri names a server)
+
+Submitting needs no running scheduler: jobs wait in the queue until ``zephon serve``
+(:mod:`orchestrator.service.scheduler`) starts them. Every function here is what the CLI
+and the MCP server call, and returns plain JSON-able data.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import QueueError
+from orchestrator.service.admission import Limits, Rules, admit
+from orchestrator.service.queue import FINAL, JobQueue
+
+SERVICE_FILE = "service.json"
+DEFAULT_ROOT = "zephon-service"
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Where a job service keeps its state, and its rules."""
+
+    root: str = DEFAULT_ROOT
+    """Folder holding service.json, queue.db, jobs/, runs/ and mlflow.db."""
+    data_roots: tuple[str, ...] = ()
+    """Folders dataset files must lie under; empty: ``<root>/data``."""
+    tracking_uri: str | None = None
+    """MLflow tracking URI; None: ``sqlite:///<root>/mlflow.db``."""
+    max_queued_per_submitter: int = 100
+    """Jobs a submitter may have queued, running or preempted at once."""
+    device: str = "auto"
+    """Devices the scheduler shares: auto, cuda or cpu."""
+    capacity: int | None = None
+    """Most devices the scheduler uses at once; None: every free one."""
+    plan_workers: int = 2
+    """Dry-run (``plan``) jobs evaluated at once."""
+    max_attempts: int = 3
+    """Attempts of a job whose process keeps dying before it is marked failed."""
+    limits: Limits = field(default_factory=Limits)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.root).absolute()
+
+    @property
+    def queue_path(self) -> Path:
+        return self.path / "queue.db"
+
+    @property
+    def runs_root(self) -> Path:
+        return self.path / "runs"
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.path / "jobs" / job_id
+
+    def rules(self) -> Rules:
+        """The admission rules of this service."""
+        roots = self.data_roots or (str(self.path / "data"),)
+        uri = self.tracking_uri or f"sqlite:///{self.path / 'mlflow.db'}"
+        return Rules(
+            tuple(str(Path(r).expanduser().absolute()) for r in roots),
+            str(self.runs_root),
+            uri,
+            self.limits,
+        )
+
+    def queue(self) -> JobQueue:
+        return JobQueue(self.queue_path, max_queued_per_submitter=self.max_queued_per_submitter)
+
+    def save(self) -> None:
+        """Write ``service.json``, so clients of this root apply the same rules."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        data = {**asdict(self), "root": str(self.path)}
+        tmp = self.path / f".{SERVICE_FILE}.tmp"
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.replace(self.path / SERVICE_FILE)
+
+
+def load_service(root: str | Path = DEFAULT_ROOT) -> ServiceConfig:
+    """The service of ``root`` (its ``service.json``; defaults if it has none yet)."""
+    path = Path(root) / SERVICE_FILE
+    if not path.is_file():
+        return ServiceConfig(root=str(Path(root).absolute()))
+    data = json.loads(path.read_text())
+    limits = Limits(**data.pop("limits", {}))
+    data["data_roots"] = tuple(data.get("data_roots", ()))
+    return ServiceConfig(**data, limits=limits)
+
+
+def submit(
+    service: ServiceConfig, spec: Any, *, key: str, submitter: str, kind: str = "run"
+) -> dict[str, Any]:
+    """Queue ``spec`` (an experiment) once per ``key``: a retry returns the same job.
+
+    The spec is admitted first (:func:`orchestrator.service.admission.admit`): a refused spec
+    raises ExperimentError listing every reason, and nothing is queued.
+    """
+    admit(spec, service.rules())
+    job, created = service.queue().submit(spec, key=key, submitter=submitter, kind=kind)
+    return {"job": job.to_dict(), "created": created}
+
+
+def status(service: ServiceConfig, job_id: str) -> dict[str, Any]:
+    """The job, its state history and, once finished, its result."""
+    queue = service.queue()
+    job = queue.get(job_id)
+    return {
+        "job": job.to_dict(),
+        "events": [asdict(e) for e in queue.events(job_id)],
+    }
+
+
+def wait(
+    service: ServiceConfig, job_id: str, *, timeout_s: float = 3600, poll_s: float = 1.0
+) -> dict[str, Any]:
+    """:func:`status` once the job is final, or at ``timeout_s`` (``"timed_out": true``)."""
+    queue = service.queue()
+    deadline = time.monotonic() + timeout_s
+    while queue.get(job_id).state not in FINAL and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    report = status(service, job_id)
+    report["timed_out"] = report["job"]["state"] not in FINAL
+    return report
+
+
+def cancel(service: ServiceConfig, job_id: str) -> dict[str, Any]:
+    """Cancel a queued job now, or ask the scheduler to stop a running one."""
+    return {"job": service.queue().request_cancel(job_id).to_dict()}
+
+
+def logs(service: ServiceConfig, job_id: str, *, tail: int = 50) -> dict[str, Any]:
+    """The last ``tail`` lines of the job's training log and of its process's stderr."""
+    job = service.queue().get(job_id)
+
+    def last(path: Path) -> list[str]:
+        if not path.is_file():
+            return []
+        return path.read_text(errors="replace").splitlines()[-tail:]
+
+    job_dir = service.job_dir(job_id)
+    stderr = sorted(job_dir.glob("attempt-*.log"))
+    return {
+        "job_id": job_id,
+        "state": job.state,
+        "training_log": last(Path(job.run_folder) / "launch.log") if job.run_folder else [],
+        "stderr": last(stderr[-1]) if stderr else [],
+    }
+
+
+def list_jobs(
+    service: ServiceConfig,
+    *,
+    states: list[str] | None = None,
+    submitter: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+) -> dict[str, Any]:
+    """Jobs, oldest first, filtered; with the count per state of the whole queue."""
+    if not 1 <= limit <= 10_000:
+        raise QueueError(f"limit must be in [1, 10000], got {limit}")
+    queue = service.queue()
+    jobs = queue.list(states=states, submitter=submitter, kind=kind, limit=limit)
+    return {"jobs": [j.to_dict() for j in jobs], "counts": queue.counts()}

@@ -1,0 +1,326 @@
+"""``zephon serve``: start queued experiments when devices are free; lose no job on a crash.
+
+Each training job runs as its own process (``python -m orchestrator.cli run|resume
+... --json``, an argument list, never a shell string) in its own session, its
+JSON result written to ``<root>/jobs/<id>/attempt-<n>.json``. So the job does not
+depend on the scheduler: the scheduler only starts, watches and records.
+
+Loop, every ``poll_s``::
+
+    for each pending job (queued, or preempted), oldest first, not yet handed out:
+        plan jobs  -> a thread: admit, api.plan, log an MLflow run (kind=plan)
+        run jobs   -> the device pool (orchestrator/service/pool.py): dp = the spec's
+                      resources.dp, else the largest divisor of its lanes now free;
+                      `run` (or `resume`, when its run folder exists) on that lease
+    a watched job that asked to be cancelled -> SIGTERM to its process
+
+When a job process ends, its result file decides::
+
+    status succeeded          -> succeeded (result, MLflow run id)
+    interrupted (SIGTERM)     -> cancelled if cancel was asked, else preempted
+    failed / invalid          -> failed (error)
+    no result (SIGKILL, OOM)  -> preempted; failed after max_attempts attempts
+
+Recovery at start: a job recorded as running whose process is still alive (the
+scheduler died, the job did not) is adopted: watched on a lease of its dp size;
+one whose process is gone is recorded from its result file (it may have
+finished meanwhile) or preempted. A preempted job resumes from its last
+checkpoint on whatever dp size is free; the lane pipeline makes its data, and so
+its digests, continue unchanged. ``resume`` stops a leftover torchrun first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ExperimentError, TransitionError
+from orchestrator.experiment import ExperimentConfig, divisors, dp_problems
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.run.devices import discover
+from orchestrator.service.admission import admit
+from orchestrator.service.client import ServiceConfig
+from orchestrator.service.pool import DevicePool, Lease
+from orchestrator.service.queue import Job
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5
+
+
+class Scheduler:
+    """Runs the jobs of one service root (module docstring)."""
+
+    def __init__(self, service: ServiceConfig, poll_s: float = POLL_S) -> None:
+        self.service = service
+        self.poll_s = poll_s
+        self.queue = service.queue()
+        self.rules = service.rules()
+        self.pool = DevicePool(discover(service.device), service.capacity)
+        self.plans = ThreadPoolExecutor(service.plan_workers, thread_name_prefix="plan")
+        self.active: dict[str, Future[Any]] = {}
+        self.stopping = threading.Event()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def serve(self, *, until_idle: bool = False) -> None:
+        """Recover, then start and watch jobs until :meth:`stop` (or, with ``until_idle``,
+        until no job is pending or active)."""
+        self.service.save()
+        self.recover()
+        while not self.stopping.is_set():
+            self.tick()
+            if until_idle and not self.active and not self.queue.pending():
+                break
+            time.sleep(self.poll_s)
+        self.plans.shutdown(wait=True)
+
+    def stop(self) -> None:
+        """Stop starting jobs; running job processes go on (the next scheduler adopts them)."""
+        self.stopping.set()
+
+    def tick(self) -> None:
+        """One pass: forget finished work, hand out pending jobs."""
+        for job_id, future in list(self.active.items()):
+            if future.done():
+                del self.active[job_id]
+                if future.exception() is not None:
+                    self._fail(job_id, f"scheduler error: {future.exception()}")
+        for job in self.queue.pending():
+            if job.id not in self.active and not self.stopping.is_set():
+                self.active[job.id] = self._start(job)
+
+    def _start(self, job: Job) -> Future[Any]:
+        if job.kind == "plan":
+            return self.plans.submit(self._plan, job)
+        try:
+            config = admit(job.spec, self.rules)
+        except ExperimentError as e:
+            self._fail(job.id, str(e))
+            done: Future[Any] = Future()
+            done.set_result(None)
+            return done
+        return self.pool.submit(_sizes(config), lambda lease: self._train(job, lease))
+
+    # -- plan jobs ------------------------------------------------------------------------
+
+    def _plan(self, job: Job) -> None:
+        from orchestrator.run import api
+
+        try:
+            self.queue.transition(job.id, "running", expect={"queued", "preempted"})
+        except TransitionError:  # cancelled meanwhile
+            return
+        try:
+            config = admit(job.spec, self.rules)
+            plan = api.plan(config, run_name=job.id).to_dict()
+            run_id = _log_plan(self.rules.tracking_uri, config, plan, job)
+        except Exception as e:  # a plan job fails with the reason, the scheduler goes on
+            self._fail(job.id, str(e))
+            return
+        result = {
+            k: plan[k]
+            for k in (
+                "contract_fingerprint",
+                "variant",
+                "mixture",
+                "dp_size",
+                "steps",
+                "tokens",
+                "lanes",
+            )
+        }
+        self.queue.transition(job.id, "succeeded", result=result, mlflow_run_id=run_id)
+
+    # -- training jobs --------------------------------------------------------------------
+
+    def _train(self, job: Job, lease: Lease) -> None:
+        """Start job's process on ``lease`` and watch it to the end."""
+        folder = RunFolder(self.service.runs_root / job.id)
+        job_dir = self.service.job_dir(job.id)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        attempt = job.attempts + 1
+        size = lease.size
+        pin = (
+            [f"resources.gpu_ids=[{','.join(map(str, lease.devices.gpu_ids))}]"]
+            if lease.devices.kind == "cuda"
+            else [f"resources.max_procs={size}"]
+        )
+        cli = [sys.executable, "-m", "orchestrator.cli"]
+        if folder.exists():
+            argv = [*cli, "resume", str(folder.path), "--dp", str(size), "--json"]
+        else:
+            spec_path = job_dir / "experiment.json"
+            spec_path.write_text(json.dumps(job.spec))
+            argv = [
+                *cli,
+                "run",
+                "-c",
+                str(spec_path),
+                "--name",
+                job.id,
+                "--dp",
+                str(size),
+                "--json",
+                f"runs_root={self.service.runs_root}",
+                f"tracking.uri={self.rules.tracking_uri}",
+                *pin,
+            ]
+        with (
+            (job_dir / f"attempt-{attempt}.json").open("wb") as out,
+            (job_dir / f"attempt-{attempt}.log").open("wb") as err,
+        ):
+            process = _spawn(argv, self.service.path, out, err)
+        try:
+            self.queue.transition(
+                job.id,
+                "running",
+                expect={"queued", "preempted"},
+                dp=size,
+                pid=process.pid,
+                run_folder=str(folder.path),
+            )
+        except TransitionError:  # cancelled between the pick and the start
+            _terminate(process.pid)
+            process.wait()
+            return
+        self._watch(job.id, process.pid, attempt, process.poll)
+
+    def _watch(self, job_id: str, pid: int, attempt: int, exited: Any) -> None:
+        """Wait for job ``job_id``'s process; pass on a cancel; record the outcome."""
+        signalled = False
+        while exited() is None:
+            if not signalled and self.queue.get(job_id).cancel_requested:
+                _terminate(pid)
+                signalled = True
+            if self.stopping.is_set():
+                return  # left running; the next scheduler adopts it
+            time.sleep(self.poll_s)
+        self._record(job_id, attempt)
+
+    def _record(self, job_id: str, attempt: int) -> None:
+        """Set the state of a job whose process ended, from its result file."""
+        job = self.queue.get(job_id)
+        result = _read_result(self.service.job_dir(job_id) / f"attempt-{attempt}.json")
+        status = (result or {}).get("status")
+        fields = {"result": result, "mlflow_run_id": (result or {}).get("mlflow_run_id")}
+        if status == "succeeded":
+            self.queue.transition(job_id, "succeeded", expect={"running"}, **fields)
+        elif status == "interrupted" or result is None:
+            if job.cancel_requested:
+                self.queue.transition(job_id, "cancelled", expect={"running"}, **fields)
+            elif result is None and job.attempts >= self.service.max_attempts:
+                self._fail(job_id, f"its process died {job.attempts} times without a result")
+            else:
+                detail = "stopped" if result else "process died"
+                self.queue.transition(
+                    job_id, "preempted", expect={"running"}, detail=detail, **fields
+                )
+        else:
+            error = (result or {}).get("error") or (result or {}).get("messages")
+            self.queue.transition(
+                job_id, "failed", expect={"running"}, error=json.dumps(error)[:4000], **fields
+            )
+
+    def _fail(self, job_id: str, error: str) -> None:
+        job = self.queue.get(job_id)
+        if job.state == "running":
+            self.queue.transition(job_id, "failed", error=error[:4000])
+        elif job.state in ("queued", "preempted"):  # never started: via running, as recorded
+            self.queue.transition(job_id, "running", detail="refused at start")
+            self.queue.transition(job_id, "failed", error=error[:4000])
+
+    # -- recovery -------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Adopt running jobs whose process lives; record or preempt the others."""
+        for job in self.queue.list(states=["running"]):
+            if job.kind == "plan":  # in-process work: it died with the old scheduler
+                self.queue.transition(job.id, "preempted", detail="scheduler restarted")
+            elif job.pid is not None and _is_job_process(job.pid, job.id):
+                size = job.dp_sizes[-1] if job.dp_sizes else 1
+                log.info("adopting %s (pid %d, dp %d)", job.id, job.pid, size)
+                self.active[job.id] = self.pool.submit(
+                    [size],
+                    lambda lease, j=job: self._watch(
+                        j.id, j.pid, j.attempts, lambda: None if _is_job_process(j.pid, j.id) else 0
+                    ),
+                )
+            else:
+                self._record(job.id, job.attempts)
+
+
+def _sizes(config: ExperimentConfig) -> list[int]:
+    """The dp sizes a job accepts: its own, or every divisor of its lanes that fits."""
+    if config.resources.dp is not None:
+        return [config.resources.dp]
+    return [k for k in divisors(config.data.lanes) if not dp_problems(config, k)]
+
+
+def _spawn(argv: list[str], cwd: Path, out: Any, err: Any) -> Any:
+    import subprocess
+
+    return subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, start_new_session=True)
+
+
+def _terminate(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+
+
+def _is_job_process(pid: int, job_id: str) -> bool:
+    """Whether ``pid`` is alive and is job ``job_id``'s process (not a reused pid)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return job_id.encode() in command and ") Z " not in stat  # a zombie has ended
+
+
+def _read_result(path: Path) -> dict[str, Any] | None:
+    """The JSON object a job process printed, or None (killed before it printed)."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if not text:
+        return None
+    try:
+        value = json.loads(text.splitlines()[-1])
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _log_plan(uri: str, config: ExperimentConfig, plan: dict[str, Any], job: Job) -> str:
+    """An MLflow run for a dry-run job: its fingerprints and mixture, no metrics."""
+    from orchestrator.tracking.names import (
+        PARAM_MIX_PREFIX,
+        TAG_CONTRACT,
+        TAG_JOB_ID,
+        TAG_SUBMITTER,
+        TAG_VARIANT,
+    )
+    from orchestrator.tracking.tracker import Tracker
+
+    tracker = Tracker(uri, config.tracking.experiment)
+    tags = {
+        TAG_CONTRACT: plan["contract_fingerprint"],
+        TAG_VARIANT: plan["variant"],
+        TAG_JOB_ID: job.id,
+        TAG_SUBMITTER: job.submitter,
+    }
+    params = {f"{PARAM_MIX_PREFIX}{k}": v for k, v in plan["mixture"].items()}
+    run_id = tracker.new_run(job.id, kind="plan", tags=tags, params=params)
+    tracker.end_run(run_id, "FINISHED")
+    return run_id

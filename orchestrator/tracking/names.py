@@ -1,0 +1,106 @@
+"""Names Zephon gives things in MLflow: the tags, params, metrics and artifacts of its runs.
+
+Tracking (:mod:`orchestrator.tracking.tracker`) writes them; the comparison guard
+(:mod:`orchestrator.guard`), sweeps and agents read them. Changing one is a
+format change for every stored run.
+"""
+
+from __future__ import annotations
+
+import re
+
+# -- tags --------------------------------------------------------------------------------------
+TAG_KIND = "zephon.kind"
+"""``run`` (one training run), ``comparison`` (a guard verdict) or ``sweep`` (a sweep's parent)."""
+TAG_CONTRACT = "zephon.contract_fingerprint"
+"""SHA-256 of the data contract without the mixture."""
+TAG_VARIANT = "zephon.variant"
+"""SHA-256 of the contract fingerprint and the canonical mixture."""
+TAG_DATA_FINGERPRINT = "zephon.data_fingerprint"
+"""The digest chain after the last finished step."""
+TAG_STEPS = "zephon.steps"
+"""Number of finished steps the data fingerprint covers."""
+TAG_DP_SIZE = "zephon.dp_size"
+"""Data-parallel size of the latest launch segment."""
+TAG_DP_HISTORY = "zephon.dp_sizes"
+"""Data-parallel sizes of all segments, comma-separated (``2,1`` = started on 2, resumed on 1)."""
+TAG_DEVICE = "zephon.device"
+"""``cpu`` or ``cuda:<model name>``."""
+TAG_PRECISION = "zephon.precision"
+"""``float32`` or ``bfloat16``: the precision the run trained in (runs in different ones are
+not replicates)."""
+TAG_VERSIONS = "zephon.versions"
+"""JSON object of package versions (zephon, torch, torchtitan, mlflow, tiktoken)."""
+TAG_GIT = "zephon.git_revision"
+"""``git describe --always --dirty`` of the working tree, or ``unknown``."""
+TAG_RUN_FOLDER = "zephon.run_folder"
+"""Absolute path of the run folder."""
+TAG_SWEEP = "zephon.sweep"
+"""Name of the sweep a run belongs to (absent for single runs)."""
+TAG_STATUS = "zephon.status"
+"""Run status as the orchestrator saw it: running, succeeded, failed, interrupted."""
+TAG_VERDICT = "zephon.verdict"
+"""On comparison runs: ``accepted`` or ``refused``."""
+TAG_COMPARED = "zephon.compared_runs"
+"""On comparison runs: the compared MLflow run ids, comma-separated."""
+TAG_JOB_ID = "zephon.job_id"
+"""On runs of the job service: the job's id."""
+TAG_SUBMITTER = "zephon.submitter"
+"""On runs of the job service: who submitted the job."""
+TAG_PARENT_RUN = "mlflow.parentRunId"
+"""MLflow's own tag: the parent run (a sweep's, for its jobs and comparison)."""
+TAG_NOTE = "mlflow.note.content"
+"""MLflow's own tag: the run's description, shown on its page (markdown)."""
+
+# -- params ------------------------------------------------------------------------------------
+PARAM_MIX_PREFIX = "mix."
+"""``mix.<dataset>``: the canonical token share of each dataset."""
+PARAM_PRECISION = "train.precision"
+"""The resolved ``train.precision`` (the same value as the tag ``zephon.precision``)."""
+PARAM_CONTRACT_PREFIX = "data."
+"""``data.<dotted contract field>``: every contract field, flattened (see ``flatten``)."""
+
+# -- metrics -----------------------------------------------------------------------------------
+METRIC_LOSS = "loss"
+METRIC_TOKENS_PER_S = "tokens_per_s"
+METRIC_DATA_WAIT = "data_wait_s"
+METRIC_EVAL_PREFIX = "eval/"
+"""``eval/<domain>_bpb`` per held-out domain and ``eval/aggregate_bpb`` (their mean)."""
+METRIC_EVAL_AGGREGATE = "eval/aggregate_bpb"
+
+# -- artifacts ---------------------------------------------------------------------------------
+ARTIFACT_DIR = "zephon"
+"""Artifacts of a run: ``zephon/experiment.json``, ``zephon/steps.jsonl``, ``zephon/eval.jsonl``."""
+ARTIFACT_EXPERIMENT = "zephon/experiment.json"
+ARTIFACT_STEPS = "zephon/steps.jsonl"
+ARTIFACT_EVAL = "zephon/eval.jsonl"
+
+
+def eval_metric(domain: str) -> str:
+    """MLflow metric name of a domain's held-out bits per byte."""
+    return f"{METRIC_EVAL_PREFIX}{domain}_bpb"
+
+
+def flatten(value: object, prefix: str = "") -> dict[str, object]:
+    """Nested dicts and lists as ``{"a.b": leaf, "datasets.code.fingerprint": ...}``.
+
+    Lists of dicts with a ``name`` key are keyed by that name (dataset entries), other
+    lists by index, so a field's key does not depend on list order where names exist.
+    """
+    if isinstance(value, dict):
+        items = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list) and all(isinstance(v, dict) and "name" in v for v in value):
+        items = [(str(v["name"]), {k: x for k, x in v.items() if k != "name"}) for v in value]
+    elif isinstance(value, list):
+        items = [(str(i), v) for i, v in enumerate(value)]
+    else:
+        return {prefix: value}
+    flat: dict[str, object] = {}
+    for key, inner in items:
+        flat.update(flatten(inner, f"{prefix}.{key}" if prefix else key))
+    return flat
+
+
+def metric_key(name: str) -> str:
+    """``name`` restricted to the characters MLflow accepts in keys."""
+    return re.sub(r"[^A-Za-z0-9_\-./ ]+", "_", name).strip("_")

@@ -1,0 +1,264 @@
+"""Experiments end to end: real TorchTitan training (tiny llama3, CPU, gloo, torchrun),
+the real embedded MLflow store, held-out evaluation and the comparison guard.
+
+Runs (4 steps each, checkpoints every 2, evaluation every 2; ~40 s a launch):
+
+    a-dp2   variant A (code .5 docs .3 i18n .2) on 2 processes
+    a-dp1   variant A on 1 process
+    b-dp2   variant B (code 0 docs .5 i18n .5) on 2 processes, interrupted (SIGTERM to
+            `zephon run`) after its step-2 checkpoint, resumed with `zephon resume --dp 1`
+    b-dp1   variant B on 1 process
+    a-seed  variant A with data.seed=1: a tampered contract
+    a-hide  variant A whose trainer gets a hidden --dataloader.shuffle-seed: the same
+            variant on paper, other data in fact
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from mlflow import MlflowClient
+
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.run import api
+from orchestrator.tracking.names import (
+    METRIC_EVAL_AGGREGATE,
+    METRIC_LOSS,
+    TAG_DATA_FINGERPRINT,
+    TAG_DP_HISTORY,
+    TAG_PRECISION,
+    TAG_VARIANT,
+    eval_metric,
+)
+from orchestrator.tracking.tracker import resolve_uri
+from tests.support import REPO
+from tests.support.titan_run import corpus
+
+pytestmark = pytest.mark.timeout(1800)
+
+MIX_A = {"code": 0.5, "docs": 0.3, "i18n": 0.2}
+MIX_B = {"code": 0.0, "docs": 0.5, "i18n": 0.5}
+"""No code: every lane's first record comes from the first dataset with a share (``code``
+in A), so only a mix without it differs from A within 4 steps."""
+STEPS = 4
+
+
+def experiment(domains: dict[str, list[Path]], mixture: dict[str, float], **data: Any) -> dict:
+    """A tiny experiment over the shared test corpus; ``mixture["i18n"]`` goes to its third
+    domain (``i18n``, or ``licenses`` where no locale files exist)."""
+    third = next(n for n in sorted(domains) if n not in ("code", "docs"))
+    return {
+        "data": {
+            "datasets": {n: [str(p) for p in paths] for n, paths in domains.items()},
+            "mixture": {"code": mixture["code"], "docs": mixture["docs"], third: mixture["i18n"]},
+            "holdout_bytes": 4096,
+            **data,
+        },
+        "train": {"steps": STEPS, "checkpoint_interval": 2},
+        "eval": {"interval": 2},
+        "resources": {"timeout_s": 600},
+    }
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("orchestrator-e2e")
+
+
+@pytest.fixture(scope="module")
+def domains(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    return corpus(tmp_path_factory.getbasetemp())
+
+
+def zephon(work: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """The ``zephon`` CLI in ``work`` (where the embedded MLflow store lives)."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+def write_config(work: Path, name: str, config: dict) -> Path:
+    path = work / f"{name}.json"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(work: Path, domains: dict[str, list[Path]]) -> dict[str, api.RunResult]:
+    """The six runs of the module docstring (b-dp2 through the CLI, interrupted and resumed)."""
+    cwd = os.getcwd()
+    os.chdir(work)  # the embedded store is ./mlflow.db
+    try:
+        results = {
+            "a-dp2": api.run(experiment(domains, MIX_A), dp=2, run_name="a-dp2"),
+            "a-dp1": api.run(experiment(domains, MIX_A), dp=1, run_name="a-dp1"),
+            "b-dp1": api.run(experiment(domains, MIX_B), dp=1, run_name="b-dp1"),
+            "a-seed": api.run(experiment(domains, MIX_A, seed=1), dp=2, run_name="a-seed"),
+        }
+        hidden = experiment(domains, MIX_A)
+        hidden["model"] = {"args": ["--dataloader.shuffle-seed", "5"]}
+        results["a-hide"] = api.run(hidden, dp=1, run_name="a-hide")
+    finally:
+        os.chdir(cwd)
+    results["b-dp2"] = interrupted_then_resumed(work, experiment(domains, MIX_B))
+    return results
+
+
+def interrupted_then_resumed(work: Path, config: dict) -> api.RunResult:
+    """`zephon run --dp 2`, SIGTERM once step 3 has data (the step-2 checkpoint exists),
+    then `zephon resume --dp 1`."""
+    path = write_config(work, "b", config)
+    folder = RunFolder(work / "runs" / "b-dp2")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "orchestrator.cli", "run", "-c", str(path), "--dp", "2"]
+    agent = subprocess.Popen(
+        [*command, "--name", "b-dp2", "--json"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 600
+    while 3 not in folder.steps() and agent.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert agent.poll() is None, f"the run ended before it could be interrupted: {agent.stderr}"
+    agent.send_signal(signal.SIGTERM)
+    out, err = agent.communicate(timeout=120)
+    assert agent.returncode == 130, f"exit {agent.returncode}\n{out}\n{err}"
+    interrupted = json.loads(out)
+    assert interrupted["status"] == "interrupted"
+    assert folder.last_checkpoint_step() == 2
+    # nothing left running, no traceback, one line with the command that continues it
+    alive = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if str(folder.path) in " ".join(p.info["cmdline"] or [])
+    ]
+    assert not alive, [p.info["cmdline"] for p in alive]
+    assert "Traceback" not in err and "stopped by SIGTERM" in err
+    assert re.search(rf"b-dp2: interrupted at step [34]/{STEPS}", err), err
+    assert f"resume {folder.path}" in err
+    client = MlflowClient(tracking_uri=resolve_uri(None, work))
+    assert client.get_run(interrupted["mlflow_run_id"]).info.status == "KILLED"
+    resumed = zephon(work, "resume", str(folder.path), "--dp", "1", "--json")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    return api.RunResult(**json.loads(resumed.stdout))
+
+
+def test_runs_succeed_with_fingerprints_and_eval(
+    runs: dict[str, api.RunResult], domains: dict[str, list[Path]]
+) -> None:
+    for name, result in runs.items():
+        assert result.status == "succeeded", f"{name}: {result.messages}"
+        assert result.steps == STEPS and result.tracking == "synced"
+        assert result.eval is not None and result.eval["step"] == STEPS
+        assert set(result.eval["bpb"]) == set(domains)
+        assert 0 < result.eval["aggregate_bpb"] < 20
+    a2, a1, b1 = runs["a-dp2"], runs["a-dp1"], runs["b-dp1"]
+    assert a2.variant == a1.variant != b1.variant
+    assert a2.contract_fingerprint == b1.contract_fingerprint  # same data but the mix
+    assert runs["a-seed"].contract_fingerprint != a2.contract_fingerprint
+    assert runs["a-hide"].variant == a2.variant  # the hidden flag is not in the experiment
+
+
+def test_data_is_identical_across_dp_sizes_and_a_resume(runs: dict[str, api.RunResult]) -> None:
+    a2, a1 = RunFolder(runs["a-dp2"].folder), RunFolder(runs["a-dp1"].folder)
+    b2, b1 = RunFolder(runs["b-dp2"].folder), RunFolder(runs["b-dp1"].folder)
+    assert a2.digests() == a1.digests() and len(a2.digests()) == STEPS
+    assert b2.digests() == b1.digests()  # b-dp2 ran steps 1-2 on 2 processes, 3-4 on 1
+    assert runs["b-dp2"].dp_sizes == [2, 1]
+    assert a2.digests() != b1.digests()
+    # held-out sets depend on the contract, not the mixture or dp: same bytes per domain
+    assert a2.evals()[STEPS]["bytes"] == b1.evals()[STEPS]["bytes"] == b2.evals()[STEPS]["bytes"]
+
+
+def test_mlflow_holds_params_tags_metrics_and_digests(
+    work: Path, runs: dict[str, api.RunResult]
+) -> None:
+    client = MlflowClient(tracking_uri=resolve_uri(None, work))
+    b2 = runs["b-dp2"]
+    run = client.get_run(b2.mlflow_run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[TAG_DP_HISTORY] == "2,1"  # the resume continued the same MLflow run
+    assert run.data.tags[TAG_VARIANT] == b2.variant
+    assert run.data.tags[TAG_DATA_FINGERPRINT] == b2.data_fingerprint
+    assert float(run.data.params["mix.docs"]) == pytest.approx(0.5)
+    precision = RunFolder(b2.folder).experiment()["config"]["train"]["precision"]
+    assert precision in ("float32", "bfloat16")
+    assert run.data.tags[TAG_PRECISION] == run.data.params["train.precision"] == precision
+    losses = client.get_metric_history(b2.mlflow_run_id, METRIC_LOSS)
+    assert sorted(m.step for m in losses) == list(range(1, STEPS + 1))  # once each, resume too
+    assert {m.step for m in client.get_metric_history(b2.mlflow_run_id, eval_metric("code"))} == {
+        2,
+        4,
+    }
+    artifacts = {a.path for a in client.list_artifacts(b2.mlflow_run_id, "zephon")}
+    assert {"zephon/steps.jsonl", "zephon/experiment.json", "zephon/eval.jsonl"} <= artifacts
+
+
+def test_compare_accepts_two_variants_on_two_dp_sizes(
+    work: Path, runs: dict[str, api.RunResult]
+) -> None:
+    ids = [runs[n].mlflow_run_id for n in ("a-dp2", "a-dp1", "b-dp2", "b-dp1")]
+    cli = zephon(work, "compare", *ids, "--json")
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    verdict = json.loads(cli.stdout)
+    assert verdict["accepted"] and verdict["eval_step"] == STEPS
+    rows = verdict["rows"]
+    assert len(rows) == 2 and all(r["replicates"] == 2 for r in rows)
+    assert {r["dp_sizes"] for r in rows} == {"1,2"}
+    client = MlflowClient(tracking_uri=resolve_uri(None, work))
+    for row in rows:
+        scores = [client.get_run(i).data.metrics[METRIC_EVAL_AGGREGATE] for i in row["run_ids"]]
+        assert row["aggregate_bpb"] == pytest.approx(sum(scores) / len(scores))
+    artifacts = {a.path for a in client.list_artifacts(verdict["comparison_run_id"])}
+    assert {"comparison.json", "comparison.md", "comparison.png"} <= artifacts
+
+
+def refusals(work: Path, *runs: api.RunResult) -> list[dict[str, Any]]:
+    """``zephon compare`` of ``runs``, which must refuse (exit 3); its reasons."""
+    cli = zephon(work, "compare", *(r.mlflow_run_id or "" for r in runs), "--json")
+    assert cli.returncode == 3, cli.stdout + cli.stderr
+    return json.loads(cli.stdout)["refusals"]
+
+
+def test_compare_refuses_a_tampered_contract_naming_the_field(
+    work: Path, runs: dict[str, api.RunResult]
+) -> None:
+    reasons = refusals(work, runs["a-dp2"], runs["a-seed"])
+    assert [r["code"] for r in reasons] == ["contract_mismatch"]
+    assert "seed: 0 (a-dp2) vs 1 (a-seed)" in reasons[0]["message"]
+
+
+def test_compare_refuses_diverging_digests_naming_the_step(
+    work: Path, runs: dict[str, api.RunResult]
+) -> None:
+    reasons = refusals(work, runs["a-dp1"], runs["a-hide"])
+    assert [r["code"] for r in reasons] == ["diverged_data"]
+    assert reasons[0]["detail"]["step"] == 1
+
+
+def test_verify_elastic_reports_every_digest(work: Path, domains: dict[str, list[Path]]) -> None:
+    config = experiment(domains, MIX_A)
+    config["eval"] = {"enable": False}
+    path = write_config(work, "verify", config)
+    cli = zephon(work, "verify-elastic", "-c", str(path), "--dp", "1", "--resume-dp", "2", "--json")
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    report = json.loads(cli.stdout)
+    assert report["ok"] and report["matched_steps"] == STEPS and report["split_step"] == 2

@@ -1,0 +1,184 @@
+"""Experiments before launch: schema, validation (all problems at once), fingerprints,
+dp choice from free devices, the dry run and the CLI's JSON errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ExperimentError
+from orchestrator.experiment import (
+    fingerprints,
+    load_experiment,
+    validate,
+)
+from orchestrator.run import api
+from orchestrator.run.devices import Devices, choose_dp
+from orchestrator.run.precision import resolve_precision
+from tests.support import REPO
+
+
+@pytest.fixture(scope="module")
+def base(corpus: dict[str, list[Path]], zephon_cache: Path) -> dict:
+    return {
+        "data": {
+            "datasets": {name: [str(p) for p in paths] for name, paths in corpus.items()},
+            "mixture": dict.fromkeys(corpus, 1.0),
+            "cache_dir": str(zephon_cache),
+        }
+    }
+
+
+def problems(config: dict, overrides: list[str], dp: int | None = None) -> list[str]:
+    with pytest.raises(ExperimentError) as caught:
+        validate(load_experiment(config, overrides), dp)
+    return caught.value.problems
+
+
+def test_schema_refuses_unknown_keys_and_wrong_types(base: dict) -> None:
+    with pytest.raises(ExperimentError, match=r"data\.bogus: Key 'bogus' not in"):
+        load_experiment(base, ["data.bogus=1"])
+    with pytest.raises(ExperimentError, match=r"train\.steps: Value 'many'"):
+        load_experiment(base, ["train.steps=many"])
+    with pytest.raises(ExperimentError, match="not of the form key=value"):
+        load_experiment(base, ["train.steps"])
+    with pytest.raises(ExperimentError, match="does not exist"):
+        load_experiment("/nonexistent/experiment.yaml")
+
+
+def test_every_problem_is_reported_at_once(base: dict) -> None:
+    found = problems(
+        base,
+        ["data.mixture.web=1", "data.lanes=3", "data.datasets.extra=[/no/such/*.jsonl]"],
+        dp=2,
+    )
+    text = "\n".join(found)
+    assert "unknown datasets ['web']" in text
+    assert "global_batch_size (8) must be a multiple of data.lanes (3)" in text
+    assert "'/no/such/*.jsonl' matches no file" in text
+    assert "dp=2 does not divide data.lanes=3" in text
+    assert len(found) == 4
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("data.mixture.code=-1", "must be finite and >= 0"),
+        ("data.mixture.code=nan", "must be finite and >= 0"),
+        ("data.holdout_bytes=0", "eval.enable needs held-out data"),
+        ("resources.launcher=kubernetes", "use local, multinode or slurm"),
+        ("resources.launcher=multinode", "needs resources.rdzv_endpoint"),
+        ("train.steps=0", "train.steps must be >= 1"),
+        ("train.precision=fp16", "use one of auto, float32, bfloat16"),
+        (
+            "model.args=[--training.mixed-precision-param,float32]",
+            "set train.precision instead",
+        ),
+    ],
+)
+def test_bad_values_are_refused_with_what_to_change(
+    base: dict, override: str, message: str
+) -> None:
+    config = load_experiment(base, [override])
+    validate(load_experiment(base))  # the base itself is valid
+    with pytest.raises(ExperimentError, match=message):
+        validate(config)
+
+
+def test_zero_weights_are_refused(base: dict) -> None:
+    zero = [f"data.mixture.{name}=0" for name in base["data"]["datasets"]]
+    assert problems(base, zero) == [
+        "data.mixture weights sum to zero; give at least one dataset a share"
+    ]
+
+
+def test_fingerprints_separate_the_mixture_from_the_contract(base: dict) -> None:
+    names = sorted(base["data"]["datasets"])
+    a = fingerprints(load_experiment(base))
+    scaled = fingerprints(load_experiment(base, [f"data.mixture.{n}=3" for n in names]))
+    other_mix = fingerprints(load_experiment(base, [f"data.mixture.{names[0]}=2"]))
+    other_seed = fingerprints(load_experiment(base, ["data.seed=1"]))
+    other_dp = fingerprints(load_experiment(base), dp=2)
+    assert scaled.variant == a.variant  # equal shares, however written
+    assert other_mix.contract_fingerprint == a.contract_fingerprint
+    assert other_mix.variant != a.variant
+    assert other_seed.contract_fingerprint != a.contract_fingerprint
+    assert other_dp.variant == a.variant  # dp is not part of the data
+    assert set(a.contract["tokens_per_byte"]) == set(names)
+    assert "mixture" not in a.contract
+
+
+def test_fingerprint_follows_dataset_content(tmp_path: Path, zephon_cache: Path) -> None:
+    shard = tmp_path / "a.jsonl"
+    shard.write_text("".join(json.dumps({"text": f"record {i} " * 40}) + "\n" for i in range(64)))
+    config = {"data": {"datasets": {"a": [str(shard)]}, "cache_dir": str(zephon_cache)}}
+    before = fingerprints(load_experiment(config)).contract_fingerprint
+    shard.write_text(shard.read_text().replace("record 7 ", "record 8 "))
+    assert fingerprints(load_experiment(config)).contract_fingerprint != before
+
+
+def test_dp_choice_follows_free_devices(base: dict) -> None:
+    config = load_experiment(base, ["data.lanes=8", "train.microbatch_size=1"])
+    assert choose_dp(config, Devices("cpu", 2, "cpu")) == 2
+    assert choose_dp(config, Devices("cpu", 6, "cpu")) == 4  # largest divisor of 8 that fits
+    assert choose_dp(config, Devices("cuda", 8, "H100", tuple(range(8)))) == 8
+    with pytest.raises(ExperimentError, match="needs 4 cpu devices but 2 are free"):
+        choose_dp(config, Devices("cpu", 2, "cpu"), 4)
+    oversubscribed = load_experiment(base, ["data.lanes=8", "resources.oversubscribe=true"])
+    assert choose_dp(oversubscribed, Devices("cpu", 2, "cpu"), 4) == 4
+    with pytest.raises(ExperimentError, match="needs 4 cuda devices but 2 are free"):
+        choose_dp(oversubscribed, Devices("cuda", 2, "A100", (0, 1)), 4)
+
+
+def test_dry_run_plans_lanes_steps_and_tokens(base: dict) -> None:
+    planned = api.plan(base, dp=2, overrides=["train.steps=30"]).to_dict()
+    assert planned["dp_size"] == 2
+    assert planned["lanes_per_rank"] == {0: [0, 1], 1: [2, 3]}
+    assert planned["tokens"] == 30 * 8 * 128
+    assert planned["micro_batches_per_step"] == 2
+    assert planned["command"][1:4] == ["-m", "torch.distributed.run", planned["command"][3]]
+    assert "--nproc-per-node=2" in planned["command"]
+    assert not Path(planned["run_folder"]).exists()  # a dry run creates nothing
+
+
+@pytest.mark.parametrize("requested", ["auto", "float32", "bfloat16"])
+def test_the_plan_resolves_the_precision_and_hands_it_to_the_trainer(
+    base: dict, requested: str
+) -> None:
+    planned = api.plan(base, dp=1, overrides=[f"train.precision={requested}"]).to_dict()
+    expected = resolve_precision(requested, "cuda" if planned["device"] != "cpu" else "cpu")
+    assert planned["precision"] == planned["config"]["train"]["precision"] == expected
+    flag = planned["command"].index("--training.mixed-precision-param")
+    assert planned["command"][flag + 1] == expected
+
+
+def zephon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+def test_cli_plan_json_and_exit_codes(base: dict, tmp_path: Path) -> None:
+    path = tmp_path / "experiment.json"
+    path.write_text(json.dumps(base))
+    ok = zephon("plan", "-c", str(path), "--dp", "1", "--json", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["dp_size"] == 1
+    bad = zephon("plan", "-c", str(path), "--json", "data.mixture.web=1", "--dp", "3", cwd=tmp_path)
+    assert bad.returncode == 2
+    error = json.loads(bad.stdout)["error"]
+    assert error["kind"] == "invalid" and len(error["problems"]) == 2
+    dead = zephon("run", "-c", str(path), "--json", "tracking.uri=http://127.0.0.1:9", cwd=tmp_path)
+    assert dead.returncode == 4, dead.stdout + dead.stderr
+    assert "offline_ok" in json.loads(dead.stdout)["error"]["message"]
+    assert not (tmp_path / "runs").exists()  # refused before anything was written

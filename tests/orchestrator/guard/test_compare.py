@@ -1,0 +1,492 @@
+"""The comparison guard (orchestrator.guard): verdicts on RunSummary objects, and the MLflow round trip."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator.guard import (
+    Comparison,
+    RunSummary,
+    check,
+    compare,
+    load_runs,
+    log_comparison,
+    mixture_label,
+    plot,
+)
+from orchestrator.tracking.names import (
+    ARTIFACT_DIR,
+    TAG_COMPARED,
+    TAG_CONTRACT,
+    TAG_DP_HISTORY,
+    TAG_KIND,
+    TAG_SWEEP,
+    TAG_VARIANT,
+    TAG_VERDICT,
+)
+from orchestrator.tracking.tracker import Tracker, training_run_ids
+
+DOMAINS = ("code", "docs", "i18n")
+MIX_A = {"code": 0.5, "docs": 0.3, "i18n": 0.2}
+MIX_B = {"code": 0.2, "docs": 0.3, "i18n": 0.5}
+
+
+def _sha(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def make_contract(**changes: object) -> dict:
+    contract = {
+        "datasets": [
+            {
+                "name": d,
+                "fingerprint": _sha("dataset", d),
+                "field": "text",
+                "exhausted": "cycle",
+                "holdout_bytes": 100_000,
+            }
+            for d in DOMAINS
+        ],
+        "tokenizer": {"id": "gpt2", "version": "tiktoken-0.14.0"},
+        "seed": 0,
+        "max_length": 64,
+        "shuffle": {"buffer_size": 64, "seed": 0},
+        "global_batch_size": 16,
+        "lanes": 8,
+        "flush_every": 4,
+        "chunk_tokens": 512,
+        "tokens_per_byte": dict.fromkeys(DOMAINS, 0.3),
+    }
+    contract.update(changes)
+    return contract
+
+
+def digests_for(variant: str, steps: int = 10) -> dict[int, str]:
+    return {s: _sha("batch", variant, s) for s in range(1, steps + 1)}
+
+
+def evals_for(base: float, steps: tuple[int, ...] = (5, 10)) -> dict[int, dict[str, float]]:
+    out = {}
+    for s in steps:
+        scores = {d: base + 0.1 * i - 0.01 * s for i, d in enumerate(DOMAINS)}
+        scores["aggregate"] = sum(scores.values()) / len(scores)
+        out[s] = scores
+    return out
+
+
+def make_run(
+    name: str,
+    mixture: dict[str, float] = MIX_A,
+    *,
+    contract: dict | None = None,
+    base: float = 1.0,
+    dp: list[int] | None = None,
+    digests: dict[int, str] | None = None,
+    evals: dict[int, dict[str, float]] | None = None,
+) -> RunSummary:
+    contract = make_contract() if contract is None else contract
+    fingerprint = _sha("contract", contract)
+    variant = _sha("variant", fingerprint, sorted(mixture.items()))
+    return RunSummary(
+        run_id=f"id-{name.replace(' ', '-')}",
+        name=name,
+        variant=variant,
+        contract_fingerprint=fingerprint,
+        contract=contract,
+        mixture=dict(mixture),
+        digests=digests_for(variant) if digests is None else digests,
+        evals=evals_for(base) if evals is None else evals,
+        dp_sizes=dp or [1],
+    )
+
+
+def four_runs() -> list[RunSummary]:
+    """Two variants x two replicates, on dp 1 and dp 2; B is better (lower bpb)."""
+    return [
+        make_run("a-1", MIX_A, base=1.00, dp=[1]),
+        make_run("a-2", MIX_A, base=1.02, dp=[2]),
+        make_run("b-1", MIX_B, base=0.90, dp=[2, 1]),
+        make_run("b-2", MIX_B, base=0.90, dp=[2]),
+    ]
+
+
+def codes(refusals) -> list[str]:
+    return [r.code for r in refusals]
+
+
+# -- accepted ---------------------------------------------------------------------------------
+
+
+def test_accepted_rows_means_and_spread(tmp_path: Path) -> None:
+    runs = four_runs()
+    result = compare(runs)
+    assert result.accepted, result.refusals
+    assert result.refusals == [] and check(runs) == []
+    assert result.eval_step == 10
+    assert result.domains == list(DOMAINS)
+    assert [row["mixture"] for row in result.rows] == [
+        mixture_label(MIX_B),
+        mixture_label(MIX_A),
+    ]
+    best, second = result.rows
+    assert best["rank"] == 1 and second["rank"] == 2
+    assert mixture_label(MIX_A) == "code=0.500 docs=0.300 i18n=0.200"
+    assert best["variant"] == runs[2].variant[:12] and len(best["variant"]) == 12
+    assert best["replicates"] == 2 and best["runs"] == ["b-1", "b-2"]
+    assert best["dp_sizes"] == "1,2" and second["dp_sizes"] == "1,2"
+    # means: base + 0.1*i - 0.1 at step 10
+    assert second["bpb"]["code"] == pytest.approx(1.01 - 0.1)
+    assert second["bpb"]["i18n"] == pytest.approx(1.01 + 0.2 - 0.1)
+    assert second["aggregate_bpb"] == pytest.approx(1.01 + 0.1 - 0.1)
+    assert second["aggregate_range"] == pytest.approx(0.02)
+    assert second["aggregate_std"] == pytest.approx(0.02 / 2**0.5)
+    assert best["aggregate_range"] == pytest.approx(0.0)
+    assert best["aggregate_std"] == pytest.approx(0.0)
+    assert result.common_steps == 10
+
+    payload = result.to_json()
+    assert json.loads(json.dumps(payload)) == payload
+    assert payload["verdict"] == "accepted" and len(payload["rows"]) == 2
+
+    md = result.to_markdown()
+    assert "accepted" in md and "eval step 10" in md
+    assert "All data fingerprints agreed" in md
+    assert "code=0.200 docs=0.300 i18n=0.500" in md and "b-1, b-2" in md
+    assert md.count("\n| ") == 3  # header + two rows
+
+    png = plot(result, runs, tmp_path / "out" / "cmp.png")
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    width, height = struct.unpack(">II", data[16:24])
+    assert width > 400 and height > 400
+
+
+def test_one_replicate_has_zero_spread() -> None:
+    result = compare([make_run("a", MIX_A), make_run("b", MIX_B, base=1.5)])
+    assert result.accepted
+    assert all(r["aggregate_std"] == 0.0 and r["aggregate_range"] == 0.0 for r in result.rows)
+    assert [r["runs"] for r in result.rows] == [["a"], ["b"]]
+    assert "no variant had two replicates" in result.to_markdown()
+
+
+def test_plot_refuses_refused_comparison(tmp_path: Path) -> None:
+    result = compare([make_run("a")])
+    with pytest.raises(ValueError, match="accepted"):
+        plot(result, [], tmp_path / "x.png")
+
+
+# -- refusals ---------------------------------------------------------------------------------
+
+
+def test_seed_tampered_names_seed_and_both_values() -> None:
+    runs = [make_run("run a", MIX_A), make_run("run b", MIX_B, contract=make_contract(seed=1))]
+    result = compare(runs)
+    assert not result.accepted and result.rows == []
+    assert codes(result.refusals) == ["contract_mismatch"]
+    refusal = result.refusals[0]
+    assert refusal.detail["fields"] == {"seed": {"run a": 0, "run b": 1}}
+    assert "seed: 0 (run a) vs 1 (run b)" in refusal.message
+    assert "re-run run b with seed=0" in refusal.message
+    assert refusal.runs == ["id-run-a", "id-run-b"]
+    assert "refused" in result.to_markdown() and "seed" in result.to_markdown()
+
+
+def test_dataset_fingerprint_tampered_names_dotted_field() -> None:
+    contract = make_contract()
+    contract["datasets"][0]["fingerprint"] = "f" * 64
+    runs = [make_run("a", MIX_A), make_run("b", MIX_B, contract=contract)]
+    (refusal,) = check(runs)
+    assert refusal.code == "contract_mismatch"
+    assert list(refusal.detail["fields"]) == ["datasets.code.fingerprint"]
+    assert "datasets.code.fingerprint" in refusal.message
+
+
+def test_nested_and_missing_fields_and_mixture_key_ignored() -> None:
+    changed = make_contract(shuffle={"buffer_size": 128, "seed": 0}, mixture={"code": 1.0})
+    del changed["flush_every"]
+    base = make_contract(mixture={"code": 0.5, "docs": 0.5})
+    (refusal,) = check(
+        [make_run("a", MIX_A, contract=base), make_run("b", MIX_B, contract=changed)]
+    )
+    assert set(refusal.detail["fields"]) == {"shuffle.buffer_size", "flush_every"}
+    assert refusal.detail["fields"]["flush_every"]["b"] == "<absent>"
+
+
+def test_equal_contracts_different_fingerprint_refused() -> None:
+    a, b = make_run("a", MIX_A), make_run("b", MIX_B)
+    b.contract_fingerprint = "0" * 64
+    (refusal,) = check([a, b])
+    assert refusal.code == "contract_mismatch"
+    assert "contract_fingerprint" in refusal.detail["fields"]
+    assert "contract_fingerprint" in refusal.message
+
+
+def test_same_variant_diverging_at_step_5() -> None:
+    a, b = make_run("a", dp=[1]), make_run("a-again", dp=[2])
+    b.digests = dict(b.digests)
+    for step in range(5, 11):
+        b.digests[step] = _sha("other data", step)
+    (refusal,) = check([b, a])  # order of input does not matter
+    assert refusal.code == "diverged_data"
+    assert refusal.detail["step"] == 5
+    assert "step 5" in refusal.message and "re-run one of them" in refusal.message
+    assert a.digests[5][:12] in refusal.message and b.digests[5][:12] in refusal.message
+    assert refusal.runs == ["id-a", "id-a-again"]
+
+
+def test_same_variant_without_common_steps() -> None:
+    a, b = make_run("a"), make_run("b")
+    b.digests = {s + 100: d for s, d in b.digests.items()}
+    (refusal,) = check([a, b])
+    assert refusal.code == "diverged_data" and "no common steps" in refusal.message
+
+
+def test_shorter_replicate_checked_on_common_steps_only() -> None:
+    a, b = make_run("a"), make_run("b", base=1.01)
+    b.digests = {s: d for s, d in b.digests.items() if s <= 6}
+    assert compare([a, b]).accepted
+
+
+def test_all_refusals_collected() -> None:
+    a1 = make_run("a-1", MIX_A)
+    a2 = make_run("a-2", MIX_A)
+    a2.digests = {**a2.digests, 7: "bad"}
+    b = make_run("b", MIX_B, contract=make_contract(global_batch_size=32))
+    empty = make_run("c", MIX_B, digests={})
+    no_eval = make_run("d", {"code": 1.0}, evals={})
+    result = compare([a1, a2, b, empty, no_eval])
+    assert not result.accepted and result.rows == []
+    assert sorted(codes(result.refusals)) == [
+        "contract_mismatch",
+        "diverged_data",
+        "no_common_eval",
+        "no_data",
+    ]
+    by_code = {r.code: r for r in result.refusals}
+    assert by_code["diverged_data"].detail["step"] == 7
+    assert "global_batch_size" in by_code["contract_mismatch"].detail["fields"]
+    assert "c has no per-step batch digests" in by_code["no_data"].message
+    assert "d has no held-out eval scores" in by_code["no_common_eval"].message
+    md = result.to_markdown()
+    assert "4 reasons" in md and all(c in md for c in by_code)
+
+
+def test_no_common_eval_step() -> None:
+    runs = [
+        make_run("a", MIX_A, evals=evals_for(1.0, (5, 10))),
+        make_run("b", MIX_B, evals=evals_for(1.0, (6, 12))),
+    ]
+    result = compare(runs)
+    assert codes(result.refusals) == ["no_common_eval"]
+    assert result.eval_step is None
+
+
+def test_last_common_eval_step_is_used() -> None:
+    runs = [
+        make_run("a", MIX_A, evals=evals_for(1.0, (5, 10, 15))),
+        make_run("b", MIX_B, evals=evals_for(1.0, (5, 10))),
+    ]
+    assert compare(runs).eval_step == 10
+
+
+def test_different_eval_domains_refused() -> None:
+    evals = evals_for(1.0)
+    del evals[10]["i18n"]
+    result = compare([make_run("a", MIX_A), make_run("b", MIX_B, evals=evals)])
+    assert codes(result.refusals) == ["no_common_eval"]
+    assert "different held-out domains" in result.refusals[0].message
+
+
+@pytest.mark.parametrize("runs", [[], [make_run("only")]])
+def test_too_few_runs(runs: list[RunSummary]) -> None:
+    result = compare(runs)
+    assert not result.accepted
+    assert "too_few_runs" in codes(result.refusals)
+
+
+def test_duplicate_names_get_distinct_labels() -> None:
+    a, b = make_run("same"), make_run("same")
+    b.run_id = "id-other"
+    b.digests = {**b.digests, 3: "x"}
+    (refusal,) = check([a, b])
+    assert len(refusal.detail["digests"]) == 2
+
+
+# -- property: the first divergent step is named exactly ----------------------------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    digests=st.lists(st.binary(min_size=4, max_size=8), min_size=1, max_size=40),
+    data=st.data(),
+)
+def test_refusal_names_exactly_the_mutated_step(digests: list[bytes], data: st.DataObject) -> None:
+    steps = {i + 1: d.hex() for i, d in enumerate(digests)}
+    ref = make_run("r-1", digests=steps)
+    copy_ok = make_run("r-2", digests=dict(steps), base=1.01)
+    assert compare([ref, copy_ok]).accepted
+
+    k = data.draw(st.integers(1, len(steps)), label="k")
+    mutated = dict(steps)
+    mutated[k] = mutated[k] + "00"
+    tail = data.draw(st.booleans(), label="also later steps")
+    if tail:
+        for s in range(k + 1, len(steps) + 1):
+            mutated[s] = "ff" + mutated[s]
+    bad = make_run("r-3", digests=mutated)
+    refusals = check([ref, copy_ok, bad])
+    assert codes(refusals) == ["diverged_data"]
+    assert refusals[0].detail["step"] == k
+    assert f"step {k} " in refusals[0].message
+    assert refusals[0].runs == [ref.run_id, bad.run_id]
+
+
+# -- MLflow round trip --------------------------------------------------------------------------
+
+
+def _log_training_run(client, experiment_id: str, run: RunSummary, tmp: Path, sweep: str) -> str:
+    created = client.create_run(
+        experiment_id,
+        run_name=run.name,
+        tags={
+            TAG_KIND: "run",
+            TAG_VARIANT: run.variant,
+            TAG_CONTRACT: run.contract_fingerprint,
+            TAG_DP_HISTORY: ",".join(map(str, run.dp_sizes)),
+            TAG_SWEEP: sweep,
+        },
+    )
+    run_id = created.info.run_id
+    folder = tmp / run.name / ARTIFACT_DIR
+    folder.mkdir(parents=True)
+    (folder / "experiment.json").write_text(
+        json.dumps(
+            {
+                "config": {},
+                "contract": run.contract,
+                "mixture": run.mixture,
+                "contract_fingerprint": run.contract_fingerprint,
+                "variant": run.variant,
+            }
+        )
+    )
+    (folder / "steps.jsonl").write_text(
+        "".join(
+            json.dumps({"step": s, "global_digest": d, "dp_size": run.dp_sizes[-1]}) + "\n"
+            for s, d in sorted(run.digests.items())
+        )
+    )
+    (folder / "eval.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {
+                    "step": s,
+                    "bpb": {k: v for k, v in scores.items() if k != "aggregate"},
+                    "aggregate_bpb": scores["aggregate"],
+                }
+            )
+            + "\n"
+            for s, scores in sorted(run.evals.items())
+        )
+    )
+    client.log_artifacts(run_id, str(folder), ARTIFACT_DIR)
+    client.set_terminated(run_id, "FINISHED")
+    return run_id
+
+
+def test_mlflow_round_trip(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment_id = client.create_experiment(
+        "mixes", artifact_location=(tmp_path / "artifacts").as_uri()
+    )
+    originals = four_runs()
+    ids = [
+        _log_training_run(client, experiment_id, r, tmp_path / "src", "sweep-1") for r in originals
+    ]
+    # a run with no artifacts at all, outside the sweep
+    bare = client.create_run(experiment_id, run_name="bare", tags={TAG_KIND: "run"}).info.run_id
+    client.create_run(experiment_id, run_name="noise", tags={TAG_KIND: "comparison"})
+
+    uri = client.tracking_uri
+    found = training_run_ids(uri, experiment="mixes", sweep="sweep-1")
+    assert found == ids  # ordered by run name: a-1, a-2, b-1, b-2
+    assert set(training_run_ids(uri, experiment="mixes")) == {*ids, bare}
+    with pytest.raises(ValueError, match="no training runs"):
+        training_run_ids(uri, experiment="mixes", sweep="nope")
+    with pytest.raises(ValueError, match="no MLflow experiment"):
+        training_run_ids(uri, experiment="missing")
+
+    tracker = Tracker(uri, "comparisons")
+    loaded = load_runs(tracker, found)
+    for got, want in zip(loaded, originals, strict=True):
+        assert (got.name, got.variant, got.contract_fingerprint) == (
+            want.name,
+            want.variant,
+            want.contract_fingerprint,
+        )
+        assert got.contract == want.contract and got.mixture == want.mixture
+        assert got.digests == want.digests and got.dp_sizes == want.dp_sizes
+        assert got.evals == want.evals  # JSON round-trips floats exactly
+    result = compare(loaded)
+    assert result.accepted, result.refusals
+    expected = compare(originals).rows
+    assert [{k: v for k, v in row.items() if k != "run_ids"} for row in result.rows] == [
+        {k: v for k, v in row.items() if k != "run_ids"} for row in expected
+    ]
+
+    parent = client.create_run(experiment_id, run_name="sweep-parent").info.run_id
+    cmp_id = log_comparison(
+        tracker,
+        result,
+        loaded,
+        parent_run_id=parent,
+        workdir=tmp_path / "work",
+    )
+    cmp_run = client.get_run(cmp_id)
+    assert cmp_run.info.status == "FINISHED"
+    assert cmp_run.info.run_name.startswith("compare-")
+    tags = cmp_run.data.tags
+    assert tags[TAG_KIND] == "comparison" and tags[TAG_VERDICT] == "accepted"
+    assert tags[TAG_COMPARED].split(",") == ids
+    assert tags["mlflow.parentRunId"] == parent
+    artifacts = {a.path for a in client.list_artifacts(cmp_id)}
+    assert artifacts == {"comparison.json", "comparison.md", "comparison.png"}
+    logged = json.loads(
+        Path(client.download_artifacts(cmp_id, "comparison.json", str(tmp_path / "dl"))).read_text()
+    )
+    assert logged["verdict"] == "accepted" and logged["eval_step"] == 10
+
+    # the bare run loads without crashing and is refused with reasons
+    (bare_summary,) = load_runs(tracker, [bare])
+    assert bare_summary.digests == {} and bare_summary.evals == {}
+    refused = compare([*loaded, bare_summary])
+    assert not refused.accepted
+    assert "no_data" in codes(refused.refusals)
+    refused_id = log_comparison(tracker, refused, [*loaded, bare_summary], workdir=tmp_path / "w2")
+    refused_run = client.get_run(refused_id)
+    assert refused_run.info.status == "FINISHED"
+    assert refused_run.data.tags[TAG_VERDICT] == "refused"
+    assert "mlflow.parentRunId" not in refused_run.data.tags
+    assert {a.path for a in client.list_artifacts(refused_id)} == {
+        "comparison.json",
+        "comparison.md",
+    }
+    with pytest.raises(ValueError, match="no MLflow run"):
+        load_runs(tracker, ["0" * 32])
+
+
+def test_comparison_json_round_trips_for_refusals() -> None:
+    result = compare([make_run("a"), make_run("b", MIX_B, contract=make_contract(seed=3))])
+    assert isinstance(result, Comparison)
+    payload = result.to_json()
+    assert json.loads(json.dumps(payload)) == payload
+    assert payload["refusals"][0]["detail"]["fields"]["seed"] == {"a": 0, "b": 3}

@@ -1,0 +1,641 @@
+"""orchestrator.tracking.tracker against real MLflow stores: embedded SQLite, and one real server.
+
+Run folders are synthetic (the JSONL formats of orchestrator.experiment.runfolder / titan.runlog);
+everything else is real: MlflowClient, SQLite, artifacts on disk, HTTP to `mlflow server`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+from orchestrator.experiment.runfolder import (
+    EVAL_FILE,
+    METRICS_FILE,
+    RUN_SUBDIR,
+    STEPS_FILE,
+    RunFolder,
+)
+from orchestrator.tracking import tracker as tracking
+from orchestrator.tracking.names import (
+    METRIC_DATA_WAIT,
+    METRIC_EVAL_AGGREGATE,
+    METRIC_LOSS,
+    METRIC_TOKENS_PER_S,
+    TAG_CONTRACT,
+    TAG_DATA_FINGERPRINT,
+    TAG_DEVICE,
+    TAG_DP_HISTORY,
+    TAG_DP_SIZE,
+    TAG_GIT,
+    TAG_KIND,
+    TAG_RUN_FOLDER,
+    TAG_STATUS,
+    TAG_STEPS,
+    TAG_VARIANT,
+    TAG_VERSIONS,
+    eval_metric,
+)
+from orchestrator.tracking.tracker import (
+    Tracker,
+    TrackingError,
+    TrackingUnavailable,
+    check_tracking,
+    resolve_uri,
+    sync_folder,
+)
+
+CONTRACT = {
+    "datasets": [
+        {"name": "code", "fingerprint": "f00d", "paths": ["a.py", "b.py"]},
+        {"name": "docs", "fingerprint": "beef", "paths": ["x.md"]},
+    ],
+    "tokenizer": {"name": "cl100k_base", "eos": 100257},
+    "seq_len": 64,
+    "shuffle": True,
+}
+REAL_GIT_REVISION = tracking.git_revision  # before the autouse fixture replaces it
+METRICS_PER_STEP = 7  # loss, max loss, tokens_per_s, grad_norm, memory, mfu, data_wait_s
+
+
+@pytest.fixture(autouse=True)
+def _no_git(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests do not run git in the checkout; git_revision itself is tested on its own."""
+    monkeypatch.setattr(tracking, "git_revision", lambda cwd=None: "test-rev")
+
+
+@pytest.fixture(scope="module")
+def db_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One migrated SQLite store for the module (migrating a new one costs ~2 s)."""
+    uri = resolve_uri(None, tmp_path_factory.mktemp("store"))
+    check_tracking(uri)
+    return uri
+
+
+@pytest.fixture
+def experiment_name(request: pytest.FixtureRequest) -> str:
+    """A fresh experiment per test, so searches see only this test's runs."""
+    return f"t-{request.node.name}"
+
+
+# -- synthetic run folders --------------------------------------------------------------------
+
+
+def _append(path: Path, records: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def write_steps(folder: RunFolder, steps: range, dp_size: int = 2) -> None:
+    _append(
+        folder.titan_dir / RUN_SUBDIR / STEPS_FILE,
+        [
+            {
+                "step": s,
+                "global_digest": f"d{s}",
+                "data_fingerprint": f"fp{s}",
+                "tokens": 1024,
+                "data_wait_s": 0.001 * s,
+                "dp_size": dp_size,
+            }
+            for s in steps
+        ],
+    )
+
+
+def write_metrics(folder: RunFolder, steps: range, loss_scale: float = 10.0) -> None:
+    _append(
+        folder.titan_dir / RUN_SUBDIR / METRICS_FILE,
+        [
+            {
+                "step": s,
+                "loss_metrics/global_avg_loss": loss_scale / s,
+                "loss_metrics/global_max_loss": 2 * loss_scale / s,
+                "throughput_tps": 1000.0 + s,
+                "grad_norm": 1.0,
+                "memory/max_active_GiB": 1.5,
+                "mfu_pct": 3,
+                "note": "not a number",
+                "flag": True,
+            }
+            for s in steps
+        ],
+    )
+
+
+def write_evals(folder: RunFolder, steps: list[int]) -> None:
+    _append(
+        folder.titan_dir / RUN_SUBDIR / EVAL_FILE,
+        [
+            {"step": s, "bpb": {"code": 1.0 + s, "docs": 2.0 + s}, "aggregate_bpb": 1.5 + s}
+            for s in steps
+        ],
+    )
+
+
+def make_folder(root: Path, name: str = "run-a", steps: int = 10) -> RunFolder:
+    folder = RunFolder(root / name)
+    folder.write_experiment(
+        {
+            "config": {"steps": steps, "lr": 3e-4},
+            "contract": CONTRACT,
+            "mixture": {"code": 0.5, "docs": 0.5},
+            "contract_fingerprint": "ab" * 32,
+            "variant": "cd" * 32,
+        }
+    )
+    folder.update_state(status="running", segments=[{"dp_size": 2, "start_step": 0}])
+    write_steps(folder, range(1, steps + 1))
+    write_metrics(folder, range(1, steps + 1))
+    folder.log_path.write_text("torchrun says hello\n")
+    return folder
+
+
+def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def cursor(folder: RunFolder) -> dict[str, Any]:
+    t = folder.state().get("tracking") or {}
+    return {"metrics_step": t.get("metrics_step"), "eval_step": t.get("eval_step")}
+
+
+def closed_port_uri() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+# -- tests ------------------------------------------------------------------------------------
+
+
+def test_resolve_uri(tmp_path: Path) -> None:
+    assert resolve_uri(None, tmp_path) == f"sqlite:///{(tmp_path / 'mlflow.db').resolve()}"
+    assert resolve_uri("sqlite:///sub/x.db", tmp_path) == f"sqlite:///{tmp_path.resolve()}/sub/x.db"
+    assert resolve_uri("sqlite:////abs/x.db", tmp_path) == "sqlite:////abs/x.db"
+    assert resolve_uri("http://127.0.0.1:5000", tmp_path) == "http://127.0.0.1:5000"
+
+
+def test_names_land_where_documented(
+    db_uri: str, experiment_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # artifacts must not depend on the working directory
+    folder = make_folder(tmp_path)
+    write_evals(folder, [5, 10])
+    tracker = Tracker(db_uri, experiment_name)
+    run_id = tracker.start(folder, tags={TAG_DEVICE: "cuda:H200", "zephon.sweep": "s1"})
+
+    state = folder.state()
+    assert state["mlflow_run_id"] == run_id
+    assert state["tracking_uri"] == db_uri and state["mlflow_experiment"] == experiment_name
+
+    counts = tracker.sync(folder)
+    assert counts == {"metrics": 10 * METRICS_PER_STEP + 2 * 3, "steps": 10, "evals": 2}
+    folder.update_state(status="succeeded")
+    tracker.finish(folder, "succeeded")
+
+    client = MlflowClient(tracking_uri=db_uri)
+    run = client.get_run(run_id)
+    assert run.info.run_name == folder.name
+    assert run.info.status == "FINISHED"
+    params = run.data.params
+    assert params["mix.code"] == "0.5" and params["mix.docs"] == "0.5"
+    assert params["data.datasets.code.fingerprint"] == "f00d"
+    assert params["data.datasets.docs.paths.0"] == "x.md"
+    assert params["data.tokenizer.eos"] == "100257"
+    assert params["data.shuffle"] == "true"
+
+    tags = run.data.tags
+    assert tags[TAG_KIND] == "run"
+    assert tags[TAG_CONTRACT] == "ab" * 32 and tags[TAG_VARIANT] == "cd" * 32
+    assert tags[TAG_RUN_FOLDER] == str(folder.path.resolve())
+    assert set(json.loads(tags[TAG_VERSIONS])) == {
+        "zephon",
+        "torch",
+        "torchtitan",
+        "mlflow",
+        "tiktoken",
+    }
+    assert json.loads(tags[TAG_VERSIONS])["mlflow"] == "3.17.2"
+    assert tags[TAG_GIT] == "test-rev"
+    assert tags[TAG_DEVICE] == "cuda:H200" and tags["zephon.sweep"] == "s1"
+    assert tags[TAG_DATA_FINGERPRINT] == "fp10" and tags[TAG_STEPS] == "10"
+    assert tags[TAG_DP_SIZE] == "2" and tags[TAG_DP_HISTORY] == "2"
+    assert tags[TAG_STATUS] == "succeeded"
+    assert "mlflow.parentRunId" not in tags
+
+    assert history(client, run_id, METRIC_LOSS) == [(s, 10.0 / s) for s in range(1, 11)]
+    assert history(client, run_id, METRIC_TOKENS_PER_S) == [(s, 1000.0 + s) for s in range(1, 11)]
+    assert history(client, run_id, METRIC_DATA_WAIT) == [(s, 0.001 * s) for s in range(1, 11)]
+    assert len(history(client, run_id, "loss_metrics/global_max_loss")) == 10
+    assert len(history(client, run_id, "memory/max_active_GiB")) == 10
+    assert history(client, run_id, eval_metric("code")) == [(5, 6.0), (10, 11.0)]
+    assert history(client, run_id, METRIC_EVAL_AGGREGATE) == [(5, 6.5), (10, 11.5)]
+    assert set(run.data.metrics) == {
+        METRIC_LOSS,
+        METRIC_TOKENS_PER_S,
+        METRIC_DATA_WAIT,
+        "loss_metrics/global_max_loss",
+        "grad_norm",
+        "memory/max_active_GiB",
+        "mfu_pct",
+        eval_metric("code"),
+        eval_metric("docs"),
+        METRIC_EVAL_AGGREGATE,
+    }
+
+    listed = {a.path for a in client.list_artifacts(run_id, "zephon")}
+    assert listed == {"zephon/experiment.json", "zephon/steps.jsonl", "zephon/eval.jsonl"}
+    assert {a.path for a in client.list_artifacts(run_id, "logs")} == {"logs/launch.log"}
+    store_dir = Path(db_uri.removeprefix("sqlite:///")).parent
+    stored = (
+        store_dir / "mlruns" / experiment_name / run_id / "artifacts" / "zephon" / "steps.jsonl"
+    )
+    assert stored.read_text() == (folder.titan_dir / RUN_SUBDIR / STEPS_FILE).read_text()
+    assert not (elsewhere / "mlruns").exists()
+
+
+def test_sync_is_incremental_and_idempotent(
+    db_uri: str, experiment_name: str, tmp_path: Path
+) -> None:
+    folder = make_folder(tmp_path)
+    tracker = Tracker(db_uri, experiment_name)
+    run_id = tracker.start(folder)
+    assert tracker.sync(folder)["steps"] == 10
+    assert tracker.sync(folder) == {"metrics": 0, "steps": 0, "evals": 0}
+    assert cursor(folder) == {"metrics_step": 10, "eval_step": None}
+
+    write_steps(folder, range(11, 16))
+    write_metrics(folder, range(11, 16))
+    write_evals(folder, [15])
+    assert tracker.sync(folder) == {"metrics": 5 * METRICS_PER_STEP + 3, "steps": 5, "evals": 1}
+    assert Tracker(db_uri, experiment_name).sync(folder) == {"metrics": 0, "steps": 0, "evals": 0}
+
+    # Step 16's data is handed over (steps.jsonl, and the trainer's data line in
+    # metrics.jsonl) but its loss is not in yet: held back.
+    write_steps(folder, range(16, 17))
+    _append(folder.titan_dir / RUN_SUBDIR / METRICS_FILE, [{"step": 16, "zephon/tokens": 1024}])
+    assert tracker.sync(folder)["steps"] == 0
+    write_metrics(folder, range(16, 17))
+    assert tracker.sync(folder)["steps"] == 1
+
+    # Step 17 never gets a metrics line (the run dies): the final sync sends what exists.
+    write_steps(folder, range(17, 18))
+    assert tracker.sync(folder, final=True) == {"metrics": 1, "steps": 1, "evals": 0}
+
+    client = MlflowClient(tracking_uri=db_uri)
+    assert history(client, run_id, METRIC_LOSS) == [(s, 10.0 / s) for s in range(1, 17)]
+    assert [s for s, _ in history(client, run_id, METRIC_DATA_WAIT)] == list(range(1, 18))
+    assert history(client, run_id, METRIC_EVAL_AGGREGATE) == [(15, 16.5)]
+    assert client.get_run(run_id).data.tags[TAG_STEPS] == "17"
+
+
+def test_metrics_go_in_batches(
+    db_uri: str, experiment_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = make_folder(tmp_path, steps=300)
+    write_evals(folder, list(range(10, 301, 10)))
+    tracker = Tracker(db_uri, experiment_name)
+    run_id = tracker.start(folder)
+
+    calls: list[int] = []
+    original = MlflowClient.log_batch
+
+    def counting(
+        self: MlflowClient, run_id: str, metrics: Any = (), *args: Any, **kwargs: Any
+    ) -> Any:
+        calls.append(len(metrics))
+        return original(self, run_id, metrics, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", counting)
+    t0 = time.perf_counter()
+    counts = tracker.sync(folder)
+    elapsed = time.perf_counter() - t0
+    points = 300 * METRICS_PER_STEP + 30 * 3
+    assert counts == {"metrics": points, "steps": 300, "evals": 30}
+    metric_calls = [n for n in calls if n]
+    assert sum(metric_calls) == points
+    assert max(metric_calls) <= 1000
+    assert len(metric_calls) == -(-points // 1000)  # 2190 points: 3 calls, none per metric
+    assert len(calls) <= len(metric_calls) + 1  # plus one call for the progress tags
+    assert len(history(MlflowClient(tracking_uri=db_uri), run_id, METRIC_LOSS)) == 300
+    print(f"\nsync of {points} points: {len(calls)} log_batch calls, {elapsed:.2f} s")
+
+
+def test_resume_continues_the_same_run(db_uri: str, experiment_name: str, tmp_path: Path) -> None:
+    folder = make_folder(tmp_path)
+    tracker = Tracker(db_uri, experiment_name)
+    run_id = tracker.start(folder)
+    tracker.sync(folder)
+    # Killed while step 11 trained: its data line is in, its loss never came.
+    write_steps(folder, range(11, 12))
+    folder.update_state(status="interrupted")
+    tracker.finish(folder, "interrupted")
+    client = MlflowClient(tracking_uri=db_uri)
+    assert client.get_run(run_id).info.status == "KILLED"
+    assert cursor(folder)["metrics_step"] == 10  # step 11 stays pending for the resume
+
+    # Resumed from the checkpoint of step 8 on one rank: steps 9..10 are redone.
+    folder.update_state(
+        status="running",
+        segments=[{"dp_size": 2, "start_step": 0}, {"dp_size": 1, "start_step": 8}],
+    )
+    write_steps(folder, range(9, 11), dp_size=1)
+    write_steps(folder, range(12, 21), dp_size=1)
+    write_metrics(folder, range(9, 21), loss_scale=11.0)
+    again = Tracker(db_uri, experiment_name)
+    assert again.start(folder, tags={TAG_DEVICE: "cpu"}) == run_id
+    assert client.get_run(run_id).info.status == "RUNNING"
+    assert again.sync(folder)["steps"] == 10  # 11..20; 9 and 10 were sent before the resume
+
+    run = client.get_run(run_id)
+    assert run.data.tags[TAG_DP_HISTORY] == "2,1"
+    assert run.data.tags[TAG_DP_SIZE] == "1"
+    assert run.data.tags[TAG_STATUS] == "running"
+    loss = history(client, run_id, METRIC_LOSS)
+    assert [s for s, _ in loss] == list(range(1, 21))  # one point per step, none twice
+    assert dict(loss)[10] == 1.0 and dict(loss)[11] == 1.0
+    assert len(client.search_runs([run.info.experiment_id])) == 1
+
+
+def test_parent_run_and_long_params(db_uri: str, experiment_name: str, tmp_path: Path) -> None:
+    client = MlflowClient(tracking_uri=db_uri)
+    parent = client.create_run(client.create_experiment(experiment_name + "-sweep")).info.run_id
+    folder = RunFolder(tmp_path / "long")
+    folder.write_experiment(
+        {
+            "contract": {"datasets": [{"name": "code", "paths": ["p" * 7000]}]},
+            "mixture": {"code": 1.0},
+            "contract_fingerprint": "ab",
+            "variant": "cd",
+        }
+    )
+    run_id = Tracker(db_uri, experiment_name).start(folder, parent_run_id=parent)
+    run = client.get_run(run_id)
+    assert run.data.tags["mlflow.parentRunId"] == parent
+    assert run.data.params["data.datasets.code.paths.0"] == "p" * 6000  # MLflow's limit
+    # Nothing trained yet: a sync sends nothing and does not fail on the missing files.
+    assert Tracker(db_uri, experiment_name).sync(folder, final=True)["metrics"] == 0
+
+
+def test_dead_server_fails_fast_and_loses_nothing(
+    db_uri: str, experiment_name: str, tmp_path: Path
+) -> None:
+    dead = closed_port_uri()
+    t0 = time.perf_counter()
+    with pytest.raises(TrackingUnavailable) as error:
+        check_tracking(dead, timeout_s=2)
+    assert time.perf_counter() - t0 < 5
+    message = str(error.value)
+    assert dead in message and "offline_ok" in message and "zephon sync" in message
+
+    folder = make_folder(tmp_path)
+    tracker = Tracker(db_uri, experiment_name)
+    run_id = tracker.start(folder)
+    tracker.sync(folder)
+    write_steps(folder, range(11, 21))
+    write_metrics(folder, range(11, 21))
+    write_evals(folder, [20])
+    before = folder.state()["tracking"]
+    with pytest.raises(TrackingUnavailable, match="zephon sync"):
+        Tracker(dead, experiment_name).sync(folder)  # the server went away mid-training
+    assert folder.state()["tracking"] == before
+
+    folder.update_state(status="failed")
+    assert sync_folder(folder) == {"metrics": 10 * METRICS_PER_STEP + 3, "steps": 10, "evals": 1}
+    assert sync_folder(folder) == {"metrics": 0, "steps": 0, "evals": 0}
+    client = MlflowClient(tracking_uri=db_uri)
+    assert [s for s, _ in history(client, run_id, METRIC_LOSS)] == list(range(1, 21))
+    assert client.get_run(run_id).info.status == "FAILED"
+
+
+def test_offline_from_launch_is_created_by_zephon_sync(
+    db_uri: str, experiment_name: str, tmp_path: Path
+) -> None:
+    folder = make_folder(tmp_path)
+    write_evals(folder, [10])
+    dead = closed_port_uri()
+    with pytest.raises(TrackingUnavailable):
+        Tracker(dead, experiment_name).start(folder, tags={TAG_DEVICE: "cuda:X"})
+    assert folder.state()["tracking_uri"] == dead and "mlflow_run_id" not in folder.state()
+
+    folder.update_state(
+        tracking_uri=db_uri, status="succeeded"
+    )  # the user points it at a live store
+    assert sync_folder(folder) == {"metrics": 10 * METRICS_PER_STEP + 3, "steps": 10, "evals": 1}
+    run = MlflowClient(tracking_uri=db_uri).get_run(folder.state()["mlflow_run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[TAG_DEVICE] == "cuda:X"  # the launch's tags were kept for later
+    assert run.data.params["mix.code"] == "0.5"
+
+
+def test_failure_between_batches_resends_only_the_rest(
+    db_uri: str, experiment_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = make_folder(tmp_path, steps=400)  # 2800 points: three batches
+    tracker = Tracker(db_uri, experiment_name)
+    run_id = tracker.start(folder)
+    original = MlflowClient.log_batch
+    sent = []
+
+    def flaky(self: MlflowClient, run_id: str, metrics: Any = (), *args: Any, **kwargs: Any) -> Any:
+        if metrics and sent:
+            raise MlflowException("API request to http://x/api failed with exception boom")
+        if metrics:
+            sent.append(len(metrics))
+        return original(self, run_id, metrics, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", flaky)
+    with pytest.raises(TrackingUnavailable):
+        tracker.sync(folder)
+    first = cursor(folder)["metrics_step"]
+    assert first == sent[0] // METRICS_PER_STEP  # only whole steps of the accepted batch
+    monkeypatch.setattr(MlflowClient, "log_batch", original)
+    assert tracker.sync(folder)["steps"] == 400 - first
+    client = MlflowClient(tracking_uri=db_uri)
+    assert [s for s, _ in history(client, run_id, METRIC_LOSS)] == list(range(1, 401))
+
+
+def test_rejections_are_tracking_errors_not_unavailable(
+    db_uri: str, experiment_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = make_folder(tmp_path)
+    tracker = Tracker(db_uri, experiment_name)
+    tracker.start(folder)
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise MlflowException("Invalid value", error_code=1000)  # INVALID_PARAMETER_VALUE
+
+    monkeypatch.setattr(MlflowClient, "log_batch", refuse)
+    with pytest.raises(TrackingError) as error:
+        tracker.sync(folder)
+    assert not isinstance(error.value, TrackingUnavailable)
+    assert cursor(folder)["metrics_step"] is None
+
+
+@pytest.mark.parametrize(
+    ("status", "mlflow_status"),
+    [("succeeded", "FINISHED"), ("failed", "FAILED"), ("interrupted", "KILLED")],
+)
+def test_finish_maps_status(
+    db_uri: str, experiment_name: str, tmp_path: Path, status: str, mlflow_status: str
+) -> None:
+    folder = make_folder(tmp_path)
+    tracker = Tracker(db_uri, experiment_name)
+    run_id = tracker.start(folder)
+    tracker.finish(folder, status)
+    run = MlflowClient(tracking_uri=db_uri).get_run(run_id)
+    assert run.info.status == mlflow_status and run.info.end_time is not None
+    assert run.data.tags[TAG_STATUS] == status
+    assert len(history(MlflowClient(tracking_uri=db_uri), run_id, METRIC_LOSS)) == 10
+
+
+def test_finish_rejects_unknown_status(db_uri: str, experiment_name: str, tmp_path: Path) -> None:
+    folder = make_folder(tmp_path)
+    tracker = Tracker(db_uri, experiment_name)
+    tracker.start(folder)
+    with pytest.raises(ValueError, match="unknown run status"):
+        tracker.finish(folder, "done")
+
+
+def test_sync_folder_needs_a_tracked_folder(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path)
+    with pytest.raises(TrackingError, match="never tracked"):
+        sync_folder(folder)
+    with pytest.raises(TrackingError, match="never tracked"):
+        sync_folder(RunFolder(tmp_path / "nothing-here"))
+
+
+def test_check_tracking_sqlite(tmp_path: Path) -> None:
+    uri = resolve_uri(None, tmp_path / "new" / "dir")
+    check_tracking(uri)  # creates the folder and the database
+    assert (tmp_path / "new" / "dir" / "mlflow.db").exists()
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    readonly.chmod(0o500)
+    try:
+        if os.access(readonly, os.W_OK):  # root ignores permissions
+            pytest.skip("running as root: cannot make a folder unwritable")
+        with pytest.raises(TrackingError, match="not writable"):
+            check_tracking(resolve_uri(None, readonly))
+    finally:
+        readonly.chmod(0o700)
+
+
+def test_git_revision_unknown_outside_a_checkout(tmp_path: Path) -> None:
+    assert REAL_GIT_REVISION(tmp_path / "does-not-exist") == "unknown"
+
+
+# -- against a real `mlflow server` -----------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(240)
+def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
+    port = _free_port()
+    uri = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "server-artifacts"),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        t0 = time.perf_counter()
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=1) as r:
+                    if r.read().strip() == b"OK":
+                        break
+            except OSError:
+                pass
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            assert time.perf_counter() - t0 < 120, "mlflow server did not come up"
+            time.sleep(0.25)
+        print(f"\nmlflow server healthy after {time.perf_counter() - t0:.1f} s")
+
+        check_tracking(uri)
+        folder = make_folder(tmp_path / "runs", steps=150)
+        write_evals(folder, [50, 100, 150])
+        tracker = Tracker(uri, experiment_name)
+        run_id = tracker.start(folder, tags={TAG_DEVICE: "cpu"})
+        t1 = time.perf_counter()
+        assert tracker.sync(folder)["steps"] == 150
+        print(f"sync of 150 steps over HTTP: {time.perf_counter() - t1:.2f} s")
+
+        # The server "goes away" (a dead URI), training appends, nothing advances.
+        write_steps(folder, range(151, 201))
+        write_metrics(folder, range(151, 201))
+        before = folder.state()["tracking"]
+        with pytest.raises(TrackingUnavailable):
+            Tracker(closed_port_uri(), experiment_name).sync(folder)
+        assert folder.state()["tracking"] == before
+
+        folder.update_state(status="succeeded")
+        assert sync_folder(folder) == {"metrics": 50 * METRICS_PER_STEP, "steps": 50, "evals": 0}
+        assert sync_folder(folder)["metrics"] == 0
+
+        client = MlflowClient(tracking_uri=uri)
+        run = client.get_run(run_id)
+        assert run.info.status == "FINISHED"
+        assert run.data.tags[TAG_STATUS] == "succeeded" and run.data.tags[TAG_STEPS] == "200"
+        assert [s for s, _ in history(client, run_id, METRIC_LOSS)] == list(range(1, 201))
+        assert history(client, run_id, METRIC_EVAL_AGGREGATE) == [
+            (50, 51.5),
+            (100, 101.5),
+            (150, 151.5),
+        ]
+        assert {a.path for a in client.list_artifacts(run_id, "zephon")} == {
+            "zephon/experiment.json",
+            "zephon/steps.jsonl",
+            "zephon/eval.jsonl",
+        }
+        steps_copy = client.download_artifacts(run_id, "zephon/steps.jsonl", str(tmp_path / "dl"))
+        assert (
+            Path(steps_copy).read_text() == (folder.titan_dir / RUN_SUBDIR / STEPS_FILE).read_text()
+        )
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=15)
+        log.close()

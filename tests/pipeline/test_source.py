@@ -1,0 +1,136 @@
+"""The plan: lane split, permutations, exhaustion policies, mixture validation, calibration."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import ConfigError, Dataset, WorkSource, load_tokenizer
+from tests.support.helpers import two_datasets
+
+
+@pytest.fixture()
+def small(tmp_path: Path) -> list[Dataset]:
+    return two_datasets(tmp_path, "stop")
+
+
+@pytest.fixture()
+def endless(tmp_path: Path) -> list[Dataset]:
+    return two_datasets(tmp_path, "repeat")
+
+
+def drain(source: WorkSource, lanes: int) -> dict[int, list[tuple[int, int]]]:
+    out = {}
+    for lane in range(lanes):
+        plan = source.lane_plan(lane, lanes)
+        records = []
+        while (chunk := plan.next_chunk()) is not None:
+            records += list(zip(chunk.datasets.tolist(), chunk.records.tolist(), strict=True))
+        out[lane] = records
+    return out
+
+
+@pytest.mark.parametrize("lanes", [1, 3, 8, 64])
+def test_stop_policy_visits_every_record_exactly_once_across_lanes(
+    small: list[Dataset], lanes: int
+) -> None:
+    source = WorkSource(small, {"a": 0.7, "b": 0.3}, seed=1, chunk_tokens=16)
+    source.calibrate(load_tokenizer("gpt2"))
+    seen = Counter(r for records in drain(source, lanes).values() for r in records)
+    assert set(seen.values()) == {1}
+    assert sorted(seen) == [(0, i) for i in range(37)] + [(1, i) for i in range(11)]
+
+
+def test_repeat_policy_uses_a_fresh_permutation_each_epoch(endless: list[Dataset]) -> None:
+    source = WorkSource(endless[:1], {"a": 1.0}, seed=1, chunk_tokens=1)
+    source.calibrate(load_tokenizer("gpt2"))
+    plan = source.lane_plan(0, 1)
+    order = [int(plan.next_chunk().records[0]) for _ in range(3 * 37)]
+    epochs = [order[i * 37 : (i + 1) * 37] for i in range(3)]
+    assert all(sorted(e) == list(range(37)) for e in epochs)
+    assert epochs[0] != epochs[1] != epochs[2]
+
+
+def test_plan_resumes_from_its_state(endless: list[Dataset]) -> None:
+    source = WorkSource(endless, {"a": 0.5, "b": 0.5}, seed=3, chunk_tokens=40)
+    source.calibrate(load_tokenizer("gpt2"))
+    plan = source.lane_plan(2, 4)
+    for _ in range(3):
+        plan.next_chunk()
+    state = json.loads(json.dumps(plan.state()))
+    expected = plan.next_chunk()
+    resumed = source.lane_plan(2, 4, state).next_chunk()
+    np.testing.assert_array_equal(resumed.records, expected.records)
+    assert resumed.index == expected.index == 3
+
+
+def test_seed_changes_the_order(small: list[Dataset]) -> None:
+    orders = []
+    for seed in (1, 2):
+        source = WorkSource(small, {"a": 0.5, "b": 0.5}, seed=seed, chunk_tokens=10_000)
+        source.calibrate(load_tokenizer("gpt2"))
+        orders.append(source.lane_plan(0, 1).next_chunk().records.tolist())
+    assert orders[0] != orders[1]
+
+
+@pytest.mark.parametrize(
+    ("mixture", "message"),
+    [
+        ({"a": 0.5, "b": 0.5, "c": 0.1}, "unknown dataset"),
+        ({"a": -0.1, "b": 1.0}, "must be finite and >= 0"),
+        ({"a": 0.0, "b": 0.0}, "sum to zero"),
+        ({"a": 1.0}, "no mixture weight"),
+        ({"a": float("nan"), "b": 1.0}, "must be finite"),
+    ],
+)
+def test_bad_mixtures_are_refused_before_any_work(
+    small: list[Dataset], mixture: dict, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        WorkSource(small, mixture)
+
+
+def test_duplicate_dataset_names_are_refused(small: list[Dataset]) -> None:
+    with pytest.raises(ConfigError, match="unique"):
+        WorkSource([small[0], small[0]], {"a": 1.0})
+
+
+def test_calibration_measures_more_tokens_per_byte_for_code(small: list[Dataset]) -> None:
+    source = WorkSource(small, {"a": 0.5, "b": 0.5})
+    tpb = source.calibrate(load_tokenizer("gpt2"))
+    assert 0 < tpb["a"] < tpb["b"] < 1
+    assert source.calibrate(load_tokenizer("gpt2")) == tpb  # measured once
+
+
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_held_out_records_are_never_trained_on(small: list[Dataset], lanes: int) -> None:
+    source = WorkSource(small, {"a": 0.7, "b": 0.3}, seed=1, chunk_tokens=16, holdout_bytes=60)
+    source.calibrate(load_tokenizer("gpt2"))
+    held = {d: set(source.heldout_records(d).tolist()) for d in range(2)}
+    assert all(held.values())
+    for d, ds in enumerate(small):
+        assert int(ds.record_bytes[sorted(held[d])].sum()) >= 60
+    seen = Counter(r for records in drain(source, lanes).values() for r in records)
+    trained = {d: {i for dd, i in seen if dd == d} for d in range(2)}
+    for d, ds in enumerate(small):  # "stop": every other record exactly once
+        assert trained[d] == set(range(ds.num_records)) - held[d]
+    assert set(seen.values()) == {1}
+
+
+def test_held_out_records_depend_on_the_dataset_only(small: list[Dataset]) -> None:
+    def held(seed: int, mixture: dict[str, float]) -> list[list[int]]:
+        source = WorkSource(small, mixture, seed=seed, holdout_bytes=80)
+        return [source.heldout_records(d).tolist() for d in range(2)]
+
+    assert held(1, {"a": 0.7, "b": 0.3}) == held(9, {"a": 0.1, "b": 0.9})
+    assert WorkSource(small, {"a": 1, "b": 1}, holdout_bytes=0).contract()["holdout_bytes"] == 0
+
+
+def test_holding_out_too_much_is_refused(small: list[Dataset]) -> None:
+    source = WorkSource(small, {"a": 0.5, "b": 0.5}, holdout_bytes=10**9)
+    with pytest.raises(ConfigError, match="lower holdout_bytes or add data"):
+        source.heldout_records(0)

@@ -1,0 +1,191 @@
+"""Real ``torchrun`` launches of TorchTitan on CPU (gloo) for the titan tests, and their results.
+
+Every launch runs under a wall-clock limit in its own process group (killed whole
+on time-out) and a failed launch shows the tail of its log. Runs share one small
+real corpus (``build_local_corpus(..., max_bytes_per_domain=300_000)``) and read
+their results from the run folder: ``zephon/steps.jsonl`` (digests) and
+``zephon/metrics.jsonl`` (losses).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from demo.local_corpus import build_local_corpus
+from orchestrator.run.launch import CPU_MALLOC_ENV
+from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
+from tests.support import REPO
+
+RUN_TIMEOUT_S = 300
+"""Limit of one launch; a healthy one takes 10-60 s on 2 cores."""
+CORPUS_BYTES_PER_DOMAIN = 300_000
+MIXTURE = {"code": 0.5, "docs": 0.3}
+"""Token shares of the named domains; the third domain (``i18n`` or ``licenses``) gets the rest."""
+
+
+@dataclass
+class Run:
+    """A finished launch: its run folder, exit status and output."""
+
+    folder: Path
+    returncode: int
+    output: str
+
+    def tail(self, lines: int = 80) -> str:
+        return "\n".join(self.output.splitlines()[-lines:])
+
+    def check(self) -> Run:
+        """Fail the test with the log tail unless the launch succeeded."""
+        assert self.returncode == 0, f"launch failed ({self.returncode}):\n{self.tail()}"
+        return self
+
+    def digests(self) -> dict[int, str]:
+        """TorchTitan step -> global batch digest."""
+        return {step: r["global_digest"] for step, r in self.steps().items()}
+
+    def steps(self) -> dict[int, dict[str, Any]]:
+        """TorchTitan step -> its line of ``steps.jsonl``."""
+        return {r["step"]: r for r in read_jsonl(self.folder / RUN_SUBDIR / STEPS_FILE)}
+
+    def losses(self) -> dict[int, float]:
+        """TorchTitan step -> global average loss (``--metrics.log-freq 1``)."""
+        key = "loss_metrics/global_avg_loss"
+        records = read_jsonl(self.folder / RUN_SUBDIR / METRICS_FILE)
+        return {r["step"]: r[key] for r in records if key in r}
+
+
+def corpus(root: Path) -> dict[str, list[Path]]:
+    """The shared small corpus (built once; later calls return at once)."""
+    return build_local_corpus(root / "titan-corpus", max_bytes_per_domain=CORPUS_BYTES_PER_DOMAIN)
+
+
+def zephon_data_args(domains: dict[str, list[Path]], cache_dir: Path) -> list[str]:
+    """``--dataloader.*`` flags for the corpus: one dataset per domain, the test mixture."""
+    third = round(1.0 - sum(MIXTURE.values()), 6)
+    datasets, mixture = [], []
+    for name, paths in sorted(domains.items()):
+        datasets += [name, ",".join(str(p) for p in paths)]
+        mixture += [name, str(MIXTURE.get(name, third))]
+    return [
+        "--dataloader.datasets",
+        *datasets,
+        "--dataloader.mixture",
+        *mixture,
+        "--dataloader.cache-dir",
+        str(cache_dir),
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_env(work: Path) -> dict[str, str]:
+    """Environment of a launch: caches inside ``work``, no network, one thread per process,
+    Zephon's CPU malloc settings."""
+    return {
+        **CPU_MALLOC_ENV,
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "HF_HOME": str(work / "hf"),
+        "HF_DATASETS_OFFLINE": "1",
+        "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"),
+        "OMP_NUM_THREADS": "1",  # up to 4 processes share 2 cores
+    }
+
+
+def torchrun_command(
+    nproc: int, module: str, config: str, folder: Path, args: list[str], rdzv: list[str]
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *rdzv,
+        "--nproc-per-node",
+        str(nproc),
+        "-m",
+        "orchestrator.titan.train",
+        "--module",
+        module,
+        "--config",
+        config,
+        "--dump-folder",
+        str(folder),
+        "--metrics.log-freq",
+        "1",
+        "--comm.train-timeout-seconds",
+        "600",  # 4 processes on 2 cores: a step can take seconds
+        *args,
+    ]
+
+
+def launch(
+    work: Path,
+    folder: Path,
+    nproc: int,
+    args: list[str],
+    *,
+    module: str = "orchestrator.titan.configs",
+    config: str = "zephon_debug",
+    nodes: int = 1,
+) -> Run:
+    """Train with ``nproc`` processes on each of ``nodes`` torchrun agents (c10d on loopback)."""
+    env = launch_env(work)
+    if nodes == 1:
+        rdzv = [f"--master-port={free_port()}"]
+        commands = [torchrun_command(nproc, module, config, folder, args, rdzv)]
+    else:
+        endpoint = f"127.0.0.1:{free_port()}"
+        commands = [
+            torchrun_command(
+                nproc,
+                module,
+                config,
+                folder,
+                args,
+                [
+                    f"--nnodes={nodes}",
+                    f"--node-rank={node}",
+                    "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint={endpoint}",
+                    f"--rdzv-id={folder.name}",
+                ],
+            )
+            for node in range(nodes)
+        ]
+    agents = [
+        subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # one process group per agent: a time-out kills its workers
+        )
+        for command in commands
+    ]
+    outputs, codes = [], []
+    for agent in agents:
+        try:
+            out, _ = agent.communicate(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for other in agents:
+                if other.poll() is None:
+                    os.killpg(other.pid, signal.SIGKILL)
+            out, _ = agent.communicate()
+            out += f"\n[titan_run] killed after {RUN_TIMEOUT_S} s"
+        outputs.append(out)
+        codes.append(agent.returncode)
+    failed = next((c for c in codes if c != 0), 0)
+    return Run(folder, failed, "\n".join(outputs))

@@ -1,27 +1,38 @@
 """Zephon's orchestrator: experiments in, trustworthy comparisons out.
 
-::
+One folder per job; arrows are imports (a part imports only what is below or beside it)::
 
-    experiment (YAML / dict / Hydra config + key=value overrides)
-        |  experiment.py   schema, validation (every problem at once), fingerprints
-        v
-    plan --------------------> dry run: dp, lanes per rank, tokens, contract + variant
-        |  devices.py      free GPUs / cores -> dp (a divisor of the lanes)
-        v
-    launch.py   torchrun (local | multinode c10d | slurm via submitit)
-        |          -> titan/ (ZephonTrainer + ZephonDataLoader + HeldOutEvaluator)
-        v
-    runfolder.py  run.json, launch.log, titan/zephon/{steps,metrics,eval}.jsonl, checkpoints
-        |  tracking.py     incremental, batched MLflow sync (the folder is the buffer)
-        v
-    MLflow run (params, tags, metrics, digests)  ---- compare.py: the guard ----> table + plot
-                                                      or refusal with the reason
+    cli.py (``zephon``)                       sweeps/ (Hydra: mixes, launcher, app)
+        │                                         │
+        ├── service/   the job service for agents: client -> admission -> queue (SQLite)
+        │              scheduler (``zephon serve``) leases devices (pool), MCP server
+        ▼
+    run/        plan -> torchrun -> result: api, launch, devices, precision, interrupts
+        │   └─> titan/     the TorchTitan integration (trainer, data loader, evaluator)
+        ├── guard/      the comparison guard: rules, plot, reading runs, logging a verdict
+        ├── tracking/   the only code that talks to MLflow (names, URIs, Tracker)
+        ▼
+    experiment/ what an experiment is: schema, validation, data fingerprints, run folder
+        ▼                (no torch, no MLflow, no subprocess)
+    errors.py   every error, each carrying the CLI's exit code
+        ▼
+    pipeline/   the lane pipeline (knows nothing of this package)
 
-``api.py`` is the Python API over all of it; ``cli.py`` (``zephon``) prints its
-results as JSON with stable exit codes. For many concurrent submitters::
-
-    service.py (submit/status/wait/cancel) -> admission.py -> queue.py (SQLite, WAL)
-        scheduler.py (``zephon serve``): pool.py leases devices -> ``zephon run|resume``
-        mcp_server.py (``zephon mcp``): the same functions as MCP tools The lane pipeline (``pipeline/``) knows
-nothing of this package.
+The public Python API is :mod:`orchestrator.run.api`, re-exported here:
+``plan``, ``run``, ``resume``, ``sync``, ``compare`` and ``verify_elastic``
+(imported on first use, so ``import orchestrator.titan`` in a trainer stays light).
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["compare", "plan", "resume", "run", "sync", "verify_elastic"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from orchestrator.run import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")

@@ -8,12 +8,15 @@ which follows the tokenizer.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import torch
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.models import llama3
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm, compute_ffn_hidden_dim
 from torchtitan.models.common.decoder import Decoder
 from torchtitan.models.llama3.config_registry import llama3_debugmodel
+from torchtitan.models.llama3.model import Llama3Model
 from torchtitan.trainer import Trainer
 
 from orchestrator.run.precision import resolve_precision
@@ -48,8 +51,23 @@ def zephon_debug() -> ZephonTrainer.Config:
     precision as ``train.precision=auto`` resolves it (:mod:`orchestrator.run.precision`).
     ``partial_dtensor``: the default ``spmd_types`` backend fails with dp > 1 on torch 2.13.
     """
+    return _on_short_sequences(llama3_debugmodel())
+
+
+def zephon_mini() -> ZephonTrainer.Config:
+    """:func:`zephon_debug` with a 64-wide, 2-layer llama3 (gpt2 vocabulary: 6.6 M
+    parameters, a fifth of the arithmetic per token): for tests and smoke runs, where what
+    is checked is the data and the bookkeeping, not what the model learns."""
+    base = llama3_debugmodel()
+    assert base.model_spec is not None, "llama3_debugmodel has no model_spec"
+    base.model_spec = replace(base.model_spec, flavor="zephon_mini", model=_mini_llama3())
+    return _on_short_sequences(base)
+
+
+def _on_short_sequences(base: Trainer.Config) -> ZephonTrainer.Config:
+    """``base`` on the lane pipeline with the CPU-sized schedule of :func:`zephon_debug`."""
     config = zephon_config(
-        llama3_debugmodel(),
+        base,
         ZephonDataLoader.Config(
             lanes=4,
             global_batch_size=8,
@@ -68,6 +86,34 @@ def zephon_debug() -> ZephonTrainer.Config:
         "auto", "cuda" if torch.cuda.is_available() else "cpu"
     )
     return config
+
+
+def _mini_llama3() -> Llama3Model.Config:
+    """TorchTitan's ``debugmodel`` recipe (flex attention, its initialisations) at dim 64,
+    4 heads, 2 layers; the vocabulary is sized later by :func:`zephon_config`."""
+    dim, n_heads, n_layers, vocab = 64, 4, 2, 2048
+    return Llama3Model.Config(
+        dim=dim,
+        vocab_size=vocab,
+        tok_embeddings=Embedding.Config(
+            num_embeddings=vocab, embedding_dim=dim, param_init=llama3._EMBEDDING_INIT
+        ),
+        norm=RMSNorm.Config(normalized_shape=dim, param_init=llama3._NORM_INIT),
+        lm_head=Linear.Config(
+            in_features=dim, out_features=vocab, param_init=llama3._output_linear_init(dim)
+        ),
+        layers=llama3._build_llama3_layers(
+            fuse_qkv=True,
+            n_layers=n_layers,
+            dim=dim,
+            n_heads=n_heads,
+            hidden_dim=compute_ffn_hidden_dim(dim, multiple_of=64),
+            rope=ComplexRoPE.Config(
+                dim=dim // n_heads, max_seq_len=131072, theta=500000, scaling="llama"
+            ),
+            attn_backend="flex",
+        ),
+    )
 
 
 def _set_vocab(model: object, loss: object, vocab: int) -> None:

@@ -244,6 +244,7 @@ def sweep(server: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
             "tracking=server",
             "tracking.experiment=dashboard",
             f"data.datasets={{{datasets}}}",
+            "model=mini",
             "data.holdout_bytes=4096",
             "train=smoke",
             "train.steps=2",

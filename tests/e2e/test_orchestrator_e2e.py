@@ -58,6 +58,7 @@ def experiment(domains: dict[str, list[Path]], mixture: dict[str, float], **data
     domain (``i18n``, or ``licenses`` where no locale files exist)."""
     third = next(n for n in sorted(domains) if n not in ("code", "docs"))
     return {
+        "model": {"config": "zephon_mini"},
         "data": {
             "datasets": {n: [str(p) for p in paths] for n, paths in domains.items()},
             "mixture": {"code": mixture["code"], "docs": mixture["docs"], third: mixture["i18n"]},
@@ -111,7 +112,7 @@ def runs(work: Path, domains: dict[str, list[Path]]) -> dict[str, api.RunResult]
             "a-seed": api.run(experiment(domains, MIX_A, seed=1), dp=2, run_name="a-seed"),
         }
         hidden = experiment(domains, MIX_A)
-        hidden["model"] = {"args": ["--dataloader.shuffle-seed", "5"]}
+        hidden["model"]["args"] = ["--dataloader.shuffle-seed", "5"]
         results["a-hide"] = api.run(hidden, dp=1, run_name="a-hide")
     finally:
         os.chdir(cwd)

@@ -47,6 +47,7 @@ def data_root(data: dict[str, list[str]]) -> str:
 def spec(data: dict[str, list[str]], *, steps: int = 2, seed: int = 0, **train: Any) -> dict:
     """A tiny experiment over the test corpus."""
     return {
+        "model": {"config": "zephon_mini"},
         "data": {"datasets": data, "seed": seed, "holdout_bytes": 2048},
         "train": {"steps": steps, **train},
         "eval": {"enable": False},

@@ -54,6 +54,7 @@ def base_overrides(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     )
     return [
         f"data.datasets={{{datasets}}}",
+        "model=mini",
         "data.holdout_bytes=4096",
         "train=smoke",
         "train.steps=2",

@@ -1,6 +1,6 @@
-"""TorchTitan configs of the titan tests (``--module tests.support.titan_configs --config stock_debug``).
+"""TorchTitan configs of the titan tests (``--module tests.support.titan_configs --config stock_mini``).
 
-``stock_debug`` is ``orchestrator.titan.configs.zephon_debug`` (same model, optimizer,
+``stock_mini`` is ``orchestrator.titan.configs.zephon_mini`` (same model, optimizer,
 schedule, tokenizer, seed) with TorchTitan's stock HuggingFace text loader instead of
 the lane pipeline, reading a local JSON dataset through TorchTitan's own ``c4_test``
 entry (``load_dataset(<--dataloader.dataset-path>, split="train")``; no network). The
@@ -25,7 +25,7 @@ import orchestrator.titan  # noqa: F401  (cpu_compat must prepare TorchTitan bef
 from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 from torchtitan.trainer import Trainer
 
-from orchestrator.titan.configs import zephon_debug
+from orchestrator.titan.configs import zephon_mini
 
 
 class RecordingTextDataLoader(HuggingFaceTextDataLoader):
@@ -49,9 +49,9 @@ class RecordingTextDataLoader(HuggingFaceTextDataLoader):
             yield inputs, labels
 
 
-def stock_debug() -> Trainer.Config:
-    """``zephon_debug`` on TorchTitan's stock loader; set ``--dataloader.dataset-path``."""
-    zephon = zephon_debug()
+def stock_mini() -> Trainer.Config:
+    """``zephon_mini`` on TorchTitan's stock loader; set ``--dataloader.dataset-path``."""
+    zephon = zephon_mini()
     settings = {f.name: getattr(zephon, f.name) for f in fields(Trainer.Config) if f.init}
     settings["dataloader"] = RecordingTextDataLoader.Config(dataset="c4_test")
     settings["training"].global_batch_size = -1  # TorchTitan's default: local batch x dp

@@ -136,7 +136,7 @@ def launch(
     args: list[str],
     *,
     module: str = "orchestrator.titan.configs",
-    config: str = "zephon_debug",
+    config: str = "zephon_mini",
     nodes: int = 1,
 ) -> Run:
     """Train with ``nproc`` processes on each of ``nodes`` torchrun agents (c10d on loopback)."""

@@ -18,7 +18,7 @@ from tests.support.titan_run import Run, corpus, launch, zephon_data_args
 
 STEPS = 12
 CHECKPOINT_STEP = 6
-GLOBAL_BATCH, SEQ_LEN = 8, 128  # zephon_debug
+GLOBAL_BATCH, SEQ_LEN = 8, 128  # zephon_mini
 
 LOSS_TOLERANCE = 2e-3
 """Largest |loss difference| accepted between dp sizes on the same batches.

@@ -1,7 +1,7 @@
 """The contrast: the same experiment with TorchTitan 0.3.0's stock data loader.
 
 Documents what users of the stock ``HuggingFaceTextDataLoader`` suffer today, on
-the same corpus, model and schedule (``tests.support.titan_configs.stock_debug``), so a
+the same corpus, model and schedule (``tests.support.titan_configs.stock_mini``), so a
 change in TorchTitan's behaviour shows up here:
 
 * its checkpoint holds one reader position per data-parallel rank
@@ -67,7 +67,7 @@ def stock_launch(work: Path, name: str, nproc: int, dataset: Path, *args: str) -
             *args,
         ],
         module="tests.support.titan_configs",
-        config="stock_debug",
+        config="stock_mini",
     )
 
 

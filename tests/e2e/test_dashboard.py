@@ -3,8 +3,8 @@ it, and the UI rendered by a real headless Chromium.
 
 Real: ``mlflow server`` (SQLite store, artifact proxy, one worker, loopback, a free port),
 ``python -m sweeps.app -m hydra/sweeper=zephon_mix hydra/launcher=zephon tracking=server``
-(2 mixes, TorchTitan's tiny llama3 on CPU, 2 steps, evaluated at step 2), and Chromium
-(Debian's ``chromium``) loading the MLflow React app over HTTP and running its JavaScript
+(2 mixes, ``zephon_mini``: a 6.6 M-parameter llama3 on CPU, 2 steps, evaluated at step 2),
+and Chromium (Debian's ``chromium``) loading the MLflow React app over HTTP and running its JavaScript
 against the server's REST API (``--dump-dom`` after a virtual-time budget, ``--screenshot``).
 Nothing is mocked; the assertions read only the rendered DOM (and the screenshot's pixels),
 with the expected names and values taken from the sweep's ``sweep.json``.

@@ -1,5 +1,5 @@
-"""Experiments end to end: real TorchTitan training (tiny llama3, CPU, gloo, torchrun),
-the real embedded MLflow store, held-out evaluation and the comparison guard.
+"""Experiments end to end: real TorchTitan training (``zephon_mini``, a 6.6 M-parameter
+llama3; CPU, gloo, torchrun), the real embedded MLflow store, held-out evaluation and the comparison guard.
 
 Runs (4 steps each, checkpoints every 2, evaluation every 2; ~40 s a launch):
 

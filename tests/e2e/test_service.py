@@ -2,7 +2,8 @@
 killed with SIGKILL mid-run, and a real MCP client session.
 
 Real parts: SQLite (WAL) queue, `zephon serve` as a process, `torchrun` training
-(tiny llama3, CPU), the embedded MLflow store, the `mcp` stdio transport.
+(``zephon_mini``, a 6.6 M-parameter llama3, CPU), the embedded MLflow store, the
+`mcp` stdio transport.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Real Hydra multiruns of ``zephon-run``: the mix sweeper, the zephon launcher, the stock
-basic launcher, hydra-submitit-launcher, real TorchTitan training (tiny llama3, CPU) and
-the embedded MLflow store.
+basic launcher, hydra-submitit-launcher, real TorchTitan training (``zephon_mini``, a
+6.6 M-parameter llama3, CPU) and the embedded MLflow store.
 
 Sweeps (2 steps a run, evaluated at step 2; ~20 s a run on 2 cores):
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 from orchestrator.titan.collectives import DataParallelGroup
-from orchestrator.titan.configs import zephon_debug
+from orchestrator.titan.configs import zephon_debug, zephon_mini
 from orchestrator.titan.dataloader import STATE_KEY, TrainerLink, ZephonDataLoader
 from orchestrator.titan.runlog import StepLog
 from orchestrator.titan.tokenizer import ZephonTokenizer
@@ -180,11 +181,24 @@ def trainer_config(**changes: Any) -> ZephonTrainer.Config:
     return ZephonTrainer.Config(**{**settings, **changes})
 
 
-def test_trainer_config_follows_the_data_contract() -> None:
-    config = trainer_config()
+@pytest.mark.parametrize("make", [zephon_debug, zephon_mini], ids=lambda f: f.__name__)
+def test_trainer_config_follows_the_data_contract(make: Callable[[], ZephonTrainer.Config]) -> None:
+    config = make()
     assert config.training.global_batch_size == -1  # set from the data loader's at build time
     assert config.model_spec.model.vocab_size == 50257  # gpt2's, for the model and the loss
+    assert config.model_spec.model.tok_embeddings.num_embeddings == 50257
+    assert config.model_spec.model.lm_head.out_features == 50257
     assert config.loss.loss_fn.global_vocab_size == 50257
+
+
+def test_the_mini_model_is_the_debug_recipe_smaller() -> None:
+    debug, mini = zephon_debug(), zephon_mini()
+    assert (mini.model_spec.model.dim, len(mini.model_spec.model.layers)) == (64, 2)
+    assert (debug.model_spec.model.dim, len(debug.model_spec.model.layers)) == (256, 6)
+    assert mini.model_spec.name == debug.model_spec.name == "llama3"
+    # everything but the model is the same: data, schedule, optimizer, precision
+    assert mini.dataloader == debug.dataloader and mini.training == debug.training
+    assert mini.optimizer == debug.optimizer and mini.lr_scheduler == debug.lr_scheduler
 
 
 def test_trainer_config_refuses_a_conflicting_global_batch() -> None:

@@ -1,6 +1,6 @@
 """Elastic resume of real TorchTitan training on the lane pipeline (torchrun, CPU, gloo).
 
-A llama3 debugmodel with gpt2's vocabulary trains 12 steps on 2 processes and
+A small llama3 (``zephon_mini``, gpt2 vocabulary) trains 12 steps on 2 processes and
 checkpoints at step 6 (one uninterrupted run, shared by the tests). Resumed
 from step 6 on 1 process (with gradient accumulation: G=8 > dp x local = 1 x 4)
 and on 4 processes, steps 7..12 get exactly the uninterrupted run's global

@@ -228,10 +228,12 @@ def main(argv: list[str] | None = None) -> int:
         report["precision"] = measure_precisions(work, args.steps, args.reps)
     if args.main_job or args.skip_precisions:
         report["main_job"] = measure_main_job(work, args.main_job_args)
+    # A main-job-only run keeps the last precision measurement: it goes to its own files.
+    stem = "training-main-job" if args.skip_precisions else "training"
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    (args.results_dir / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.results_dir / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     markdown = to_markdown(report)
-    (args.results_dir / "training.md").write_text(markdown)
+    (args.results_dir / f"{stem}.md").write_text(markdown)
     print(markdown)
     return 0
 

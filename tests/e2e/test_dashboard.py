@@ -3,7 +3,8 @@ it, and the UI rendered by a real headless Chromium.
 
 Real: ``mlflow server`` (SQLite store, artifact proxy, one worker, loopback, a free port),
 ``python -m sweeps.app -m hydra/sweeper=zephon_mix hydra/launcher=zephon tracking=server``
-(2 mixes, ``zephon_mini``: a 6.6 M-parameter llama3 on CPU, 2 steps, evaluated at step 2),
+(2 mixes at dp 1, side by side, ``zephon_mini``: a 6.6 M-parameter llama3 on CPU, 2 steps,
+evaluated at step 2),
 and Chromium (Debian's ``chromium``) loading the MLflow React app over HTTP and running its JavaScript
 against the server's REST API (``--dump-dom`` after a virtual-time budget, ``--screenshot``).
 Nothing is mocked; the assertions read only the rendered DOM (and the screenshot's pixels),
@@ -39,6 +40,7 @@ import pytest
 from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
+from tests.support.sweeps import datasets_override, mixes_override
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(900)
@@ -222,14 +224,7 @@ def server(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def sweep(server: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A 2-mix sweep tracked on the server; ``sweep.json`` plus the experiment id."""
     built = corpus(tmp_path_factory.getbasetemp())
-    domains = sorted(built)
-    datasets = ",".join(
-        f"{name}:[{','.join(repr(str(p)) for p in paths)}]" for name, paths in sorted(built.items())
-    )
-    mixes = [
-        "{" + ",".join(f"{d}:{w:.1f}" for d, w in zip(domains, weights, strict=True)) + "}"
-        for weights in ((1.0, 1.0, 1.0), (0.0, 1.0, 1.0))
-    ]
+    mixes = mixes_override(sorted(built), (1.0, 1.0, 1.0), (0.0, 1.0, 1.0))
     work = tmp_path_factory.mktemp("dashboard")
     sweep_dir = work / "multirun" / "dashboard"
     process = subprocess.run(
@@ -243,13 +238,14 @@ def sweep(server: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
             f"hydra.sweep.dir={sweep_dir}",
             "tracking=server",
             "tracking.experiment=dashboard",
-            f"data.datasets={{{datasets}}}",
+            datasets_override(built),
             "model=mini",
             "data.holdout_bytes=4096",
             "train=smoke",
             "train.steps=2",
             "eval.interval=2",
-            f"hydra.sweeper.mix.explicit=[{','.join(mixes)}]",
+            mixes,
+            "resources.dp=1",  # both jobs at once, one core each
         ],
         cwd=work,
         capture_output=True,

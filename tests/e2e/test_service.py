@@ -12,7 +12,6 @@ import asyncio
 import json
 import multiprocessing
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.service import client as service
 from orchestrator.service.scheduler import Scheduler
 from tests.support import REPO
+from tests.support.agents import retrying_submitter, spec
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1200)
@@ -43,17 +43,6 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def data_root(data: dict[str, list[str]]) -> str:
     return str(Path(next(iter(data.values()))[0]).parents[1])
-
-
-def spec(data: dict[str, list[str]], *, steps: int = 2, seed: int = 0, **train: Any) -> dict:
-    """A tiny experiment over the test corpus."""
-    return {
-        "model": {"config": "zephon_mini"},
-        "data": {"datasets": data, "seed": seed, "holdout_bytes": 2048},
-        "train": {"steps": steps, **train},
-        "eval": {"enable": False},
-        "resources": {"timeout_s": 600},
-    }
 
 
 def make_service(root: Path, data_root: str, **kw: Any) -> service.ServiceConfig:
@@ -121,31 +110,12 @@ def test_bad_requests_are_refused_with_reasons_and_change_nothing(
 # -- many submitters -------------------------------------------------------------------------
 
 
-def _submitter(root: str, worker: int, data: dict[str, list[str]]) -> list[tuple[str, str, bool]]:
-    """One agent: 10 experiments, each submitted 3 times (retries), in a random order."""
-    svc = service.load_service(root)
-    rng = random.Random(worker)
-    keys = [f"w{worker}-e{i}" for i in range(10)] * 3
-    rng.shuffle(keys)
-    out = []
-    for key in keys:
-        i = int(key.rsplit("e", 1)[1])
-        real = worker < 2 and i == 0  # 2 short trainings; the rest are dry runs
-        body = spec(data, seed=worker * 10 + i)
-        got = service.submit(
-            svc, body, key=key, submitter=f"agent-{worker}", kind="run" if real else "plan"
-        )
-        out.append((key, got["job"]["id"], got["created"]))
-        time.sleep(rng.random() * 0.01)
-    return out
-
-
 def test_twenty_submitters_two_hundred_jobs_none_lost_none_twice(
     tmp_path: Path, data: dict[str, list[str]], data_root: str
 ) -> None:
     svc = make_service(tmp_path / "svc", data_root)
     with multiprocessing.get_context("spawn").Pool(20) as pool:
-        results = pool.starmap(_submitter, [(str(svc.path), w, data) for w in range(20)])
+        results = pool.starmap(retrying_submitter, [(str(svc.path), w, data) for w in range(20)])
     submitted = [r for worker in results for r in worker]
     ids_per_key: dict[str, set[str]] = {}
     for key, job_id, _ in submitted:

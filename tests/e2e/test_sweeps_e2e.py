@@ -4,9 +4,11 @@ basic launcher, hydra-submitit-launcher, real TorchTitan training (``zephon_mini
 
 Sweeps (2 steps a run, evaluated at step 2; ~20 s a run on 2 cores):
 
-    replicated  3 mixes x dp {1, 2}, zephon launcher (runs in parallel on the free cores)
-    rerun       the same 3 mixes again, Hydra's basic launcher, dp chosen by the run
-    seeds       2 mixes x data.seed=0,1: two contracts in one sweep, which the guard refuses
+    replicated   2 mixes x dp {1, 2}, zephon launcher (runs in parallel on the free cores)
+    rerun        the same 2 mixes again, Hydra's basic launcher, dp chosen by the run
+    seeds        1 mix x data.seed=0,1: two contracts in one sweep, which the guard refuses
+    interrupted  the 2 mixes at dp 1, SIGINT after step 1, then continued
+    submitit     3 mixes through hydra-submitit-launcher's local mode, dry runs
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP, TAG_VERDICT
 from orchestrator.tracking.tracker import resolve_uri
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
+from tests.support.sweeps import datasets_override, mixes_override
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1500)
@@ -48,12 +51,8 @@ def domains(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 @pytest.fixture(scope="module")
 def base_overrides(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """The shared test corpus as data.datasets, and a 2-step schedule."""
-    built = corpus(tmp_path_factory.getbasetemp())
-    datasets = ",".join(
-        f"{name}:[{','.join(repr(str(p)) for p in paths)}]" for name, paths in sorted(built.items())
-    )
     return [
-        f"data.datasets={{{datasets}}}",
+        datasets_override(corpus(tmp_path_factory.getbasetemp())),
         "model=mini",
         "data.holdout_bytes=4096",
         "train=smoke",
@@ -62,16 +61,7 @@ def base_overrides(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     ]
 
 
-def mixes(domains: list[str], *weights: tuple[float, ...]) -> str:
-    """``hydra.sweeper.mix.explicit=[...]`` for the given weights (in ``domains`` order)."""
-    items = [
-        "{" + ",".join(f"{d}:{w:.1f}" for d, w in zip(domains, ws, strict=True)) + "}"
-        for ws in weights
-    ]
-    return f"hydra.sweeper.mix.explicit=[{','.join(items)}]"
-
-
-THREE = ((1.0, 1.0, 1.0), (0.0, 1.0, 1.0), (0.0, 0.0, 1.0))
+TWO = ((1.0, 1.0, 1.0), (0.0, 0.0, 1.0))
 
 
 def multirun(work: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
@@ -116,7 +106,7 @@ def replicated(work: Path, domains: list[str], base_overrides: list[str]) -> dic
         "replicated",
         "hydra/launcher=zephon",
         *base_overrides,
-        mixes(domains, *THREE),
+        mixes_override(domains, *TWO),
         "hydra.sweeper.replicate_dp=[1,2]",
     )
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
@@ -128,8 +118,8 @@ def test_sweep_logs_parent_children_and_the_accepted_comparison(
 ) -> None:
     result = replicated["summary"]
     jobs = result["jobs"]
-    assert len(jobs) == 6 and all(j["status"] == "succeeded" for j in jobs)
-    assert sorted(j["dp_sizes"][0] for j in jobs) == [1, 1, 1, 2, 2, 2]
+    assert len(jobs) == 4 and all(j["status"] == "succeeded" for j in jobs)
+    assert sorted(j["dp_sizes"][0] for j in jobs) == [1, 1, 2, 2]
     assert "Comparison accepted" in replicated["stdout"]
     assert "mlflow ui --backend-store-uri sqlite:" in replicated["stdout"]
 
@@ -145,7 +135,7 @@ def test_sweep_logs_parent_children_and_the_accepted_comparison(
     assert all(c.info.status == "FINISHED" for c in children)
 
     verdict = result["comparison"]
-    assert verdict["accepted"] and len(verdict["rows"]) == 3
+    assert verdict["accepted"] and len(verdict["rows"]) == 2
     assert all(r["replicates"] == 2 and r["dp_sizes"] == "1,2" for r in verdict["rows"])
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"comparison.json", "comparison.md", "comparison.png"} <= artifacts
@@ -156,14 +146,14 @@ def test_sweep_logs_parent_children_and_the_accepted_comparison(
 def test_rerun_with_the_basic_launcher_reproduces_the_fingerprints(
     work: Path, domains: list[str], base_overrides: list[str], replicated: dict[str, Any]
 ) -> None:
-    process, sweep_dir = multirun(work, "rerun", *base_overrides, mixes(domains, *THREE))
+    process, sweep_dir = multirun(work, "rerun", *base_overrides, mixes_override(domains, *TWO))
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
     rerun = summary(sweep_dir)
-    assert len(rerun["jobs"]) == 3 and rerun["comparison"] is not None
+    assert len(rerun["jobs"]) == 2 and rerun["comparison"] is not None
     first = fingerprints(replicated["summary"])
     assert all(len(prints) == 1 for prints in first.values())  # dp 1 and 2 agree
     assert fingerprints(rerun) == first
-    assert len({p for prints in first.values() for p in prints}) == 3  # mixes differ
+    assert len({p for prints in first.values() for p in prints}) == 2  # mixes differ
 
 
 def test_a_sweep_over_two_contracts_is_refused_and_says_why(
@@ -174,12 +164,14 @@ def test_a_sweep_over_two_contracts_is_refused_and_says_why(
         "seeds",
         "hydra/launcher=zephon",
         *base_overrides,
-        mixes(domains, (1.0, 1.0, 1.0), (0.0, 1.0, 1.0)),
+        mixes_override(domains, TWO[0]),
         "data.seed=0,1",
+        "resources.dp=1",  # both jobs at once
     )
     assert process.returncode != 0
     assert "seed" in process.stderr and "contract" in process.stderr
     result = summary(sweep_dir)
+    assert len(result["jobs"]) == 2
     assert all(j["status"] == "succeeded" for j in result["jobs"])  # the runs are kept
     assert not result["comparison"]["accepted"]
     assert {r["code"] for r in result["comparison"]["refusals"]} == {"contract_mismatch"}
@@ -225,7 +217,7 @@ def test_hydra_submitit_launcher_runs_the_jobs(
         "hydra/launcher=submitit_local",
         "dry_run=true",
         *base_overrides,
-        mixes(domains, *THREE),
+        mixes_override(domains, *TWO, (0.0, 1.0, 1.0)),
     )
     assert process.returncode == 0, process.stderr[-5000:]
     jobs = summary(sweep_dir)["jobs"]
@@ -255,7 +247,7 @@ def test_an_interrupted_sweep_stops_everything_and_continues_to_the_same_data(
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     sweep = [sys.executable, "-m", "sweeps.app", "-m", "hydra/sweeper=zephon_mix"]
     sweep += [f"hydra.sweep.dir={sweep_dir}", "hydra/launcher=zephon", *base_overrides]
-    sweep += [mixes(domains, THREE[0], THREE[2]), "hydra.sweeper.replicate_dp=[1]"]
+    sweep += [mixes_override(domains, *TWO), "hydra.sweeper.replicate_dp=[1]"]
     agent = subprocess.Popen(
         sweep, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )

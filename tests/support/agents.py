@@ -1,0 +1,47 @@
+"""Agents of the job-service tests: a tiny spec, and a submitter that retries.
+
+Kept apart from the test module so that each spawned submitter process imports only the
+service client (about 1 s), not MLflow and TorchTitan (about 12 s each, 20 processes).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+from orchestrator.service import client as service
+
+
+def spec(data: dict[str, list[str]], *, steps: int = 2, seed: int = 0, **train: Any) -> dict:
+    """A tiny experiment over the test corpus."""
+    return {
+        "model": {"config": "zephon_mini"},
+        "data": {"datasets": data, "seed": seed, "holdout_bytes": 2048},
+        "train": {"steps": steps, **train},
+        "eval": {"enable": False},
+        "resources": {"timeout_s": 600},
+    }
+
+
+def retrying_submitter(
+    root: str, worker: int, data: dict[str, list[str]]
+) -> list[tuple[str, str, bool]]:
+    """One agent: 10 experiments, each submitted 3 times (retries), in a random order;
+    (key, job id, created) per submission. Worker 0 and 1's first experiment trains
+    (2 steps), the rest are dry runs."""
+    svc = service.load_service(root)
+    rng = random.Random(worker)
+    keys = [f"w{worker}-e{i}" for i in range(10)] * 3
+    rng.shuffle(keys)
+    out = []
+    for key in keys:
+        i = int(key.rsplit("e", 1)[1])
+        real = worker < 2 and i == 0
+        body = spec(data, seed=worker * 10 + i)
+        got = service.submit(
+            svc, body, key=key, submitter=f"agent-{worker}", kind="run" if real else "plan"
+        )
+        out.append((key, got["job"]["id"], got["created"]))
+        time.sleep(rng.random() * 0.01)
+    return out

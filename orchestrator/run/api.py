@@ -19,6 +19,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,6 +27,7 @@ from typing import Any, TextIO
 from orchestrator.errors import ExperimentError, LaunchError, TrackingError
 from orchestrator.experiment import (
     ExperimentConfig,
+    ResourcesSection,
     fingerprints,
     load_experiment,
     validate,
@@ -482,10 +484,14 @@ def verify_elastic(
     progress: TextIO | None = None,
 ) -> dict[str, Any]:
     """Train to ``split_step`` on ``first_dp`` ranks and to the end uninterrupted on
-    ``first_dp``; resume the first on ``second_dp``; report whether every digest matches."""
+    ``first_dp``; resume the first on ``second_dp``; report whether every digest matches.
+
+    The two first runs are independent: where the free devices hold both, they train side by
+    side, each on half of them (CPU: half the cores; CUDA: half the GPUs).
+    """
     base = load_experiment(config, overrides)
     steps = base.train.steps
-    split = split_step or max(1, steps // 2)
+    split = max(1, steps // 2) if split_step is None else split_step
     if not 1 <= split < steps:
         raise ExperimentError([f"split_step must be in [1, {steps}), got {split}"])
     base = replace(
@@ -494,24 +500,28 @@ def verify_elastic(
         eval=replace(base.eval, enable=False),
     )
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-    reference = run(
-        base,
-        dp=first_dp,
-        run_name=f"{base.name}-verify-{stamp}-ref",
-        progress=progress,
-        tracking=False,
-    )
     short = replace(base, train=replace(base.train, steps=split))
-    first = run(
-        short,
-        dp=first_dp,
-        run_name=f"{base.name}-verify-{stamp}-split",
-        progress=progress,
-        tracking=False,
-    )
+    jobs = {"ref": base, "split": short}
+    halves = _halves(base.resources, first_dp)
+    if halves is not None:  # room for both at once, and they are independent
+        jobs = {n: replace(c, resources=h) for (n, c), h in zip(jobs.items(), halves, strict=True)}
+    with ThreadPoolExecutor(1 if halves is None else 2) as pool:
+        futures = {
+            n: pool.submit(
+                run,
+                c,
+                dp=first_dp,
+                run_name=f"{base.name}-verify-{stamp}-{n}",
+                progress=progress,
+                tracking=False,
+            )
+            for n, c in jobs.items()
+        }
+        reference, first = (futures[n].result() for n in jobs)
     if first.status != "succeeded" or reference.status != "succeeded":
         raise LaunchError("\n".join(reference.messages + first.messages))
-    resumed = resume(Path(first.folder), dp=second_dp, progress=progress, steps=steps)
+    # like=short: on the resources of the experiment, not of the half it trained on
+    resumed = resume(Path(first.folder), dp=second_dp, progress=progress, steps=steps, like=short)
     want = RunFolder(reference.folder).digests()
     got = RunFolder(resumed.folder).digests()
     mismatched = sorted(s for s in want if got.get(s) != want[s])
@@ -527,3 +537,20 @@ def verify_elastic(
         "resumed_folder": resumed.folder,
         "messages": resumed.messages,
     }
+
+
+def _halves(r: ResourcesSection, dp: int) -> tuple[ResourcesSection, ResourcesSection] | None:
+    """``r`` split into two halves of this node's free devices that each hold ``dp``
+    processes (CPU: cores, CUDA: GPUs); None where the devices do not hold two."""
+    if r.nodes != 1 or r.launcher != "local":
+        return None
+    devices = discover(r.device, r.gpu_ids)
+    if devices.kind == "cuda":
+        ids = list(devices.gpu_ids)
+        if len(ids) < 2 * dp:
+            return None
+        return replace(r, gpu_ids=ids[:dp]), replace(r, gpu_ids=ids[dp : 2 * dp])
+    cores = r.max_procs or devices.count
+    if cores < 2 * dp:
+        return None
+    return replace(r, max_procs=cores // 2), replace(r, max_procs=cores // 2)

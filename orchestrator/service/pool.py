@@ -17,7 +17,9 @@ last waiting run waits until every core is free and gets them all, its processes
 using the spare ones as threads, instead of starting on the one core a finished
 run left and keeping it alone once the others end (the debug model at dp 1
 measured about twice as fast on 2 threads as on 1 on 2 AVX2 cores, so the tail of
-a sweep halves; it suits a batch of similar runs, like a sweep's). A run whose smallest acceptable
+a sweep halves; it suits a batch of similar runs, like a sweep's). It does not wait
+for cores leased in the same pass (two dp-1 runs on 2 free cores start together):
+those stay busy for a whole run. A run whose smallest acceptable
 size exceeds the capacity can never start: it fails at once, naming the sizes.
 """
 
@@ -128,8 +130,10 @@ class DevicePool:
                     continue
                 dp = fitting[-1]
                 last = self.spare_cores and len(self._waiting) == 1
-                if last and self._free < self.capacity:
-                    continue  # the last run waits for every core: its threads use them all
+                if last and self._free < self.capacity and not started:
+                    # the last run waits for every core (its threads use them all), unless
+                    # the busy ones were leased just now: they stay busy for a whole run
+                    continue
                 self._waiting.remove(job)
                 size = self._free if last else dp
                 gpus = tuple(self._free_gpus[:size]) if self.devices.kind == "cuda" else ()

@@ -115,6 +115,16 @@ def test_the_last_run_waits_for_every_core_and_gets_them_as_threads() -> None:
     gates[2].set()
     assert futures[2].result(5) == 2 and pool.free == 2
 
+    # Two runs on 2 free cores: the last does not wait for the core the other just took.
+    gates = [threading.Event() for _ in range(3)]
+    leases.clear()
+    futures = pool.submit_all([([1], lambda lease, n=n: hold(n, lease)) for n in range(2)])
+    time.sleep(0.2)
+    assert sorted(leases) == [0, 1] and all(x.size == 1 for x in leases.values())
+    for gate in gates:
+        gate.set()
+    assert [f.result(5) for f in futures] == [1, 1] and pool.free == 2
+
     def shape(lease: Lease) -> tuple[int, int]:
         return lease.dp, lease.size
 

@@ -8,8 +8,9 @@
     ExperimentConfig ── validation.py   every problem at once, before any work starts
         │
         │  fingerprints.py  the data pipeline of the contract -> contract + variant fingerprints
+        │  dataspec.py      the data section as the trainer's data.json (one schema, both sides)
         ▼
-    runfolder.py        a run's folder on disk: experiment.json, run.json, logs, digests
+    runfolder.py        a run's folder on disk: experiment.json, data.json, run.json, logs, digests
 
 No torch, no MLflow, no subprocess: this package imports nothing of ``run/``,
 ``service/``, ``guard/``, ``tracking/`` or ``titan/`` (tests/orchestrator/test_layout.py).
@@ -24,8 +25,10 @@ from orchestrator.experiment.config import (
     ResourcesSection,
     TrackingSection,
     TrainSection,
+    load_data_section,
     load_experiment,
 )
+from orchestrator.experiment.dataspec import read_data_spec, write_data_spec
 from orchestrator.experiment.fingerprints import (
     Fingerprints,
     absolute,
@@ -51,6 +54,9 @@ __all__ = [
     "divisors",
     "dp_problems",
     "fingerprints",
+    "load_data_section",
     "load_experiment",
+    "read_data_spec",
     "validate",
+    "write_data_spec",
 ]

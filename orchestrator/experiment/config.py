@@ -6,7 +6,9 @@ else :func:`orchestrator.experiment.validate` checks before any work starts.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,9 @@ class ModelSection:
 
 @dataclass
 class DataSection:
+    """The data contract and its layout: the one schema of a run's data, read by the plan
+    and, as the run's ``data.json`` (:mod:`orchestrator.experiment.dataspec`), by the trainer."""
+
     datasets: dict[str, list[str]] = field(default_factory=dict)
     """Dataset name -> shard paths or globs (JSONL[.gz|.zst], Parquet, text)."""
     mixture: dict[str, float] = field(default_factory=dict)
@@ -150,7 +155,7 @@ def load_experiment(
     """An ``ExperimentConfig`` from a YAML path, a dict or an OmegaConf config, with
     ``key=value`` overrides applied; schema errors become ``ExperimentError``."""
     schema = OmegaConf.structured(ExperimentConfig)
-    try:
+    with _schema_errors():
         if source is None:
             loaded: Any = {}
         elif isinstance(source, ExperimentConfig):
@@ -169,10 +174,26 @@ def load_experiment(
                     raise ExperimentError([f"override {override!r} is not of the form key=value"])
             merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
         config = OmegaConf.to_object(merged)
+    assert isinstance(config, ExperimentConfig)
+    return config
+
+
+def load_data_section(source: dict[str, Any]) -> DataSection:
+    """A ``DataSection`` from plain data (a data spec's content); schema errors become
+    ``ExperimentError``."""
+    with _schema_errors():
+        data = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataSection), source))
+    assert isinstance(data, DataSection)
+    return data
+
+
+@contextlib.contextmanager
+def _schema_errors() -> Iterator[None]:
+    """OmegaConf's errors (unknown keys, wrong types) as ``ExperimentError`` naming the key."""
+    try:
+        yield
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         raise ExperimentError(
             [f"{key}: {e.msg.splitlines()[0]}" if key else str(e).splitlines()[0]]
         ) from None
-    assert isinstance(config, ExperimentConfig)
-    return config

@@ -3,6 +3,7 @@
 Layout of ``<runs_root>/<run name>/``::
 
     experiment.json   the resolved experiment, its contract, mixture and fingerprints (written once)
+    data.json         the trainer's data config: the experiment's data section (dataspec.py)
     run.json          status, launch segments (dp size per segment), MLflow run id, sync cursor
     launch.log        torchrun's output, all segments appended
     titan/            TorchTitan's dump folder
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 EXPERIMENT_FILE = "experiment.json"
+DATA_SPEC_FILE = "data.json"
 RUN_FILE = "run.json"
 LOG_FILE = "launch.log"
 TITAN_DIR = "titan"
@@ -74,6 +76,11 @@ class RunFolder:
     def titan_dir(self) -> Path:
         """TorchTitan's ``--dump-folder``."""
         return self.path / TITAN_DIR
+
+    @property
+    def data_spec_path(self) -> Path:
+        """The trainer's ``--dataloader.spec``."""
+        return self.path / DATA_SPEC_FILE
 
     @property
     def log_path(self) -> Path:

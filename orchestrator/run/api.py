@@ -31,6 +31,7 @@ from orchestrator.experiment import (
     fingerprints,
     load_experiment,
     validate,
+    write_data_spec,
 )
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import interrupts
@@ -300,6 +301,7 @@ def _train(
             "started_at": time.time(),
         },
     ]
+    write_data_spec(folder.data_spec_path, config.data)  # the trainer's --dataloader.spec
     folder.update_state(
         status="running",
         segments=segments,

@@ -2,7 +2,7 @@
 
 ::
 
-    ExperimentConfig --trainer_args--> TorchTitan flags (zephon-train)
+    ExperimentConfig --trainer_args--> TorchTitan flags (zephon-train), data in <run>/data.json
                      --torchrun_command(dp, node)--> [python -m torch.distributed.run ...]
     launcher: local      one torchrun on this machine, dp processes
               multinode  this machine's torchrun of a c10d rendezvous (run it on every node)
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from orchestrator.experiment import ExperimentConfig, absolute
+from orchestrator.experiment import ExperimentConfig
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import interrupts
 from orchestrator.run.devices import Devices, usable_cores
@@ -52,14 +52,12 @@ SLURM_CANCEL_WAIT_S = 30.0
 
 
 def trainer_args(config: ExperimentConfig, folder: RunFolder) -> list[str]:
-    """TorchTitan's flags for ``config`` (``zephon-train`` parses them)."""
+    """TorchTitan's flags for ``config`` (``zephon-train`` parses them). The data config is
+    one file, ``folder``'s ``data.json`` (:mod:`orchestrator.experiment.dataspec`, written
+    before each launch); ``--tokenizer.name`` and ``--training.seq-len`` repeat its
+    tokenizer and sequence length for TorchTitan, which checks they agree."""
     d, t = config.data, config.train
     assert t.precision != "auto", "plan() resolves train.precision before the command is built"
-    datasets = [
-        x
-        for name in sorted(d.datasets)
-        for x in (name, ",".join(absolute(p) for p in d.datasets[name]))
-    ]
     args = [
         "--module",
         config.model.module,
@@ -67,30 +65,10 @@ def trainer_args(config: ExperimentConfig, folder: RunFolder) -> list[str]:
         config.model.config,
         "--dump-folder",
         str(folder.titan_dir.absolute()),
+        "--dataloader.spec",
+        str(folder.data_spec_path.absolute()),
         "--tokenizer.name",
         d.tokenizer,
-        "--dataloader.datasets",
-        *datasets,
-        "--dataloader.text-field",
-        d.text_field,
-        "--dataloader.exhausted",
-        d.exhausted,
-        "--dataloader.seed",
-        str(d.seed),
-        "--dataloader.lanes",
-        str(d.lanes),
-        "--dataloader.global-batch-size",
-        str(d.global_batch_size),
-        "--dataloader.shuffle-buffer",
-        str(d.shuffle_buffer),
-        "--dataloader.shuffle-seed",
-        str(d.shuffle_seed),
-        "--dataloader.flush-every",
-        str(d.flush_every),
-        "--dataloader.chunk-tokens",
-        str(d.chunk_tokens),
-        "--dataloader.holdout-bytes",
-        str(d.holdout_bytes),
         "--training.seq-len",
         str(d.seq_len),
         "--training.local-batch-size",
@@ -111,11 +89,6 @@ def trainer_args(config: ExperimentConfig, folder: RunFolder) -> list[str]:
         "--comm.train-timeout-seconds",
         "600",  # oversubscribed CPUs: a step can take seconds
     ]
-    if d.mixture:
-        args += ["--dataloader.mixture"]
-        args += [x for name in sorted(d.mixture) for x in (name, repr(float(d.mixture[name])))]
-    if d.cache_dir:
-        args += ["--dataloader.cache-dir", d.cache_dir]
     if config.eval.enable:
         args += ["--validator.enable", "--validator.freq", str(config.eval.interval)]
     return args + list(config.model.args)

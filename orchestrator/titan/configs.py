@@ -19,6 +19,7 @@ from torchtitan.models.llama3.config_registry import llama3_debugmodel
 from torchtitan.models.llama3.model import Llama3Model
 from torchtitan.trainer import Trainer
 
+from orchestrator.experiment import DataSection
 from orchestrator.run.precision import resolve_precision
 from orchestrator.titan.dataloader import ZephonDataLoader
 from orchestrator.titan.evaluator import HeldOutEvaluator
@@ -45,9 +46,9 @@ def zephon_config(
 
 def zephon_debug() -> ZephonTrainer.Config:
     """TorchTitan's llama3 ``debugmodel`` (gpt2 vocabulary: 30.8 M parameters) on short
-    sequences, for CPU runs and CI. Set ``--dataloader.datasets``.
-
-    4 lanes (dp 1, 2 or 4), 8 sequences of 128 tokens per step, 2 per micro-batch;
+    sequences, for CPU runs and CI. Set ``--dataloader.spec`` (the data: ``zephon run``
+    writes it); the default data section has 4 lanes (dp 1, 2 or 4) and 8 sequences of 128
+    tokens per step, here 2 per micro-batch;
     precision as ``train.precision=auto`` resolves it (:mod:`orchestrator.run.precision`).
     ``partial_dtensor``: the default ``spmd_types`` backend fails with dp > 1 on torch 2.13.
     """
@@ -66,17 +67,8 @@ def zephon_mini() -> ZephonTrainer.Config:
 
 def _on_short_sequences(base: Trainer.Config) -> ZephonTrainer.Config:
     """``base`` on the lane pipeline with the CPU-sized schedule of :func:`zephon_debug`."""
-    config = zephon_config(
-        base,
-        ZephonDataLoader.Config(
-            lanes=4,
-            global_batch_size=8,
-            shuffle_buffer=16,
-            flush_every=4,
-            chunk_tokens=1024,
-        ),
-    )
-    config.training.seq_len = 128
+    config = zephon_config(base, ZephonDataLoader.Config())
+    config.training.seq_len = DataSection.seq_len  # the data contract's default
     config.training.local_batch_size = 2
     config.training.steps = 12
     config.parallelism.spmd_backend = "partial_dtensor"

@@ -5,9 +5,10 @@ tokenizer=, seq_len=, local_batch_size=, ...)`` and pulls micro-batches in its
 training loop. The mapping onto the lane pipeline::
 
     Zephon                               TorchTitan
-    global_batch_size G (sequences)  ==  --training.global-batch-size (follows --dataloader.global-batch-size)
+    the data spec (--dataloader.spec)    a JSON file: an experiment's data section
+    global_batch_size G (sequences)  ==  --training.global-batch-size (follows the spec's)
     microbatch_size m                ==  --training.local-batch-size (the size of one pull)
-    pack_flat(max_length=T)          ==  --training.seq-len
+    pack_flat(max_length=T)          ==  --training.seq-len (equal to the spec's seq_len)
     dp_size, dp_rank                 ==  the data-parallel ("batch") mesh
     G / (dp * m) micro-batches/step  ==  gradient accumulation steps
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -45,7 +46,8 @@ from torchtitan.components.checkpointer import DATALOADER
 from torchtitan.components.dataloader import BaseDataLoader
 from torchtitan.components.metrics import BaseLogger
 
-from orchestrator.experiment import DataSection
+from orchestrator.errors import ExperimentError
+from orchestrator.experiment import DataSection, read_data_spec
 from orchestrator.experiment import build_pipeline as build_data_pipeline
 from orchestrator.titan.collectives import DataParallelGroup
 from orchestrator.titan.runlog import StepLog
@@ -64,11 +66,6 @@ from pipeline import (
 STATE_KEY = "zephon"
 """Key of the data state inside TorchTitan's ``dataloader`` checkpoint entry."""
 STATE_FORMAT = "zephon.titan-dataloader.v1"
-
-_FLAGS = (
-    "lanes L = --dataloader.lanes, G = --dataloader.global-batch-size, "
-    "micro-batch = --training.local-batch-size, dp_size = the data-parallel degree"
-)
 
 
 @dataclass
@@ -90,45 +87,37 @@ class ZephonDataLoader(BaseDataLoader):
 
     @dataclass(kw_only=True, slots=True)
     class Config(BaseDataLoader.Config):
-        """The data contract (all fields but the last four) and performance knobs.
+        """Where the data config is, and knobs that change speed only.
 
-        The tokenizer, also part of the contract, is the trainer's (``--tokenizer.name``,
-        a ``ZephonTokenizer``). The inherited ``dataset``/``dataset_path`` belong to
+        The data config is one file, ``spec``: an experiment's ``data`` section as JSON
+        (:mod:`orchestrator.experiment.dataspec`; ``zephon run`` writes ``<run>/data.json``).
+        TorchTitan's ``--tokenizer.name`` (a ``ZephonTokenizer``) and ``--training.seq-len``
+        must equal its ``tokenizer`` and ``seq_len``; an unset ``--training.global-batch-size``
+        follows its ``global_batch_size``. The inherited ``dataset``/``dataset_path`` belong to
         TorchTitan's stock loader and must stay unset.
         """
 
-        datasets: dict[str, str] = field(default_factory=dict)
-        """Dataset name -> comma-separated shard paths or globs (JSONL[.gz|.zst], Parquet, text)."""
-        text_field: str = "text"
-        """Record field holding the text, in every dataset."""
-        mixture: dict[str, float] = field(default_factory=dict)
-        """Token share per dataset (normalised); empty gives every dataset the same share."""
-        exhausted: Literal["repeat", "stop"] = "repeat"
-        """At a dataset's end: start its next epoch, or stop (the run ends with the data)."""
-        seed: int = 0
-        """Seed of the plan (per-dataset permutations)."""
-        lanes: int = 8
-        """Lanes L: a common multiple of every data-parallel size the run may use."""
-        global_batch_size: int = 8
-        """Sequences per step over all ranks, G, a multiple of lanes (TorchTitan's global batch)."""
-        shuffle_buffer: int = 64
-        """Sequences in each lane's shuffle buffer; 0 keeps the packed order."""
-        shuffle_seed: int = 0
-        """Seed of the shuffle."""
-        flush_every: int = 16
-        """Chunks per lane between flush points; bounds what a restore replays."""
-        chunk_tokens: int = 8192
-        """Estimated tokens per work chunk of the plan."""
-        holdout_bytes: int = 0
-        """Bytes of each dataset held out from training for ``--validator`` (0: none)."""
+        spec: str = ""
+        """Path of the data spec (JSON: an experiment's ``data`` section)."""
         tokenize_parallelism: int = 1
         """Tokenize workers per rank; 0 tokenizes in the training process (performance only)."""
         runner: Literal["inline", "threads", "processes"] = "threads"
         """How tokenize workers run (performance only)."""
         prefetch_steps: int = 2
         """Steps assembled ahead on a background thread (performance only)."""
-        cache_dir: str | None = None
-        """Where shard indexes are cached; None: $ZEPHON_HOME/cache (performance only)."""
+
+        def data(self) -> DataSection:
+            """The data section in ``spec``; ConfigError saying what is wrong with it."""
+            if not self.spec:
+                raise ConfigError(
+                    "no data spec: set --dataloader.spec PATH, a JSON file holding an "
+                    "experiment's data section (datasets, mixture, lanes, ...); `zephon run` "
+                    "writes one as <run>/data.json"
+                )
+            try:
+                return read_data_spec(self.spec)
+            except ExperimentError as error:
+                raise ConfigError("; ".join(error.problems)) from None
 
     def __init__(
         self,
@@ -157,7 +146,7 @@ class ZephonDataLoader(BaseDataLoader):
         )
         self.dp_world_size = dp_world_size
         self.microbatch_size = local_batch_size
-        self.global_batch_size = config.global_batch_size
+        self.global_batch_size = self.pipeline.batch_config.global_batch_size
         self._link: TrainerLink | None = None
         self._restored: dict[str, Any] | None = None
         self._chain = DigestChain()
@@ -306,40 +295,32 @@ def build_pipeline(
     seq_len: int,
     microbatch_size: int,
 ) -> Pipeline:
-    """One rank's validated ``Pipeline`` for ``config`` (no data is read yet).
+    """One rank's validated ``Pipeline`` for the data spec of ``config`` (no data is read yet).
 
-    Raises ConfigError saying what to change, in TorchTitan's flag names.
+    Raises ConfigError saying what to change, in TorchTitan's flag names and the spec's.
     """
     if config.dataset or config.dataset_path:
         raise ConfigError(
             "--dataloader.dataset and --dataloader.dataset-path are settings of TorchTitan's "
-            "stock loader; the Zephon loader reads --dataloader.datasets NAME PATHS [NAME PATHS ...]"
+            "stock loader; the Zephon loader reads its datasets from --dataloader.spec"
         )
-    if not config.datasets:
+    data = config.data()
+    where = f"the data spec {config.spec}"
+    if not data.datasets:
         raise ConfigError(
-            "no datasets: set --dataloader.datasets NAME PATHS [NAME PATHS ...], e.g. "
-            "--dataloader.datasets code 'data/code/*.jsonl.zst' docs 'data/docs/*.parquet'"
+            f"{where} names no datasets; give data.datasets as name -> shard paths or globs, "
+            'e.g. {"code": ["data/code/*.jsonl.zst"], "docs": ["data/docs/*.parquet"]}'
         )
-    data = DataSection(
-        datasets={
-            name: [p.strip() for p in paths.split(",") if p.strip()]
-            for name, paths in config.datasets.items()
-        },
-        mixture=dict(config.mixture),
-        text_field=config.text_field,
-        exhausted=config.exhausted,
-        seed=config.seed,
-        lanes=config.lanes,
-        global_batch_size=config.global_batch_size,
-        seq_len=seq_len,
-        shuffle_buffer=config.shuffle_buffer,
-        shuffle_seed=config.shuffle_seed,
-        flush_every=config.flush_every,
-        chunk_tokens=config.chunk_tokens,
-        holdout_bytes=config.holdout_bytes,
-        tokenizer=tokenizer,
-        cache_dir=config.cache_dir,
-    )
+    disagreeing = [
+        f"--{flag} is {mine!r} but {where} has {key} {theirs!r}"
+        for flag, mine, key, theirs in (
+            ("tokenizer.name", tokenizer, "tokenizer", data.tokenizer),
+            ("training.seq-len", seq_len, "seq_len", data.seq_len),
+        )
+        if mine != theirs
+    ]
+    if disagreeing:
+        raise ConfigError("; ".join(disagreeing) + ": they are part of the data contract")
     try:
         return build_data_pipeline(
             data,
@@ -351,7 +332,10 @@ def build_pipeline(
             prefetch_steps=config.prefetch_steps,
         )
     except ConfigError as error:
-        raise ConfigError(f"{error} ({_FLAGS})") from None
+        raise ConfigError(
+            f"{error} (lanes L and global batch G: {where}; micro-batch = "
+            "--training.local-batch-size; dp_size = the data-parallel degree)"
+        ) from None
 
 
 def check_checkpoint(checkpoint_id: str) -> None:

@@ -1,7 +1,7 @@
 """``HeldOutEvaluator``: bits per byte on each dataset's held-out records, inside TorchTitan.
 
-The held-out records are the plan's (``WorkSource.heldout_records``, set by
-``--dataloader.holdout-bytes``): chosen by dataset name alone, never trained
+The held-out records are the plan's (``WorkSource.heldout_records``, sized by the
+data spec's ``holdout_bytes``): chosen by dataset name alone, never trained
 on, the same for every seed, mixture and dp size of a data contract. So every
 variant of a sweep is scored on the same text.
 
@@ -98,7 +98,7 @@ class HeldOutEvaluator(Validator):
         """Connect to the data plan, the metric loggers and the run folder (done by the trainer)."""
         if source.holdout_bytes == 0:
             raise ConfigError(
-                "--validator.enable needs held-out data: set --dataloader.holdout-bytes > 0"
+                "--validator.enable needs held-out data: set holdout_bytes > 0 in the data spec"
             )
         self._attached = (source, tokenizer, metrics, run_dir, last_step, group)
         self._is_rank0 = is_rank0

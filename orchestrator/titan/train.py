@@ -6,11 +6,14 @@ Configs are Python functions returning a ``ZephonTrainer.Config``; ``--module``
 defaults to ``orchestrator.titan.configs``. Everything else is TorchTitan's CLI::
 
     torchrun --nproc-per-node 2 -m orchestrator.titan.train --config zephon_debug \\
-        --dataloader.datasets code 'data/code/*.jsonl.zst' docs 'data/docs/*.jsonl.gz' \\
-        --dataloader.mixture code 0.7 docs 0.3 --dump-folder runs/a \\
+        --dataloader.spec data.json --dump-folder runs/a \\
         --checkpoint.enable --checkpoint.interval 100
 
-(or ``torchrun --nproc-per-node 2 --no-python zephon-train ...``). Resuming on another
+where ``data.json`` is an experiment's ``data`` section, e.g.
+``{"datasets": {"code": ["data/code/*.jsonl.zst"], "docs": ["data/docs/*.jsonl.gz"]},
+"mixture": {"code": 0.7, "docs": 0.3}}`` (:mod:`orchestrator.experiment.dataspec`;
+``zephon run`` writes one per run; or ``torchrun --nproc-per-node 2 --no-python
+zephon-train ...``). Resuming on another
 number of processes is TorchTitan's own resume: the same ``--dump-folder``, or
 ``--checkpoint.initial-load-path runs/a/checkpoint/step-N
 --checkpoint.no-initial-load-model-only`` for a new one.

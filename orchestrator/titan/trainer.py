@@ -6,7 +6,7 @@ TorchTitan's own. The subclass only
 * makes ``ZephonTokenizer`` and ``ZephonDataLoader`` the default components and
   checks, when the config is built (before any process group exists), that the
   trainer's settings fit the data contract: a global batch equal to the data
-  loader's (an unset ``--training.global-batch-size`` follows it when the trainer
+  spec's (an unset ``--training.global-batch-size`` follows it when the trainer
   is built), a model vocabulary that covers the tokenizer's;
 * once TorchTitan has built everything, checks that its gradient accumulation
   covers exactly one global batch per step, connects the data loader to the
@@ -72,12 +72,14 @@ class ZephonTrainer(Trainer):
                     f"{type(data).__qualname__}"
                 )
             training = self.training
-            if training.global_batch_size not in (-1, data.global_batch_size):
-                raise ConfigError(
-                    f"--training.global-batch-size ({training.global_batch_size}) differs from "
-                    f"--dataloader.global-batch-size ({data.global_batch_size}), which is part of "
-                    "the data contract; leave the former unset (-1) or make them equal"
-                )
+            if data.spec:  # unset while a config function builds the defaults
+                contract = data.data().global_batch_size
+                if training.global_batch_size not in (-1, contract):
+                    raise ConfigError(
+                        f"--training.global-batch-size ({training.global_batch_size}) differs "
+                        f"from the data spec's global_batch_size ({contract}), which is part "
+                        "of the data contract; leave the former unset (-1) or make them equal"
+                    )
             model = self.model_spec.model if self.model_spec is not None else None
             model_vocab = getattr(model, "vocab_size", None)
             tokenizer_vocab = load_tokenizer(self.tokenizer.name).vocab_size
@@ -93,7 +95,7 @@ class ZephonTrainer(Trainer):
 
     def __init__(self, config: Config) -> None:
         if config.training.global_batch_size == -1:  # unset: follow the data contract
-            config.training.global_batch_size = config.dataloader.global_batch_size
+            config.training.global_batch_size = config.dataloader.data().global_batch_size
         super().__init__(config)
         self._check_steps_take_one_global_batch()
         if isinstance(self.checkpointer, CheckpointManager) and self.checkpointer.enable:
@@ -158,7 +160,7 @@ class ZephonTrainer(Trainer):
             raise ConfigError(
                 f"TorchTitan takes {per_step} sequences per step but the data contract's global "
                 f"batch is {loader.global_batch_size}; make --training.global-batch-size equal "
-                "--dataloader.global-batch-size"
+                "the data spec's global_batch_size"
             )
 
     def close(self) -> None:

@@ -10,8 +10,8 @@ runs two at a time, a core each):
             `zephon run`) after its step-2 checkpoint, resumed with `zephon resume --dp 1`
     b-dp1   variant B on 1 process
     a-seed  variant A with data.seed=1 on 1 process: a tampered contract
-    a-hide  variant A on 1 process whose trainer gets a hidden --dataloader.shuffle-seed: the
-            same variant on paper, other data in fact
+    a-hide  variant A on 1 process whose trainer gets a hidden data spec (another shuffle
+            seed, through model.args): the same variant on paper, other data in fact
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
+from orchestrator.experiment import DataSection, write_data_spec
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api
 from orchestrator.tracking.names import (
@@ -105,7 +106,9 @@ def write_config(work: Path, name: str, config: dict) -> Path:
 def runs(work: Path, domains: dict[str, list[Path]]) -> dict[str, api.RunResult]:
     """The six runs of the module docstring (b-dp2 through the CLI, interrupted and resumed)."""
     hidden = experiment(domains, MIX_A)
-    hidden["model"]["args"] = ["--dataloader.shuffle-seed", "5"]
+    shuffled = work / "hidden-data.json"  # the trainer's data config, but another shuffle seed
+    write_data_spec(shuffled, DataSection(**hidden["data"], shuffle_seed=5))
+    hidden["model"]["args"] = ["--dataloader.spec", str(shuffled)]
     side_by_side = {  # dp 1, two at a time, a core each
         "a-dp1": experiment(domains, MIX_A),
         "b-dp1": experiment(domains, MIX_B),

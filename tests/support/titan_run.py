@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from demo.local_corpus import build_local_corpus
+from orchestrator.experiment import DataSection, write_data_spec
 from orchestrator.run.launch import CPU_MALLOC_ENV
 from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
 from tests.support import REPO
@@ -66,21 +67,18 @@ def corpus(root: Path) -> dict[str, list[Path]]:
     return build_local_corpus(root / "titan-corpus", max_bytes_per_domain=CORPUS_BYTES_PER_DOMAIN)
 
 
-def zephon_data_args(domains: dict[str, list[Path]], cache_dir: Path) -> list[str]:
-    """``--dataloader.*`` flags for the corpus: one dataset per domain, the test mixture."""
+def zephon_data_args(domains: dict[str, list[Path]], work: Path) -> list[str]:
+    """``--dataloader.spec work/data.json``, written for the corpus: one dataset per domain,
+    the test mixture, no held-out text, shard indexes cached in ``work/index-cache``."""
     third = round(1.0 - sum(MIXTURE.values()), 6)
-    datasets, mixture = [], []
-    for name, paths in sorted(domains.items()):
-        datasets += [name, ",".join(str(p) for p in paths)]
-        mixture += [name, str(MIXTURE.get(name, third))]
-    return [
-        "--dataloader.datasets",
-        *datasets,
-        "--dataloader.mixture",
-        *mixture,
-        "--dataloader.cache-dir",
-        str(cache_dir),
-    ]
+    data = DataSection(
+        datasets={name: [str(p) for p in paths] for name, paths in domains.items()},
+        mixture={name: MIXTURE.get(name, third) for name in domains},
+        holdout_bytes=0,
+        cache_dir=str(work / "index-cache"),
+    )
+    write_data_spec(work / "data.json", data)
+    return ["--dataloader.spec", str(work / "data.json")]
 
 
 def free_port() -> int:

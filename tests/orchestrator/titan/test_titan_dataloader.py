@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 import torch
 
+from orchestrator.experiment import DataSection, read_data_spec, write_data_spec
 from orchestrator.titan.collectives import DataParallelGroup
 from orchestrator.titan.configs import zephon_debug, zephon_mini
 from orchestrator.titan.dataloader import STATE_KEY, TrainerLink, ZephonDataLoader
 from orchestrator.titan.runlog import StepLog
 from orchestrator.titan.tokenizer import ZephonTokenizer
 from orchestrator.titan.trainer import ZephonTrainer
-from pipeline import IGNORE_INDEX, ConfigError, StateError
+from pipeline import IGNORE_INDEX, ConfigError, StateError, fingerprint
 from tests.support.titan_run import corpus
 
 SEQ_LEN = 64
@@ -32,17 +33,22 @@ GLOBAL_BATCH = 8
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> ZephonDataLoader.Config:
+    """The loader over a data spec of the test corpus (tokenizing in the test's process)."""
     domains = corpus(tmp_path_factory.getbasetemp())
-    return ZephonDataLoader.Config(
-        datasets={name: ",".join(map(str, paths)) for name, paths in domains.items()},
+    specs = tmp_path_factory.mktemp("data-specs")
+    data = DataSection(
+        datasets={name: [str(p) for p in paths] for name, paths in domains.items()},
         lanes=4,
         global_batch_size=GLOBAL_BATCH,
+        seq_len=SEQ_LEN,
         shuffle_buffer=8,
         flush_every=2,
         chunk_tokens=512,
-        tokenize_parallelism=0,
-        cache_dir=str(tmp_path_factory.mktemp("index-cache")),
+        holdout_bytes=0,
+        cache_dir=str(specs / "index-cache"),
     )
+    write_data_spec(specs / "data.json", data)
+    return ZephonDataLoader.Config(spec=str(specs / "data.json"), tokenize_parallelism=0)
 
 
 @pytest.fixture(scope="module")
@@ -116,11 +122,27 @@ def build(
     *,
     micro: int = GLOBAL_BATCH,
     dp: int = 1,
+    seq_len: int = SEQ_LEN,
     **changes: Any,
 ) -> ZephonDataLoader:
-    return replace(config, **changes).build(
-        dp_world_size=dp, dp_rank=0, tokenizer=tokenizer, seq_len=SEQ_LEN, local_batch_size=micro
+    """The loader of ``config`` on ``dp`` ranks; ``changes`` to the data section (a field, or
+    ``data_<field>``) go to a new data spec next to the fixture's, the others to the loader's
+    config."""
+    return with_changes(config, **changes).build(
+        dp_world_size=dp, dp_rank=0, tokenizer=tokenizer, seq_len=seq_len, local_batch_size=micro
     )
+
+
+def with_changes(config: ZephonDataLoader.Config, **changes: Any) -> ZephonDataLoader.Config:
+    data_fields = {f.name for f in fields(DataSection)}
+    changes = {k.removeprefix("data_"): v for k, v in changes.items()}  # data_tokenizer
+    data = {k: v for k, v in changes.items() if k in data_fields}
+    loader = {k: v for k, v in changes.items() if k not in data_fields}
+    if data:
+        spec = Path(config.spec).with_name(f"data-{fingerprint(data)[:12]}.json")
+        write_data_spec(spec, replace(read_data_spec(config.spec), **data))
+        loader["spec"] = str(spec)
+    return replace(config, **loader)
 
 
 def test_yields_what_torchtitans_train_step_expects(
@@ -153,7 +175,11 @@ def test_yields_what_torchtitans_train_step_expects(
         ({"dp": 3}, "lanes (L=4) must be a multiple of dp_size (3)"),
         ({"global_batch_size": 6}, "must be a positive multiple of lanes"),
         ({"dp": 2, "micro": 3}, "microbatch_size (3) must divide the local batch G/dp = 8/2 = 4"),
-        ({"datasets": {}}, "set --dataloader.datasets NAME PATHS"),
+        ({"datasets": {}}, "names no datasets"),
+        ({"spec": ""}, "no data spec: set --dataloader.spec PATH"),
+        ({"spec": "/nonexistent/data.json"}, "data spec '/nonexistent/data.json' does not exist"),
+        ({"seq_len": 128}, "--training.seq-len is 128 but the data spec"),  # the trainer's
+        ({"data_tokenizer": "r50k_base"}, "--tokenizer.name is 'gpt2' but the data spec"),
         ({"dataset": "c4_test"}, "settings of TorchTitan's stock loader"),
         ({"mixture": {"web": 1.0}}, "mixture names unknown dataset(s) ['web']"),
     ],
@@ -201,11 +227,24 @@ def test_the_mini_model_is_the_debug_recipe_smaller() -> None:
     assert mini.optimizer == debug.optimizer and mini.lr_scheduler == debug.lr_scheduler
 
 
-def test_trainer_config_refuses_a_conflicting_global_batch() -> None:
-    config = zephon_debug()
-    config.training.global_batch_size = 16
+def test_trainer_config_refuses_a_conflicting_global_batch(
+    config: ZephonDataLoader.Config,
+) -> None:
+    training = zephon_debug().training
+    training.global_batch_size = 16
     with pytest.raises(ConfigError, match=re.escape("--training.global-batch-size (16) differs")):
-        trainer_config(training=config.training)
+        trainer_config(training=training, dataloader=config)
+    training.global_batch_size = GLOBAL_BATCH
+    assert trainer_config(training=training, dataloader=config).dataloader == config
+
+
+def test_a_data_spec_with_an_unknown_key_is_refused_naming_it(
+    config: ZephonDataLoader.Config, tokenizer: ZephonTokenizer, tmp_path: Path
+) -> None:
+    spec = tmp_path / "data.json"
+    spec.write_text(json.dumps({**json.loads(Path(config.spec).read_text()), "colour": "blue"}))
+    with pytest.raises(ConfigError, match=f"data spec '{spec}': colour"):
+        build(replace(config, spec=str(spec)), tokenizer)
 
 
 def test_trainer_config_refuses_a_model_vocabulary_smaller_than_the_tokenizers() -> None:

@@ -42,7 +42,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def data_args(work: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    return zephon_data_args(corpus(tmp_path_factory.getbasetemp()), work / "index-cache")
+    return zephon_data_args(corpus(tmp_path_factory.getbasetemp()), work)
 
 
 @pytest.fixture(scope="module")
@@ -122,5 +122,5 @@ def test_data_layout_is_validated_before_the_model_is_built(
     refused = launch(work, work / "dp3", 3, [*data_args, "--training.steps", "1"])
     assert refused.returncode != 0
     assert "lanes (L=4) must be a multiple of dp_size (3)" in refused.output, refused.tail()
-    assert "--dataloader.lanes" in refused.output
+    assert "lanes L and global batch G: the data spec" in refused.output
     assert "Building llama3" not in refused.output

@@ -49,7 +49,7 @@ def stock_dataset(work: Path, domains: dict[str, list[Path]]) -> Path:
     folder.mkdir()
     with (folder / "train.json").open("w") as f:
         for name, paths in sorted(domains.items()):
-            dataset = Dataset(name, paths, cache_dir=work / "index-cache")
+            dataset = Dataset(name, paths, cache_dir=work)
             texts = dataset.read_texts(range(dataset.num_records))
             f.writelines(json.dumps({"text": text}) + "\n" for text in texts)
     return folder
@@ -148,7 +148,7 @@ def test_lane_pipeline_refuses_a_stock_checkpoint(
         work / "zephon-from-stock",
         2,
         [
-            *zephon_data_args(domains, work / "index-cache"),
+            *zephon_data_args(domains, work),
             *("--training.local-batch-size", "4", "--checkpoint.enable", "--checkpoint.load-only"),
             *("--checkpoint.initial-load-path", checkpoint(stock_run)),
             "--checkpoint.no-initial-load-model-only",

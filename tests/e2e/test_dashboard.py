@@ -40,7 +40,7 @@ import pytest
 from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
-from tests.support.sweeps import datasets_override, mixes_override
+from tests.support.sweeps import datasets_override, mixes_override, multirun
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(900)
@@ -226,32 +226,22 @@ def sweep(server: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
     built = corpus(tmp_path_factory.getbasetemp())
     mixes = mixes_override(sorted(built), (1.0, 1.0, 1.0), (0.0, 1.0, 1.0))
     work = tmp_path_factory.mktemp("dashboard")
-    sweep_dir = work / "multirun" / "dashboard"
-    process = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sweeps.app",
-            "-m",
-            "hydra/sweeper=zephon_mix",
-            "hydra/launcher=zephon",
-            f"hydra.sweep.dir={sweep_dir}",
-            "tracking=server",
-            "tracking.experiment=dashboard",
-            datasets_override(built),
-            "model=mini",
-            "data.holdout_bytes=4096",
-            "train=smoke",
-            "train.steps=2",
-            "eval.interval=2",
-            mixes,
-            "resources.dp=1",  # both jobs at once, one core each
-        ],
-        cwd=work,
-        capture_output=True,
-        text=True,
+    process, sweep_dir = multirun(
+        work,
+        "dashboard",
+        "hydra/launcher=zephon",
+        "tracking=server",
+        "tracking.experiment=dashboard",
+        datasets_override(built),
+        "model=mini",
+        "data.holdout_bytes=4096",
+        "train=smoke",
+        "train.steps=2",
+        "eval.interval=2",
+        mixes,
+        "resources.dp=1",  # both jobs at once, one core each
+        env={"MLFLOW_TRACKING_URI": server},
         timeout=600,
-        env={**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": server},
     )
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
     assert "Comparison accepted" in process.stdout, process.stdout[-3000:]

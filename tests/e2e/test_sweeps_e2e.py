@@ -32,7 +32,7 @@ from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP, TAG_VERDICT
 from orchestrator.tracking.tracker import resolve_uri
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
-from tests.support.sweeps import datasets_override, mixes_override
+from tests.support.sweeps import datasets_override, mixes_override, multirun
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1500)
@@ -62,28 +62,6 @@ def base_overrides(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 TWO = ((1.0, 1.0, 1.0), (0.0, 0.0, 1.0))
-
-
-def multirun(work: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """``zephon-run -m hydra/sweeper=zephon_mix ARGS`` in ``work``; (process, sweep dir)."""
-    sweep_dir = work / "multirun" / name
-    process = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sweeps.app",
-            "-m",
-            "hydra/sweeper=zephon_mix",
-            f"hydra.sweep.dir={sweep_dir}",
-            *args,
-        ],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    return process, sweep_dir
 
 
 def summary(sweep_dir: Path) -> dict[str, Any]:

@@ -13,14 +13,21 @@ from typing import Any
 from orchestrator.service import client as service
 
 
-def spec(data: dict[str, list[str]], *, steps: int = 2, seed: int = 0, **train: Any) -> dict:
-    """A tiny experiment over the test corpus."""
+def spec(
+    data: dict[str, list[str]],
+    *,
+    steps: int = 2,
+    seed: int = 0,
+    dp: int | None = None,
+    **train: Any,
+) -> dict:
+    """A tiny experiment over the test corpus (``dp``: pinned, else the scheduler's choice)."""
     return {
         "model": {"config": "zephon_mini"},
         "data": {"datasets": data, "seed": seed, "holdout_bytes": 2048},
         "train": {"steps": steps, **train},
         "eval": {"enable": False},
-        "resources": {"timeout_s": 600},
+        "resources": {"timeout_s": 600, "dp": dp},
     }
 
 

@@ -1,9 +1,39 @@
-"""Hydra overrides for sweeps over the shared test corpus."""
+"""Sweeps over the shared test corpus: ``zephon-run -m`` and its Hydra overrides."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from tests.support import REPO
+
+
+def multirun(
+    work: Path, name: str, *args: str, env: Mapping[str, str] | None = None, timeout: float = 1200
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``zephon-run -m hydra/sweeper=zephon_mix ARGS`` in ``work`` (``env`` added to this
+    process's); (the finished process, its sweep dir ``work/multirun/<name>``)."""
+    sweep_dir = work / "multirun" / name
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sweeps.app",
+            "-m",
+            "hydra/sweeper=zephon_mix",
+            f"hydra.sweep.dir={sweep_dir}",
+            *args,
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
+    return process, sweep_dir
 
 
 def datasets_override(built: dict[str, list[Path]]) -> str:

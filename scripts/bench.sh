@@ -30,7 +30,7 @@ if [[ "${1:-}" == "--training" ]]; then
     exec "$venv/bin/python" -m benchmarks.training "$@"
 fi
 if [[ "${1:-}" == "--dp-spread" ]]; then
-    # Score spread across dp sizes, stock loader vs lanes (benchmarks/dp_spread.py;
+    # Score spread across dp sizes, stock loader vs lanes (benchmarks/dp_spread/;
     # 8-20 min on 2 cores): docs/dp_spread.{md,png}, benchmarks/results/dp_spread.json.
     shift
     exec "$venv/bin/python" -m benchmarks.dp_spread "$@"

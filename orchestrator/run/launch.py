@@ -111,9 +111,8 @@ def torchrun_command(
 ) -> list[str]:
     """The torchrun command of one node: ``dp // nodes`` processes."""
     assert dp % nodes == 0, f"dp ({dp}) must be a multiple of nodes ({nodes})"
-    if nodes == 1 and rdzv_endpoint is None:
-        rendezvous = [f"--master-port={free_port()}"]
-    else:
+    rendezvous = None
+    if nodes > 1 or rdzv_endpoint is not None:
         rendezvous = [
             f"--nnodes={nodes}",
             f"--node-rank={node_rank}",
@@ -121,15 +120,26 @@ def torchrun_command(
             f"--rdzv-endpoint={rdzv_endpoint}",
             f"--rdzv-id={folder.name}",
         ]
+    return train_command(dp // nodes, trainer_args(config, folder), rendezvous)
+
+
+def train_command(
+    procs_per_node: int, args: list[str], rendezvous: list[str] | None = None
+) -> list[str]:
+    """torchrun of :data:`TRAIN_MODULE` with TorchTitan flags ``args`` on ``procs_per_node``
+    processes; ``rendezvous`` (torchrun's flags) defaults to one node on a free local port.
+
+    For launches whose flags do not come from an ``ExperimentConfig`` (benchmarks).
+    """
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        *rendezvous,
-        f"--nproc-per-node={dp // nodes}",
+        *(rendezvous or [f"--master-port={free_port()}"]),
+        f"--nproc-per-node={procs_per_node}",
         "-m",
         TRAIN_MODULE,
-        *trainer_args(config, folder),
+        *args,
     ]
 
 

@@ -1,10 +1,12 @@
-"""Smoke test of the dp-spread benchmark (``benchmarks/dp_spread.py``): 2 steps, dp 1 and 2.
+"""Smoke test of the dp-spread benchmark (``benchmarks/dp_spread/``): 2 steps, dp 1 and 2.
 
-Real ``torchrun`` launches on a tiny corpus (5 in all: the seed checkpoint and both loaders
-on dp 1 and 2). Checks that the report, the figure and the JSON are written, that Zephon's
-global batches (its digests and the sequences each rank handed over) are the same on both
-dp sizes and the stock loader's are not, and that both Zephon runs start from the same
-weights (same step-1 loss on the same batch).
+Real ``torchrun`` launches of the mini model (``--model mini``: what is checked is the
+data and the bookkeeping, not what the model learns) on a tiny corpus (5 in all: the seed
+checkpoint and both loaders on dp 1 and 2). Checks that the report, the figure and the
+JSON are written and name the model, that Zephon's global batches (its digests and the
+sequences each rank handed over) are the same on both dp sizes and the stock loader's
+are not, and that both Zephon runs start from the same weights (same step-1 loss on the
+same batch).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ def test_dp_spread_benchmark_runs_and_tells_the_loaders_apart(tmp_path: Path) ->
     out = tmp_path / "out"
     code = dp_spread.main(
         [
-            *("--steps", str(STEPS), "--dp", "1", "2"),
+            *("--steps", str(STEPS), "--dp", "1", "2", "--model", "mini"),
             *("--corpus-bytes", "100000", "--holdout-bytes", "2048"),
             *("--work-dir", str(tmp_path / "work")),
             *("--results-dir", str(out), "--docs-dir", str(out)),
@@ -32,6 +34,7 @@ def test_dp_spread_benchmark_runs_and_tells_the_loaders_apart(tmp_path: Path) ->
     assert (out / "dp_spread.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = (out / "dp_spread.md").read_text()
     assert "## Held-out bits per byte" in markdown and "dp_spread.png" in markdown
+    assert report["meta"]["model"] == "mini" and "`zephon_mini`'s" in markdown
 
     summary = report["summary"]
     zephon, stock = summary["zephon"], summary["stock"]

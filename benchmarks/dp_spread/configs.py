@@ -1,10 +1,10 @@
-"""TorchTitan configs of the dp-spread benchmark (``--module benchmarks.dp_spread_configs``).
+"""TorchTitan configs of the dp-spread benchmark (``--module benchmarks.dp_spread.configs``).
 
-Two configs, identical but for the training data loader:
+Two configs per model, identical but for the training data loader:
 
-``zephon_dp_spread``
-    ``orchestrator.titan.configs.zephon_debug`` (the lane pipeline).
-``stock_dp_spread``
+``zephon_dp_spread`` (``--model debug``), ``zephon_mini_dp_spread`` (``--model mini``)
+    ``orchestrator.titan.configs.zephon_debug`` / ``zephon_mini`` (the lane pipeline).
+``stock_dp_spread``, ``stock_mini_dp_spread``
     The same trainer settings (model, optimizer, lr schedule, seed, tokenizer, sequence
     length, batch sizes, steps) on TorchTitan's stock ``HuggingFaceTextDataLoader``
     reading a local JSON dataset through its ``c4_test`` entry
@@ -13,8 +13,8 @@ Two configs, identical but for the training data loader:
     ``--heldout.*`` (the Zephon run's data settings) *only* to know which records are
     held out, so both loaders are scored on the very same text.
 
-Both record, per rank and per pull, the sha256 of every sequence (row) they hand
-to the trainer (``<record_dir>/rows.dp<rank>.jsonl``), and both run the held-out
+All record, per rank and per pull, the sha256 of every sequence (row) they hand
+to the trainer (``<record_dir>/rows.dp<rank>.jsonl``), and all run the held-out
 evaluator twice at the last step (:class:`RepeatedHeldOutEvaluator`), which gives the
 evaluation's re-run noise.
 """
@@ -38,17 +38,13 @@ from torchtitan.components.metrics import LoggerContainer
 from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 from torchtitan.trainer import Trainer
 
-from orchestrator.titan.configs import zephon_debug
+from benchmarks.dp_spread.design import GLOBAL_BATCH, ROWS_FILE
+from orchestrator.titan.configs import zephon_debug, zephon_mini
 from orchestrator.titan.dataloader import ZephonDataLoader, build_pipeline
 from orchestrator.titan.evaluator import HeldOutEvaluator
 from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, JsonlMetricsLogger
 from orchestrator.titan.trainer import ZephonTrainer
 from pipeline import load_tokenizer
-
-ROWS_FILE = "rows.dp{rank}.jsonl"
-"""Per-rank record of the sequences handed to the trainer, one line per pull."""
-GLOBAL_BATCH = 8
-"""Sequences per step, on every dp size."""
 
 
 def _row_hashes(inputs: torch.Tensor) -> list[str]:
@@ -164,12 +160,31 @@ class StockHeldOutTrainer(Trainer):
 
 
 def zephon_dp_spread() -> ZephonTrainer.Config:
-    """``zephon_debug``, evaluated twice at the end, recording its rows.
+    """``zephon_debug`` recording its rows (:func:`_recording`)."""
+    return _recording(zephon_debug())
+
+
+def stock_dp_spread() -> StockHeldOutTrainer.Config:
+    """:func:`zephon_dp_spread` on TorchTitan's stock loader (:func:`_on_stock_loader`)."""
+    return _on_stock_loader(zephon_dp_spread())
+
+
+def zephon_mini_dp_spread() -> ZephonTrainer.Config:
+    """``zephon_mini`` recording its rows (:func:`_recording`): for smoke runs."""
+    return _recording(zephon_mini())
+
+
+def stock_mini_dp_spread() -> StockHeldOutTrainer.Config:
+    """:func:`zephon_mini_dp_spread` on TorchTitan's stock loader (:func:`_on_stock_loader`)."""
+    return _on_stock_loader(zephon_mini_dp_spread())
+
+
+def _recording(config: ZephonTrainer.Config) -> ZephonTrainer.Config:
+    """``config`` (a lane-pipeline config) recording its rows, evaluated twice at the end.
 
     Set ``--dataloader.datasets``, ``--dataloader.holdout-bytes``,
     ``--dataloader.record-dir`` and ``--training.local-batch-size`` (8 / dp).
     """
-    config = zephon_debug()
     data = config.dataloader
     settings = {f.name: getattr(data, f.name) for f in fields(ZephonDataLoader.Config) if f.init}
     config.dataloader = RecordingZephonLoader.Config(**settings)
@@ -179,13 +194,12 @@ def zephon_dp_spread() -> ZephonTrainer.Config:
     return config
 
 
-def stock_dp_spread() -> StockHeldOutTrainer.Config:
-    """``zephon_dp_spread`` on TorchTitan's stock loader (module docstring).
+def _on_stock_loader(zephon: ZephonTrainer.Config) -> StockHeldOutTrainer.Config:
+    """``zephon`` (a :func:`_recording` config) on TorchTitan's stock loader (module docstring).
 
     Set ``--dataloader.dataset-path``, ``--dataloader.record-dir``, ``--heldout.*`` as
     the Zephon run's ``--dataloader.*`` and ``--training.local-batch-size`` (8 / dp).
     """
-    zephon = zephon_dp_spread()
     settings = {f.name: getattr(zephon, f.name) for f in fields(Trainer.Config) if f.init}
     settings["dataloader"] = RecordingStockLoader.Config(dataset="c4_test")
     heldout = {

@@ -145,7 +145,7 @@ class StockHeldOutTrainer(Trainer):
                 dp_world_size=1,
                 dp_rank=0,
                 seq_len=config.training.seq_len,
-                microbatch_size=heldout.global_batch_size,
+                microbatch_size=GLOBAL_BATCH,
             ).source
             dims = self.parallel_dims
             self.validator.attach(
@@ -182,14 +182,13 @@ def stock_mini_dp_spread() -> StockHeldOutTrainer.Config:
 def _recording(config: ZephonTrainer.Config) -> ZephonTrainer.Config:
     """``config`` (a lane-pipeline config) recording its rows, evaluated twice at the end.
 
-    Set ``--dataloader.datasets``, ``--dataloader.holdout-bytes``,
-    ``--dataloader.record-dir`` and ``--training.local-batch-size`` (8 / dp).
+    Set ``--dataloader.spec`` (the benchmark's data spec), ``--dataloader.record-dir`` and
+    ``--training.local-batch-size`` (8 / dp).
     """
     data = config.dataloader
     settings = {f.name: getattr(data, f.name) for f in fields(ZephonDataLoader.Config) if f.init}
     config.dataloader = RecordingZephonLoader.Config(**settings)
-    config.dataloader.global_batch_size = GLOBAL_BATCH
-    config.training.global_batch_size = GLOBAL_BATCH
+    config.training.global_batch_size = GLOBAL_BATCH  # the data spec's (the check agrees)
     config.validator = RepeatedHeldOutEvaluator.Config(freq=10**9, enable=True)
     return config
 
@@ -197,8 +196,8 @@ def _recording(config: ZephonTrainer.Config) -> ZephonTrainer.Config:
 def _on_stock_loader(zephon: ZephonTrainer.Config) -> StockHeldOutTrainer.Config:
     """``zephon`` (a :func:`_recording` config) on TorchTitan's stock loader (module docstring).
 
-    Set ``--dataloader.dataset-path``, ``--dataloader.record-dir``, ``--heldout.*`` as
-    the Zephon run's ``--dataloader.*`` and ``--training.local-batch-size`` (8 / dp).
+    Set ``--dataloader.dataset-path``, ``--dataloader.record-dir``, ``--heldout.spec`` (the
+    Zephon run's data spec) and ``--training.local-batch-size`` (8 / dp).
     """
     settings = {f.name: getattr(zephon, f.name) for f in fields(Trainer.Config) if f.init}
     settings["dataloader"] = RecordingStockLoader.Config(dataset="c4_test")

@@ -1,13 +1,14 @@
 """The benchmark's data: the corpus, Zephon's held-out split of it, the stock JSON dataset.
 
-:func:`prepare` builds them once per benchmark; :meth:`Prepared.data_flags` is the one
-place that turns them into the trainer's ``--dataloader.*`` / ``--heldout.*`` flags.
+:func:`prepare` builds them once per benchmark, with the Zephon run's data spec
+(``data.json``); :meth:`Prepared.data_flags` is the one place that turns them into the
+trainer's data flags.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,15 +21,16 @@ SHUFFLE_SEED = 0
 
 @dataclass(frozen=True)
 class Prepared:
-    """The corpus, the data flags of both loaders and what the training text holds."""
+    """The corpus, the data spec of both loaders and what the training text holds."""
 
     domains: dict[str, list[str]]
     """Domain -> shard paths."""
     mixture: dict[str, float]
     """Natural token share of each domain's training records (Zephon's mixture)."""
+    spec: str
+    """The Zephon run's data spec (``data.json``: datasets, this mixture, held-out bytes)."""
     stock_dataset: str
     """Folder of the stock loader's ``train.json`` (training records, shuffled)."""
-    cache_dir: str
     holdout_bytes: int
     records: dict[str, dict[str, int]]
     """Domain -> {"train", "heldout"} record counts."""
@@ -37,56 +39,39 @@ class Prepared:
     heldout_bytes_actual: dict[str, int]
 
     def data_flags(self, loader: str, record_dir: Path) -> list[str]:
-        """Every ``--dataloader.*`` and ``--heldout.*`` flag of a ``loader`` run that records
-        its rows in ``record_dir``.
+        """Every data flag of a ``loader`` run that records its rows in ``record_dir``.
 
-        Zephon's data settings (the ``WorkSource``) are the Zephon loader's own; the stock
-        trainer reads them as ``--heldout.*``, only to evaluate the same held-out records.
+        The data spec is the Zephon loader's own (``--dataloader.spec``); the stock trainer
+        reads it as ``--heldout.spec``, only to evaluate the same held-out records.
         """
-        prefix = "dataloader" if loader == "zephon" else "heldout"
-        datasets = [
-            x for name in sorted(self.domains) for x in (name, ",".join(self.domains[name]))
-        ]
-        mixture = [x for name in sorted(self.mixture) for x in (name, repr(self.mixture[name]))]
-        stock = [] if loader == "zephon" else ["--dataloader.dataset-path", self.stock_dataset]
+        if loader == "zephon":
+            return ["--dataloader.record-dir", str(record_dir), "--dataloader.spec", self.spec]
         return [
             *("--dataloader.record-dir", str(record_dir)),
-            *stock,
-            f"--{prefix}.datasets",
-            *datasets,
-            f"--{prefix}.mixture",
-            *mixture,
-            f"--{prefix}.holdout-bytes",
-            str(self.holdout_bytes),
-            f"--{prefix}.cache-dir",
-            self.cache_dir,
+            *("--dataloader.dataset-path", self.stock_dataset),
+            *("--heldout.spec", self.spec),
         ]
 
 
 def prepare(work_dir: Path, corpus_bytes: int, holdout_bytes: int) -> Prepared:
-    """Build the corpus, split it with Zephon's WorkSource, write the stock JSON dataset."""
+    """Build the corpus, split it with Zephon's WorkSource, write the stock JSON dataset and
+    the Zephon data spec."""
     from demo.local_corpus import build_local_corpus
-    from orchestrator.titan.dataloader import ZephonDataLoader, build_pipeline
+    from orchestrator.experiment import DataSection, build_pipeline, write_data_spec
     from pipeline import load_tokenizer
 
     corpus = build_local_corpus(work_dir / "corpus", max_bytes_per_domain=corpus_bytes)
     domains = {name: [str(p) for p in paths] for name, paths in sorted(corpus.items())}
-    cache_dir = str(work_dir / "index-cache")
-    config = ZephonDataLoader.Config(
-        datasets={name: ",".join(paths) for name, paths in domains.items()},
+    data = DataSection(
+        datasets=domains,
         holdout_bytes=holdout_bytes,
-        cache_dir=cache_dir,
+        cache_dir=str(work_dir / "index-cache"),
         lanes=LANES,
         global_batch_size=GLOBAL_BATCH,
-    )
-    source = build_pipeline(
-        config,
-        tokenizer="gpt2",
-        dp_world_size=1,
-        dp_rank=0,
         seq_len=SEQ_LEN,
-        microbatch_size=GLOBAL_BATCH,
-    ).source
+    )
+    # which records are held out depends on the datasets and holdout_bytes, not the mixture
+    source = build_pipeline(data, dp_size=1, dp_rank=0, microbatch_size=GLOBAL_BATCH).source
     tokenizer = load_tokenizer("gpt2")
     texts: list[str] = []
     tokens, records, heldout_bytes = {}, {}, {}
@@ -110,11 +95,14 @@ def prepare(work_dir: Path, corpus_bytes: int, holdout_bytes: int) -> Prepared:
     if not path.is_file() or path.read_bytes() != content:  # keep HF's cache valid otherwise
         path.write_bytes(content)
     total = sum(tokens.values())
+    mixture = {name: round(n / total, 6) for name, n in tokens.items()}
+    spec = work_dir / "data.json"
+    write_data_spec(spec, replace(data, mixture=mixture))
     return Prepared(
         domains=domains,
-        mixture={name: round(n / total, 6) for name, n in tokens.items()},
+        mixture=mixture,
+        spec=str(spec),
         stock_dataset=str(folder),
-        cache_dir=cache_dir,
         holdout_bytes=holdout_bytes,
         records=records,
         tokens=tokens,

@@ -328,17 +328,33 @@ def stop_leftover_launch(folder: RunFolder) -> list[int]:
 
 
 def _kill(agents: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM each live process group, SIGKILL what is left after 10 s."""
-    live = [a for a in agents if a.poll() is None]
-    for agent in live:
+    """SIGTERM each launch's process group, SIGKILL what is left of it after 10 s.
+
+    Groups, not leaders: a leader that is gone already (the SIGTERM the interrupt handler
+    forwards to this process's children may have ended it) can leave its children running.
+    """
+    for agent in agents:
         _signal_group(agent.pid, signal.SIGTERM)
     end = time.monotonic() + 10
-    while any(a.poll() is None for a in live) and time.monotonic() < end:
+    while any(_group_alive(a) for a in agents) and time.monotonic() < end:
         time.sleep(0.1)
-    for agent in live:
-        if agent.poll() is None:
+    for agent in agents:
+        if _group_alive(agent):
             _signal_group(agent.pid, signal.SIGKILL)
         agent.wait()
+
+
+def _group_alive(agent: subprocess.Popen[bytes]) -> bool:
+    """Whether any process of ``agent``'s group is left (the leader reaped first: a zombie
+    still counts as a member)."""
+    agent.poll()
+    try:
+        os.killpg(agent.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member that is not ours: still alive
+        return True
+    return True
 
 
 def _signal_group(pid: int, sig: int) -> None:

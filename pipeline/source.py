@@ -15,9 +15,13 @@ share (see :mod:`pipeline.mixture`), and closes a work chunk once its estimated
 tokens reach ``chunk_tokens``.
 
 Calibration. ``tokens_per_byte`` is measured once per dataset with the run's
-tokenizer on a deterministic sample (records in a seeded order until
-``calibration_bytes``). The values are part of the plan: they are stored in
-pipeline states and adopted on restore, never re-measured.
+tokenizer on a deterministic sample: its records in the order ``perm(name)``
+until ``calibration_bytes``. Like the held-out records it depends on the
+dataset, never on the seed or the mixture, so every seed of a contract
+estimates costs alike, and a process measures each (dataset, tokenizer, sample
+size) once: later plans of the same data (an agent's hundreds of dry runs)
+reuse it. The values are part of the plan: they are stored in pipeline states
+and adopted on restore, never re-measured.
 
 Held-out records. With ``holdout_bytes = B > 0`` each dataset sets records
 aside for evaluation: its records in the order ``perm(name)`` (seeded by the
@@ -46,6 +50,10 @@ _CALIBRATION_STREAM = 0xCA1B
 _HOLDOUT_STREAM = 0x4E1D
 _MAX_HOLDOUT_FRACTION = 0.5
 _MAX_CALIBRATION_RECORDS = 4096
+_MEASURED: dict[tuple[str, str, str, str, int], float] = {}
+"""Tokens per byte measured in this process, by (name, content fingerprint, text field,
+tokenizer fingerprint, sample bytes): a pure function of them (module docstring)."""
+_MEASURED_LOCK = threading.Lock()
 
 
 def _name_key(name: str) -> int:
@@ -143,9 +151,13 @@ class WorkSource:
         ]
 
     def _measure(self, ds: Dataset, tokenizer: Tokenizer) -> float:
-        order = np.random.default_rng(
-            [self.seed, _name_key(ds.name), _CALIBRATION_STREAM]
-        ).permutation(ds.num_records)
+        key = (ds.name, ds.fingerprint, ds.field, tokenizer.fingerprint, self.calibration_bytes)
+        with _MEASURED_LOCK:
+            if key in _MEASURED:
+                return _MEASURED[key]
+        order = np.random.default_rng([_name_key(ds.name), _CALIBRATION_STREAM]).permutation(
+            ds.num_records
+        )
         cumulative = np.cumsum(ds.record_bytes[order])
         take = min(
             int(np.searchsorted(cumulative, self.calibration_bytes)) + 1, _MAX_CALIBRATION_RECORDS
@@ -153,7 +165,10 @@ class WorkSource:
         sample = [int(i) for i in order[:take]]
         texts = ds.read_texts(sample)
         tokens = sum(len(ids) for ids in tokenizer.encode_batch(texts))
-        return tokens / max(1, int(ds.record_bytes[sample].sum()))
+        measured = tokens / max(1, int(ds.record_bytes[sample].sum()))
+        with _MEASURED_LOCK:
+            _MEASURED[key] = measured
+        return measured
 
     # -- held-out records --------------------------------------------------------------------
 

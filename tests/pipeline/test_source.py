@@ -106,6 +106,25 @@ def test_calibration_measures_more_tokens_per_byte_for_code(small: list[Dataset]
     assert source.calibrate(load_tokenizer("gpt2")) == tpb  # measured once
 
 
+def test_calibration_depends_on_the_data_not_the_seed_and_is_measured_once(
+    small: list[Dataset], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokenizer = load_tokenizer("gpt2")
+    first = WorkSource(small, {"a": 0.5, "b": 0.5}, seed=0).calibrate(tokenizer)
+    encoded: list[int] = []
+    encode_batch = tokenizer.encode_batch
+
+    def counting(texts: list[str]) -> list[list[int]]:
+        encoded.append(len(texts))
+        return encode_batch(texts)
+
+    monkeypatch.setattr(tokenizer, "encode_batch", counting)
+    assert WorkSource(small, {"a": 0.9, "b": 0.1}, seed=5).calibrate(tokenizer) == first
+    assert not encoded  # this process measured these datasets already
+    WorkSource(small, {"a": 0.5, "b": 0.5}, calibration_bytes=64).calibrate(tokenizer)
+    assert len(encoded) == 2  # another sample size is another measurement, per dataset
+
+
 @pytest.mark.parametrize("lanes", [1, 4])
 def test_held_out_records_are_never_trained_on(small: list[Dataset], lanes: int) -> None:
     source = WorkSource(small, {"a": 0.7, "b": 0.3}, seed=1, chunk_tokens=16, holdout_bytes=60)

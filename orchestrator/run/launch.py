@@ -95,6 +95,7 @@ def trainer_args(config: ExperimentConfig, folder: RunFolder) -> list[str]:
 
 
 def free_port() -> int:
+    """A TCP port free on the loopback interface now (for a rendezvous)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -113,14 +114,20 @@ def torchrun_command(
     assert dp % nodes == 0, f"dp ({dp}) must be a multiple of nodes ({nodes})"
     rendezvous = None
     if nodes > 1 or rdzv_endpoint is not None:
-        rendezvous = [
-            f"--nnodes={nodes}",
-            f"--node-rank={node_rank}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={rdzv_endpoint}",
-            f"--rdzv-id={folder.name}",
-        ]
+        rendezvous = c10d_rendezvous(nodes, node_rank, str(rdzv_endpoint), folder.name)
     return train_command(dp // nodes, trainer_args(config, folder), rendezvous)
+
+
+def c10d_rendezvous(nodes: int, node_rank: int, endpoint: str, run_id: str) -> list[str]:
+    """torchrun's flags for node ``node_rank`` of ``nodes`` meeting at ``endpoint``
+    (``host:port``) under ``run_id``."""
+    return [
+        f"--nnodes={nodes}",
+        f"--node-rank={node_rank}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={run_id}",
+    ]
 
 
 def train_command(

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from urllib.parse import quote
 
 import pytest
 
+from orchestrator.run.launch import free_port
 from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
@@ -155,12 +155,6 @@ def render(binary: str, url: str, *must_show: str) -> Page:
 
 
 # -- the server and the sweep --------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from demo.local_corpus import build_local_corpus
 from orchestrator.experiment import DataSection, write_data_spec
-from orchestrator.run.launch import CPU_MALLOC_ENV
+from orchestrator.run.launch import CPU_MALLOC_ENV, c10d_rendezvous, free_port, train_command
 from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
 from tests.support import REPO
 
@@ -81,12 +79,6 @@ def zephon_data_args(domains: dict[str, list[Path]], work: Path) -> list[str]:
     return ["--dataloader.spec", str(work / "data.json")]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch_env(work: Path) -> dict[str, str]:
     """Environment of a launch: caches inside ``work``, no network, one thread per process,
     Zephon's CPU malloc settings."""
@@ -101,32 +93,6 @@ def launch_env(work: Path) -> dict[str, str]:
     }
 
 
-def torchrun_command(
-    nproc: int, module: str, config: str, folder: Path, args: list[str], rdzv: list[str]
-) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        *rdzv,
-        "--nproc-per-node",
-        str(nproc),
-        "-m",
-        "orchestrator.titan.train",
-        "--module",
-        module,
-        "--config",
-        config,
-        "--dump-folder",
-        str(folder),
-        "--metrics.log-freq",
-        "1",
-        "--comm.train-timeout-seconds",
-        "600",  # 4 processes on 2 cores: a step can take seconds
-        *args,
-    ]
-
-
 def launch(
     work: Path,
     folder: Path,
@@ -139,26 +105,18 @@ def launch(
 ) -> Run:
     """Train with ``nproc`` processes on each of ``nodes`` torchrun agents (c10d on loopback)."""
     env = launch_env(work)
+    flags = [
+        *("--module", module, "--config", config, "--dump-folder", str(folder)),
+        *("--metrics.log-freq", "1"),
+        *("--comm.train-timeout-seconds", "600"),  # 4 processes on 2 cores: a step takes seconds
+        *args,
+    ]
     if nodes == 1:
-        rdzv = [f"--master-port={free_port()}"]
-        commands = [torchrun_command(nproc, module, config, folder, args, rdzv)]
+        commands = [train_command(nproc, flags)]
     else:
         endpoint = f"127.0.0.1:{free_port()}"
         commands = [
-            torchrun_command(
-                nproc,
-                module,
-                config,
-                folder,
-                args,
-                [
-                    f"--nnodes={nodes}",
-                    f"--node-rank={node}",
-                    "--rdzv-backend=c10d",
-                    f"--rdzv-endpoint={endpoint}",
-                    f"--rdzv-id={folder.name}",
-                ],
-            )
+            train_command(nproc, flags, c10d_rendezvous(nodes, node, endpoint, folder.name))
             for node in range(nodes)
         ]
     agents = [

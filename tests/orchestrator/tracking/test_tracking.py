@@ -28,6 +28,7 @@ from orchestrator.experiment.runfolder import (
     STEPS_FILE,
     RunFolder,
 )
+from orchestrator.run.launch import free_port
 from orchestrator.tracking import tracker as tracking
 from orchestrator.tracking.names import (
     METRIC_DATA_WAIT,
@@ -545,15 +546,9 @@ def test_git_revision_unknown_outside_a_checkout(tmp_path: Path) -> None:
 # -- against a real `mlflow server` -----------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.timeout(240)
 def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
-    port = _free_port()
+    port = free_port()
     uri = f"http://127.0.0.1:{port}"
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(

@@ -12,5 +12,9 @@ Modules:
 * :mod:`benchmarks.lanes` — Zephon pipeline throughput and restore cost.
 * :mod:`benchmarks.child` — runs one measurement in a fresh process.
 * :mod:`benchmarks.report` — medians, ratios, JSON and markdown.
+* :mod:`benchmarks.machine` — the machine and package versions, for every report.
 * :mod:`benchmarks.run` — the CLI: plan, interleaved repetitions, output files.
+* :mod:`benchmarks.training` — seconds per training step per precision, the main job's wall time.
+* :mod:`benchmarks.dp_spread` — held-out scores across dp sizes, stock loader vs lanes.
+* :mod:`benchmarks.noise` — the eval's re-run noise.
 """

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.metadata
 import json
 import os
-import platform
 import sys
 from dataclasses import dataclass
 from functools import partial
@@ -26,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.child import REPO_ROOT, run_in_child
+from benchmarks.machine import describe_machine
 from benchmarks.noise import NoiseGuard
 from benchmarks.plan import Family, Variant, families, variants_of
 from benchmarks.report import build_report, to_markdown
@@ -54,13 +53,6 @@ FULL = Mode("full", 25_000_000, reps=3, early_step=10, late_step=10_000, noise_b
 QUICK = Mode("quick", 1_000_000, reps=1, early_step=10, late_step=3_000, noise_budget_s=20)
 
 
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def _environment(work_dir: Path) -> None:
     """Keep HuggingFace caches in the work dir and forbid network access (children inherit)."""
     hf = work_dir / "hf"
@@ -75,14 +67,11 @@ def _environment(work_dir: Path) -> None:
 
 
 def _meta(mode: Mode, reps: int, workload: Workload, load_before: tuple[float, ...]) -> dict:
-    versions = ", ".join(
-        f"{p} {_version(p)}" for p in ("torch", "tiktoken", "torchtitan", "datasets")
-    )
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": mode.name,
         "reps": reps,
-        "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {versions}",
+        "machine": describe_machine(("torch", "tiktoken", "torchtitan", "datasets")),
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
         "corpus": {

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.metadata
 import json
 import os
-import platform
 import shlex
 import sys
 import time
@@ -20,6 +18,7 @@ from benchmarks.dp_spread.design import GLOBAL_BATCH, LANES, LOADERS, MODELS, RE
 from benchmarks.dp_spread.launch import OMP_THREADS, seed_checkpoint, train
 from benchmarks.dp_spread.prepare import Prepared, prepare
 from benchmarks.dp_spread.report import render
+from benchmarks.machine import describe_machine, package_version
 
 STEPS = 40
 DPS = (1, 2, 4)
@@ -28,6 +27,8 @@ CORPUS_BYTES = 300_000
 HOLDOUT_BYTES = 12_288
 """Held-out bytes per domain (the evaluation text)."""
 RESULT_FILE = "dp_spread.json"
+PACKAGES = ("torch", "torchtitan", "datasets")
+"""Packages whose versions the report records."""
 
 
 def _progress(message: str) -> None:
@@ -133,8 +134,8 @@ def _meta(
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "bash scripts/bench.sh --dp-spread" + (f" {shlex.join(argv)}" if argv else ""),
-        "machine": _machine(),
-        "versions": {p: _version(p) for p in ("torch", "torchtitan", "datasets")},
+        "machine": describe_machine(PACKAGES, cpus="CPUs (gloo)"),
+        "versions": {p: package_version(p) for p in PACKAGES},
         "model": args.model,
         "model_config": MODELS[args.model].base,
         "steps": args.steps,
@@ -160,15 +161,3 @@ def _meta(
             for r in runs[loader]
         },
     }
-
-
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _machine() -> str:
-    versions = ", ".join(f"{p} {_version(p)}" for p in ("torch", "torchtitan", "datasets"))
-    return f"{os.cpu_count()} CPUs (gloo), Python {platform.python_version()}, {versions}"

@@ -16,5 +16,5 @@ Modules:
 * :mod:`benchmarks.run` — the CLI: plan, interleaved repetitions, output files.
 * :mod:`benchmarks.training` — seconds per training step per precision, the main job's wall time.
 * :mod:`benchmarks.dp_spread` — held-out scores across dp sizes, stock loader vs lanes.
-* :mod:`benchmarks.noise` — the eval's re-run noise.
+* :mod:`benchmarks.noise` — waits for a quiet machine, re-runs a disturbed measurement.
 """

@@ -2,7 +2,8 @@
 
 CUDA: every visible GPU whose memory is less than ``BUSY_MEMORY_FRACTION`` used
 (``torch.cuda.mem_get_info``; another job's allocation shows up there) counts
-as free. CPU: one process per usable core (``os.sched_getaffinity``). The dp
+as free; torch is not even imported where no GPU can be visible (no GPU device
+files on Linux, ``CUDA_VISIBLE_DEVICES=""``). CPU: one process per usable core (``os.sched_getaffinity``). The dp
 size of a run is the one requested, if the devices allow it, else the largest
 divisor of the lane count that fits: data is identical on every dp size, so
 the choice only changes speed.
@@ -11,6 +12,7 @@ the choice only changes speed.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 from orchestrator.errors import ExperimentError
@@ -63,6 +65,8 @@ def discover(device: str = "auto", gpu_ids: list[int] | None = None) -> Devices:
 
 
 def _free_gpus() -> list[int]:
+    if not _gpu_may_be_visible():
+        return []  # known without importing torch (3 s of a CLI's start on 2 cores)
     import torch
 
     if not torch.cuda.is_available():
@@ -101,3 +105,20 @@ def choose_dp(config: ExperimentConfig, devices: Devices, requested: int | None 
             [f"no dp size fits: lanes={config.data.lanes}, {capacity} free {devices.kind} devices"]
         )
     return max(fitting)
+
+
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd")
+"""Device files of an NVIDIA driver (``nvidiactl``, ``nvidia0``) or of ROCm (``kfd``): on
+Linux, torch can see a GPU only where one of them exists (containers included)."""
+
+
+def _gpu_may_be_visible() -> bool:
+    """False where no CUDA/ROCm GPU can be visible to torch: ``CUDA_VISIBLE_DEVICES`` empty
+    or ``-1``, Linux without GPU device files, or macOS; True elsewhere (ask torch)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return False
+    if sys.platform == "darwin":
+        return False
+    if sys.platform.startswith("linux"):
+        return any(os.path.exists(node) for node in GPU_DEVICE_NODES)
+    return True

@@ -241,7 +241,7 @@ def test_an_interrupted_sweep_stops_everything_and_continues_to_the_same_data(
     assert agent.returncode == 130, f"exit {agent.returncode}\n{out[-3000:]}\n{err[-3000:]}"
     assert "Traceback" not in err + out
     name = started[0].name.rsplit("-", 1)[0]
-    folders = sorted(RunFolder(p) for p in (work / "runs").glob(f"{name}-*"))
+    folders = [RunFolder(p) for p in sorted((work / "runs").glob(f"{name}-*"))]
     assert not processes_naming(str(work / "runs" / name))
     statuses = {f.name: f.state()["status"] for f in folders}
     assert statuses[started[0].name] == "interrupted"

@@ -36,7 +36,7 @@ def retrying_submitter(
 ) -> list[tuple[str, str, bool]]:
     """One agent: 10 experiments, each submitted 3 times (retries), in a random order;
     (key, job id, created) per submission. Worker 0 and 1's first experiment trains
-    (2 steps), the rest are dry runs."""
+    (2 steps at dp 1: both at once on 2 cores), the rest are dry runs."""
     svc = service.load_service(root)
     rng = random.Random(worker)
     keys = [f"w{worker}-e{i}" for i in range(10)] * 3
@@ -45,7 +45,7 @@ def retrying_submitter(
     for key in keys:
         i = int(key.rsplit("e", 1)[1])
         real = worker < 2 and i == 0
-        body = spec(data, seed=worker * 10 + i)
+        body = spec(data, seed=worker * 10 + i, dp=1 if real else None)  # trainings side by side
         got = service.submit(
             svc, body, key=key, submitter=f"agent-{worker}", kind="run" if real else "plan"
         )

@@ -246,11 +246,37 @@ def _quiet_mlflow() -> None:
 
 
 def _client(uri: str) -> MlflowClient:
-    """An ``MlflowClient`` for exactly ``uri`` (never the process-wide default URI)."""
+    """An ``MlflowClient`` for exactly ``uri`` (never the process-wide default URI).
+
+    Creating the client opens its store; on a new SQLite database that runs MLflow's schema
+    migrations, which fail when two processes run them at once (``AttributeError:
+    dimension_attributes``: two jobs of a sweep or of the job service starting together).
+    So a process opens a SQLite store holding a lock file next to the database.
+    """
     _quiet_mlflow()
     from mlflow import MlflowClient
 
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+    db = _sqlite_path(uri)
+    with contextlib.nullcontext() if db is None else _file_lock(db.with_name(f"{db.name}.lock")):
+        return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created) for the block; none where the platform
+    has no ``fcntl``."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _unavailable(error: BaseException) -> bool:

@@ -7,6 +7,7 @@ everything else is real: MlflowClient, SQLite, artifacts on disk, HTTP to `mlflo
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import socket
@@ -182,6 +183,28 @@ def closed_port_uri() -> str:
 
 
 # -- tests ------------------------------------------------------------------------------------
+
+
+def _open_store(uri: str, barrier: Any) -> None:
+    import mlflow  # noqa: F401  (imported before the barrier: both open the store together)
+
+    barrier.wait(timeout=60)
+    tracking.check_tracking(uri)
+
+
+def test_processes_opening_a_new_store_at_once_all_get_it(tmp_path: Path) -> None:
+    """Jobs of a sweep or of the job service start together on a new database: MLflow's
+    migrations must run once, not race (they fail with ``dimension_attributes`` then)."""
+    uri = f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}"
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_open_store, args=(uri, barrier)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=180)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert MlflowClient(tracking_uri=uri).search_experiments()  # migrated: Default exists
 
 
 def test_resolve_uri(tmp_path: Path) -> None:

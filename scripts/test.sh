@@ -20,4 +20,7 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Two workers, each taking whole test files (module fixtures train once): a training
+# launch spends much of its time starting up, which the other worker overlaps.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "${ZEPHON_TEST_WORKERS:-2}" \
+    --dist loadfile "$@"

@@ -15,6 +15,7 @@ One folder per job; arrows are imports (a part imports only what is below or bes
     experiment/ what an experiment is: schema, validation, data fingerprints, run folder
         ▼                (no torch, no MLflow, no subprocess)
     errors.py   every error, each carrying the CLI's exit code
+    filelock.py an exclusive lock between processes (flock)
         ▼
     pipeline/   the lane pipeline (knows nothing of this package)
 

@@ -26,15 +26,14 @@ arithmetic, so they are not replicates of each other.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import platform
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from orchestrator.filelock import file_lock
 from pipeline.paths import zephon_home
 
 PRECISIONS = ("auto", "float32", "bfloat16")
@@ -63,7 +62,7 @@ def cpu_bfloat16_measurement() -> dict[str, Any]:
     key = f"{cpu_model()}|torch {torch.__version__}"
     path = zephon_home() / CACHE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(path.with_suffix(".lock")):
+    with file_lock(path.with_suffix(".lock")):
         cached = _read(path)
         if key not in cached:
             cached[key] = _measure()
@@ -125,13 +124,3 @@ def _read(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -67,6 +67,7 @@ from orchestrator.experiment.runfolder import (
     STEPS_FILE,
     RunFolder,
 )
+from orchestrator.filelock import file_lock
 from orchestrator.tracking.names import (
     ARTIFACT_EVAL,
     ARTIFACT_EXPERIMENT,
@@ -257,26 +258,8 @@ def _client(uri: str) -> MlflowClient:
     from mlflow import MlflowClient
 
     db = _sqlite_path(uri)
-    with contextlib.nullcontext() if db is None else _file_lock(db.with_name(f"{db.name}.lock")):
+    with contextlib.nullcontext() if db is None else file_lock(db.with_name(f"{db.name}.lock")):
         return MlflowClient(tracking_uri=uri, registry_uri=uri)
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` (created) for the block; none where the platform
-    has no ``fcntl``."""
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _unavailable(error: BaseException) -> bool:

@@ -519,7 +519,7 @@ def verify_elastic(
             )
             for n, c in jobs.items()
         }
-        reference, first = (futures[n].result() for n in jobs)
+        reference, first = futures["ref"].result(), futures["split"].result()
     if first.status != "succeeded" or reference.status != "succeeded":
         raise LaunchError("\n".join(reference.messages + first.messages))
     # like=short: on the resources of the experiment, not of the half it trained on

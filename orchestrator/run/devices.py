@@ -3,10 +3,10 @@
 CUDA: every visible GPU whose memory is less than ``BUSY_MEMORY_FRACTION`` used
 (``torch.cuda.mem_get_info``; another job's allocation shows up there) counts
 as free; torch is not even imported where no GPU can be visible (no GPU device
-files on Linux, ``CUDA_VISIBLE_DEVICES=""``). CPU: one process per usable core (``os.sched_getaffinity``). The dp
-size of a run is the one requested, if the devices allow it, else the largest
-divisor of the lane count that fits: data is identical on every dp size, so
-the choice only changes speed.
+files on Linux, ``CUDA_VISIBLE_DEVICES=""``). CPU: one process per usable core
+(``os.sched_getaffinity``). The dp size of a run is the one requested, if the
+devices allow it, else the largest divisor of the lane count that fits: data is
+identical on every dp size, so the choice only changes speed.
 """
 
 from __future__ import annotations

@@ -18,7 +18,10 @@ from typing import Any
 
 from demo.local_corpus import build_local_corpus
 from orchestrator.experiment import DataSection, write_data_spec
-from orchestrator.run.launch import CPU_MALLOC_ENV, c10d_rendezvous, free_port, train_command
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.run.devices import discover
+from orchestrator.run.launch import c10d_rendezvous, free_port, train_command
+from orchestrator.run.launch import launch_env as launch_env_of_run
 from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
 from tests.support import REPO
 
@@ -80,16 +83,14 @@ def zephon_data_args(domains: dict[str, list[Path]], work: Path) -> list[str]:
 
 
 def launch_env(work: Path) -> dict[str, str]:
-    """Environment of a launch: caches inside ``work``, no network, one thread per process,
-    Zephon's CPU malloc settings."""
+    """Zephon's launch environment (CPU, its malloc settings, no network) with caches shared
+    inside ``work`` and one thread per process (up to 4 processes share 2 cores)."""
     return {
-        **CPU_MALLOC_ENV,
-        **os.environ,
+        **launch_env_of_run(RunFolder(work), discover("cpu"), 1),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "HF_HOME": str(work / "hf"),
-        "HF_DATASETS_OFFLINE": "1",
         "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"),
-        "OMP_NUM_THREADS": "1",  # up to 4 processes share 2 cores
+        "OMP_NUM_THREADS": "1",
     }
 
 

@@ -56,12 +56,7 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
             problems.append(f"train.{key} must be >= 1, got {getattr(t, key)}")
     if t.precision not in PRECISIONS:
         problems.append(f"train.precision={t.precision!r}: use one of {', '.join(PRECISIONS)}")
-    precision_flags = ("--training.mixed-precision-param", "--training.mixed_precision_param")
-    if any(a.split("=", 1)[0] in precision_flags for a in config.model.args):
-        problems.append(
-            "model.args sets --training.mixed-precision-param: set train.precision instead "
-            "(float32 or bfloat16), so the run's records show the precision it trained in"
-        )
+    problems += _owned_flags(config.model.args)
     if config.eval.enable and d.holdout_bytes == 0:
         problems.append("eval.enable needs held-out data: set data.holdout_bytes > 0")
     if config.eval.interval < 1:
@@ -83,6 +78,41 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         problems += dp_problems(config, dp)
     if problems:
         raise ExperimentError(problems)
+
+
+OWNED_FLAGS = {
+    "module": "model.module",
+    "config": "model.config",
+    "dump-folder": "runs_root (and the run name)",
+    "dataloader.spec": "the data section (data.*), which the data contract covers",
+    "tokenizer.": "data.tokenizer",
+    "training.seq-len": "data.seq_len",
+    "training.global-batch-size": "data.global_batch_size",
+    "training.local-batch-size": "train.microbatch_size",
+    "training.steps": "train.steps",
+    "training.mixed-precision-param": "train.precision (float32 or bfloat16)",
+    "debug.seed": "train.seed",
+    "checkpoint.": "train.checkpoint_interval and train.keep_checkpoints",
+    "validator.": "eval.enable and eval.interval",
+}
+"""TorchTitan flags Zephon sets from the experiment (a name ending in ``.``: the whole
+section), and the key to set instead: in ``model.args`` they would change the run
+behind its records' back."""
+
+
+def _owned_flags(args: list[str]) -> list[str]:
+    problems = []
+    for arg in args:
+        if not arg.startswith("--"):
+            continue
+        flag = arg[2:].split("=", 1)[0].replace("_", "-")
+        for owned, instead in OWNED_FLAGS.items():
+            if flag == owned or (owned.endswith(".") and flag.startswith(owned)):
+                problems.append(
+                    f"model.args sets --{flag}, which Zephon sets from the experiment: "
+                    f"set {instead} instead"
+                )
+    return problems
 
 
 def dp_problems(config: ExperimentConfig, dp: int) -> list[str]:

@@ -36,6 +36,11 @@ from orchestrator.experiment import (
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import interrupts
 from orchestrator.run.devices import Devices, choose_dp, discover
+from orchestrator.run.init_checkpoint import (
+    InitCheckpoint,
+    ensure_init_checkpoint,
+    init_checkpoint_path,
+)
 from orchestrator.run.launch import (
     Launch,
     Progress,
@@ -46,6 +51,7 @@ from orchestrator.run.launch import (
 )
 from orchestrator.run.launch import torchrun_command as build_torchrun_command
 from orchestrator.run.precision import resolve_precision
+from orchestrator.run.recipe import Recipe, recipe_of
 from orchestrator.tracking.names import TAG_DEVICE, TAG_SWEEP
 
 SYNC_EVERY_S = 10.0
@@ -62,6 +68,7 @@ class Plan:
     mixture: dict[str, str]
     contract_fingerprint: str
     variant: str
+    recipe: Recipe
     run_name: str
     command: list[str]
 
@@ -88,6 +95,8 @@ class Plan:
             "contract": self.contract,
             "contract_fingerprint": self.contract_fingerprint,
             "variant": self.variant,
+            **self.recipe.to_dict(),
+            "init_checkpoint": str(init_checkpoint_path(self.recipe)),
             "command": self.command,
             "config": self.config.to_dict(),
         }
@@ -106,6 +115,7 @@ class RunResult:
     data_fingerprint: str | None
     contract_fingerprint: str
     variant: str
+    recipe_fingerprint: str | None
     eval: dict[str, Any] | None
     mlflow_run_id: str | None
     tracking: str
@@ -133,6 +143,7 @@ def plan(
     precision = resolve_precision(config.train.precision, devices.kind)
     config = replace(config, train=replace(config.train, precision=precision))
     prints = fingerprints(config, chosen)
+    recipe = recipe_of(config)
     name = (
         run_name
         or f"{config.name}-{prints.variant[:8]}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
@@ -145,6 +156,7 @@ def plan(
         nodes=config.resources.nodes,
         node_rank=config.resources.node_rank,
         rdzv_endpoint=_endpoint(config),
+        init_path=init_checkpoint_path(recipe),
     )
     return Plan(
         config,
@@ -154,6 +166,7 @@ def plan(
         prints.mixture,
         prints.contract_fingerprint,
         prints.variant,
+        recipe,
         name,
         command,
     )
@@ -190,6 +203,7 @@ def run(
     if folder.exists():
         raise ExperimentError([f"run folder {folder.path} exists; resume it or pick another name"])
     tracker = _tracker(the_plan.config) if tracking else None
+    init = ensure_init_checkpoint(the_plan.config, the_plan.recipe)
     folder.write_experiment(
         {
             "config": the_plan.config.to_dict(),
@@ -197,6 +211,8 @@ def run(
             "mixture": the_plan.mixture,
             "contract_fingerprint": the_plan.contract_fingerprint,
             "variant": the_plan.variant,
+            **the_plan.recipe.to_dict(),
+            "init_checkpoint": init.to_dict(),
         }
     )
     folder.update_state(
@@ -206,7 +222,7 @@ def run(
         parent_run_id=parent_run_id,
         tracking_enabled=tracking,
     )
-    return _train(folder, the_plan.config, the_plan.dp, the_plan.devices, tracker, progress)
+    return _train(folder, the_plan.config, the_plan.dp, the_plan.devices, tracker, progress, init)
 
 
 def resume(
@@ -248,7 +264,28 @@ def resume(
     devices = discover(config.resources.device, config.resources.gpu_ids)
     chosen = choose_dp(config, devices, dp)
     tracker = _tracker(config) if folder.state().get("tracking_enabled", True) else None
-    return _train(folder, config, chosen, devices, tracker, progress)
+    return _train(folder, config, chosen, devices, tracker, progress, _init_of(folder, config))
+
+
+def _init_of(folder: RunFolder, config: ExperimentConfig) -> InitCheckpoint | None:
+    """The initial checkpoint a resumed run needs: none once it has its own checkpoint (or
+    when it was recorded without one); else the recorded one, made again if it is gone."""
+    recorded = folder.experiment().get("init_checkpoint")
+    if not recorded or folder.last_checkpoint_step() is not None:
+        return None
+    init = InitCheckpoint(**recorded)
+    if Path(init.path).is_dir():
+        return init
+    made = ensure_init_checkpoint(config, recipe_of(config))
+    if made.sha256 != init.sha256:
+        raise ExperimentError(
+            [
+                f"{folder.path} started from initial checkpoint {init.sha256[:12]}, which is "
+                f"gone; this machine makes {made.sha256[:12]} for its recipe (another torch or "
+                "TorchTitan version?). Start the run again instead of resuming it"
+            ]
+        )
+    return made
 
 
 def _check_same_experiment(
@@ -285,8 +322,10 @@ def _train(
     devices: Devices,
     tracker: Any,
     progress: TextIO | None,
+    init: InitCheckpoint | None,
 ) -> RunResult:
-    """Launch one segment of ``folder``'s training on ``dp`` ranks and track it."""
+    """Launch one segment of ``folder``'s training on ``dp`` ranks (from the initial
+    checkpoint ``init`` unless the folder has its own) and track it."""
     from orchestrator.tracking.tracker import resolve_uri
 
     state = folder.state()
@@ -340,7 +379,13 @@ def _train(
     r = config.resources
     per_node = dp // r.nodes
     command = build_torchrun_command(
-        config, folder, dp, nodes=r.nodes, node_rank=r.node_rank, rdzv_endpoint=_endpoint(config)
+        config,
+        folder,
+        dp,
+        nodes=r.nodes,
+        node_rank=r.node_rank,
+        rdzv_endpoint=_endpoint(config),
+        init_path=None if init is None else init.path,
     )
     launch = Launch(
         [command],
@@ -413,6 +458,7 @@ def _result(folder: RunFolder, code: int, tracking: str, messages: list[str]) ->
         data_fingerprint=folder.data_fingerprint(),
         contract_fingerprint=experiment["contract_fingerprint"],
         variant=experiment["variant"],
+        recipe_fingerprint=experiment.get("recipe_fingerprint"),
         eval=evals[max(evals)] if evals else None,
         mlflow_run_id=state.get("mlflow_run_id"),
         tracking=tracking,

@@ -2,7 +2,8 @@
 
 ::
 
-    ExperimentConfig --trainer_args--> TorchTitan flags (zephon-train), data in <run>/data.json
+    ExperimentConfig --trainer_args--> TorchTitan flags (zephon-train): the recipe's, the run's
+                                       (data in <run>/data.json, the initial checkpoint)
                      --torchrun_command(dp, node)--> [python -m torch.distributed.run ...]
     launcher: local      one torchrun on this machine, dp processes
               multinode  this machine's torchrun of a c10d rendezvous (run it on every node)
@@ -33,6 +34,7 @@ from orchestrator.experiment import ExperimentConfig
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import interrupts
 from orchestrator.run.devices import Devices, usable_cores
+from orchestrator.run.recipe import recipe_flags
 
 TRAIN_MODULE = "orchestrator.titan.train"
 CPU_MALLOC_ENV = {
@@ -51,47 +53,29 @@ SLURM_CANCEL_WAIT_S = 30.0
 """How long an interrupted Slurm launch waits for its cancelled job to end."""
 
 
-def trainer_args(config: ExperimentConfig, folder: RunFolder) -> list[str]:
-    """TorchTitan's flags for ``config`` (``zephon-train`` parses them). The data config is
+def trainer_args(
+    config: ExperimentConfig, folder: RunFolder, init_path: str | Path | None = None
+) -> list[str]:
+    """TorchTitan's flags for ``config`` (``zephon-train`` parses them): the recipe's
+    (:func:`orchestrator.run.recipe.recipe_flags`), then the run's own. The data config is
     one file, ``folder``'s ``data.json`` (:mod:`orchestrator.experiment.dataspec`, written
-    before each launch); ``--tokenizer.name`` and ``--training.seq-len`` repeat its
-    tokenizer and sequence length for TorchTitan, which checks they agree."""
-    d, t = config.data, config.train
-    assert t.precision != "auto", "plan() resolves train.precision before the command is built"
+    before each launch); ``init_path`` is the initial checkpoint every run of the recipe
+    loads (:mod:`orchestrator.run.init_checkpoint`), unless the run folder has its own."""
+    t = config.train
     args = [
-        "--module",
-        config.model.module,
-        "--config",
-        config.model.config,
-        "--dump-folder",
-        str(folder.titan_dir.absolute()),
-        "--dataloader.spec",
-        str(folder.data_spec_path.absolute()),
-        "--tokenizer.name",
-        d.tokenizer,
-        "--training.seq-len",
-        str(d.seq_len),
-        "--training.local-batch-size",
-        str(t.microbatch_size),
-        "--training.steps",
-        str(t.steps),
-        "--debug.seed",
-        str(t.seed),
-        "--training.mixed-precision-param",
-        t.precision,
-        "--checkpoint.enable",
-        "--checkpoint.interval",
-        str(t.checkpoint_interval),
-        "--checkpoint.keep-latest-k",
-        str(t.keep_checkpoints),
-        "--metrics.log-freq",
-        "1",
-        "--comm.train-timeout-seconds",
-        "600",  # oversubscribed CPUs: a step can take seconds
+        *recipe_flags(config),
+        *("--dump-folder", str(folder.titan_dir.absolute())),
+        *("--dataloader.spec", str(folder.data_spec_path.absolute())),
+        *("--checkpoint.enable", "--checkpoint.interval", str(t.checkpoint_interval)),
+        *("--checkpoint.keep-latest-k", str(t.keep_checkpoints)),
+        *("--metrics.log-freq", "1"),
+        *("--comm.train-timeout-seconds", "600"),  # oversubscribed CPUs: a step can take seconds
     ]
+    if init_path is not None:
+        args += ["--checkpoint.initial-load-path", str(Path(init_path).absolute())]
     if config.eval.enable:
         args += ["--validator.enable", "--validator.freq", str(config.eval.interval)]
-    return args + list(config.model.args)
+    return args
 
 
 def free_port() -> int:
@@ -109,13 +93,15 @@ def torchrun_command(
     nodes: int = 1,
     node_rank: int = 0,
     rdzv_endpoint: str | None = None,
+    init_path: str | Path | None = None,
 ) -> list[str]:
-    """The torchrun command of one node: ``dp // nodes`` processes."""
+    """The torchrun command of one node: ``dp // nodes`` processes (``init_path``: see
+    :func:`trainer_args`)."""
     assert dp % nodes == 0, f"dp ({dp}) must be a multiple of nodes ({nodes})"
     rendezvous = None
     if nodes > 1 or rdzv_endpoint is not None:
         rendezvous = c10d_rendezvous(nodes, node_rank, str(rdzv_endpoint), folder.name)
-    return train_command(dp // nodes, trainer_args(config, folder), rendezvous)
+    return train_command(dp // nodes, trainer_args(config, folder, init_path), rendezvous)
 
 
 def c10d_rendezvous(nodes: int, node_rank: int, endpoint: str, run_id: str) -> list[str]:

@@ -1,0 +1,149 @@
+"""A run's recipe and its fingerprint: what decides the training arithmetic apart from the data.
+
+::
+
+    ExperimentConfig --recipe_flags--> TorchTitan flags (model, steps, seed, precision, model.args)
+        --> python -m orchestrator.titan.recipe (TorchTitan's parser, in a subprocess)
+        --> {"recipe", "init"} + versions of torch, TorchTitan and Zephon
+    recipe_fingerprint = sha256(canonical recipe)      runs of one comparison share it
+    init_key           = sha256(canonical init part)   one seed checkpoint per init_key
+
+Resolving imports TorchTitan (about 10 s), so answers are cached in
+``$ZEPHON_HOME/recipes/<key>.json``, the key covering the flags, the versions and
+the source of the config module and of ``orchestrator/titan/`` (a config
+function's other imports are covered by the versions only: after editing them,
+delete that folder). What replicates may differ in without changing the recipe is
+listed, with the reasons, in :data:`orchestrator.titan.recipe.REPLICATE_FREE`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from importlib.machinery import PathFinder
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ExperimentError
+from orchestrator.experiment import ExperimentConfig
+from pipeline import fingerprint
+from pipeline.paths import zephon_home
+
+RESOLVER = "orchestrator.titan.recipe"
+RECIPE_PACKAGES = ("torch", "torchtitan", "zephon")
+"""Packages whose versions are part of every recipe."""
+_TITAN_DIR = Path(__file__).resolve().parents[1] / "titan"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A resolved recipe (see module docstring)."""
+
+    fields: dict[str, Any]
+    """TorchTitan's resolved settings that the recipe keeps, and ``versions``."""
+    fingerprint: str
+    init: dict[str, Any]
+    """The part of ``fields`` that decides the initial weights."""
+    init_key: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recipe": self.fields,
+            "recipe_fingerprint": self.fingerprint,
+            "init_key": self.init_key,
+        }
+
+
+def recipe_flags(config: ExperimentConfig) -> list[str]:
+    """The TorchTitan flags that make ``config``'s recipe (the trainer gets them too)."""
+    d, t = config.data, config.train
+    assert t.precision != "auto", "plan() resolves train.precision before the recipe"
+    return [
+        *("--module", config.model.module, "--config", config.model.config),
+        *("--tokenizer.name", d.tokenizer, "--training.seq-len", str(d.seq_len)),
+        *("--training.local-batch-size", str(t.microbatch_size)),
+        *("--training.steps", str(t.steps), "--debug.seed", str(t.seed)),
+        *("--training.mixed-precision-param", t.precision),
+        *config.model.args,
+    ]
+
+
+def recipe_of(config: ExperimentConfig) -> Recipe:
+    """``config``'s recipe, from the cache or TorchTitan's parser; ``ExperimentError`` naming
+    the flag when TorchTitan refuses ``model.args``."""
+    flags = recipe_flags(config)
+    versions = {name: _version(name) for name in RECIPE_PACKAGES}
+    key = fingerprint(
+        {"flags": flags, "versions": versions, "sources": _source_digest(config.model.module)}
+    )
+    cached = zephon_home() / "recipes" / f"{key}.json"
+    try:
+        resolved = json.loads(cached.read_text())
+    except (OSError, json.JSONDecodeError):
+        resolved = _resolve(flags)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(resolved, sort_keys=True))
+        os.replace(partial, cached)
+    fields = {**resolved["recipe"], "versions": versions}
+    init = {**resolved["init"], "versions": versions}
+    return Recipe(fields, fingerprint(fields), init, fingerprint(init))
+
+
+def _resolve(flags: list[str]) -> dict[str, Any]:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # resolving needs no GPU
+    done = subprocess.run(
+        [sys.executable, "-m", RESOLVER, *flags], capture_output=True, text=True, env=env
+    )
+    if done.returncode == 2:
+        raise ExperimentError(
+            [
+                f"model.args: TorchTitan refuses the flags {flags[flags.index('--module') :]}: "
+                f"{done.stderr.strip()}. Fix model.args (TorchTitan's own names: python -m "
+                "orchestrator.titan.train --help)"
+            ]
+        )
+    if done.returncode != 0:
+        raise ExperimentError(
+            [
+                f"model.module={flags[1]!r} / model.config={flags[3]!r}: TorchTitan could not "
+                f"build the config (exit {done.returncode}): {done.stderr.strip()[-2000:]}"
+            ]
+        )
+    return json.loads(done.stdout)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _source_digest(module: str) -> str:
+    """sha256 of the config module's source and of ``orchestrator/titan/*.py``; found
+    without importing anything (importing the module imports TorchTitan)."""
+    files = sorted(_TITAN_DIR.glob("*.py"))
+    found = _module_file(module)
+    if found is not None:
+        files.append(found)
+    return fingerprint({str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files})
+
+
+def _module_file(module: str) -> Path | None:
+    """The source file of the dotted ``module``, located through ``sys.path``."""
+    search: list[str] | None = None
+    spec = None
+    for part in module.split("."):
+        name = part if spec is None else f"{spec.name}.{part}"
+        spec = PathFinder.find_spec(name, search)
+        if spec is None:
+            return None
+        search = list(spec.submodule_search_locations or [])
+    origin = getattr(spec, "origin", None)
+    return Path(origin) if origin and origin.endswith(".py") else None

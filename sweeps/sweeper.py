@@ -17,8 +17,10 @@ Order of work (nothing is launched until steps 1-3 pass)::
     4. a parent MLflow run (tag zephon.kind=sweep); each job gets
        sweep.name, sweep.parent_run_id and run_name=<sweep>-<job number>
     5. the configured launcher runs the jobs (zephon: in parallel on the free devices)
-    6. the guard compares every run of the sweep; its verdict (table and plot, or
-       the refusal) is logged into the parent run and <sweep dir>/sweep.json
+    6. the guard compares the sweep's runs, one comparison per recipe (train.steps=10,20:
+       two, each judged on its own); the verdict (table and plot, or the refusal) is
+       logged into the parent run (or, per recipe, into child comparison runs of it)
+       and <sweep dir>/sweep.json
 
 The sweep fails (Hydra exits non-zero) when a job fails or the guard refuses,
 after everything is logged. ``replicate_dp`` runs every variant on each listed dp
@@ -286,6 +288,7 @@ def _outcome(job: Job, result: JobReturn) -> dict[str, Any]:
         "overrides": job.overrides,
         "mixture": job.mixture,
         "dp": job.dp,
+        "other": job.other,
     }
     if result.status == JobStatus.COMPLETED and isinstance(result.return_value, dict):
         value = result.return_value
@@ -294,6 +297,7 @@ def _outcome(job: Job, result: JobReturn) -> dict[str, Any]:
             "run_name",
             "mlflow_run_id",
             "variant",
+            "recipe_fingerprint",
             "data_fingerprint",
             "dp_sizes",
             "eval",
@@ -371,24 +375,69 @@ class _ParentRun:
         return cls(uri, t.experiment, found[0].info.run_id)
 
     def compare(self, outcomes: list[dict[str, Any]], sweep_dir: Path) -> dict[str, Any] | None:
-        """The guard over the sweep's tracked runs, logged into the parent run."""
+        """The guard over the sweep's tracked runs, one comparison per recipe, logged into
+        the parent run (one recipe) or into child comparison runs of it (several: a sweep
+        that also crosses e.g. ``train.steps`` never ranks runs of different recipes)."""
         from orchestrator.run import api
 
-        run_ids = [o["mlflow_run_id"] for o in outcomes if o.get("mlflow_run_id")]
-        if self.run_id is None or not run_ids:
+        groups: dict[str, list[str]] = {}
+        for o in outcomes:
+            if o.get("mlflow_run_id"):
+                groups.setdefault(o.get("recipe_fingerprint") or "", []).append(o["mlflow_run_id"])
+        if self.run_id is None or not groups:
             return None
         try:
-            verdict = api.compare(
-                run_ids,
-                tracking_uri=self.uri,
-                experiment=self.experiment,
-                into_run_id=self.run_id,
-                workdir=sweep_dir / "comparison",
-            )
+            if len(groups) == 1:
+                return api.compare(
+                    next(iter(groups.values())),
+                    tracking_uri=self.uri,
+                    experiment=self.experiment,
+                    into_run_id=self.run_id,
+                    workdir=sweep_dir / "comparison",
+                )
+            verdicts = {
+                recipe: api.compare(
+                    run_ids,
+                    tracking_uri=self.uri,
+                    experiment=self.experiment,
+                    parent_run_id=self.run_id,
+                    workdir=sweep_dir / "comparison" / recipe[:12],
+                )
+                for recipe, run_ids in groups.items()
+            }
         except Exception as e:  # the sweep's runs are kept; the verdict can be redone later
             log.exception("comparison failed")
             return {"accepted": False, "refusals": [], "error": f"comparison failed: {e}"}
-        return verdict
+        return self._per_recipe(verdicts, outcomes)
+
+    def _per_recipe(
+        self, verdicts: dict[str, dict[str, Any]], outcomes: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """One verdict of several per-recipe comparisons, tagged on the parent run."""
+        from orchestrator.tracking.names import TAG_NOTE, TAG_VERDICT
+        from orchestrator.tracking.tracker import Tracker
+
+        sections = []
+        for recipe, verdict in verdicts.items():
+            other = sorted(
+                {k for o in outcomes if o.get("recipe_fingerprint") == recipe for k in o["other"]}
+            )
+            sections.append(
+                f"### Recipe `{recipe[:12]}` ({', '.join(other) or 'the base settings'}): "
+                f"compared on its own\n\n{verdict.get('markdown', '')}"
+            )
+        accepted = all(v.get("accepted") for v in verdicts.values())
+        markdown = "\n".join(sections)
+        assert self.run_id is not None
+        Tracker(self.uri, self.experiment).tag_run(
+            self.run_id, {TAG_VERDICT: "accepted" if accepted else "refused", TAG_NOTE: markdown}
+        )
+        return {
+            "accepted": accepted,
+            "refusals": [r for v in verdicts.values() for r in v.get("refusals", [])],
+            "markdown": markdown,
+            "comparisons": verdicts,
+        }
 
     def finish(self, status: str) -> None:
         """End the parent run: ``FINISHED``, ``FAILED`` or ``KILLED`` (interrupted)."""

@@ -84,7 +84,7 @@ OWNED_FLAGS = {
     "module": "model.module",
     "config": "model.config",
     "dump-folder": "runs_root (and the run name)",
-    "dataloader.spec": "the data section (data.*), which the data contract covers",
+    "dataloader.spec": "data.* (the data section, which the data contract covers)",
     "tokenizer.": "data.tokenizer",
     "training.seq-len": "data.seq_len",
     "training.global-batch-size": "data.global_batch_size",

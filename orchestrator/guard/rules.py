@@ -7,7 +7,12 @@ reason and what to do about it, when it is not. The rules:
 
 1. **Enough runs with data.** Fewer than two runs: ``too_few_runs``. A run
    without per-step batch digests (or without its experiment record, so its
-   contract is unknown): ``no_data``; such a run takes no part in rules 2 and 3.
+   contract is unknown, or without a recorded recipe): ``no_data``; such a run
+   takes no part in rules 2, 3 and 6.
+   **Finished runs.** A run that did not finish its schedule (status other than
+   succeeded, or fewer finished steps than ``train.steps``: killed, failed,
+   still running) is ``unfinished``, with its state and the command that
+   finishes it: its scores are not those of its recipe.
 2. **Replicates saw the same data.** Runs of the same *variant* (same contract
    and mixture) must have identical global batch digests on every step they
    both finished. Within a variant every run is compared with the variant's
@@ -28,7 +33,14 @@ reason and what to do about it, when it is not. The rules:
 4. **Scores come from one common step.** Scores are read at the last held-out
    eval step that every run evaluated, and only if every run evaluated the same
    domains there; otherwise ``no_common_eval``.
-5. **All reasons at once.** Every refusal is collected (not only the first);
+5. **Same recipe, same initial weights.** Every run must have the recipe of
+   the first run (:mod:`orchestrator.run.recipe`: model, optimizer, learning
+   rate schedule, steps, init seed, precision, any TorchTitan flag, versions),
+   compared field by field: ``recipe_mismatch`` names each differing field and
+   both values. Equal recipes must have started from the same initial
+   checkpoint (its sha256): ``init_mismatch``. A run resumed with more steps
+   records the step it was extended at, which counts as a recipe field.
+6. **All reasons at once.** Every refusal is collected (not only the first);
    the verdict is "refused" if there is any, and a refused comparison shows no
    scores.
 
@@ -60,6 +72,9 @@ NO_DATA = "no_data"
 DIVERGED_DATA = "diverged_data"
 CONTRACT_MISMATCH = "contract_mismatch"
 NO_COMMON_EVAL = "no_common_eval"
+UNFINISHED = "unfinished"
+RECIPE_MISMATCH = "recipe_mismatch"
+INIT_MISMATCH = "init_mismatch"
 
 AGGREGATE = "aggregate"
 """Key of the aggregate score in :attr:`RunSummary.evals` entries."""
@@ -85,6 +100,17 @@ class RunSummary:
     """Step -> ``{"code": bpb, ..., "aggregate": bpb}`` (bits per byte, lower is better)."""
     dp_sizes: list[int] = field(default_factory=list)
     """Data-parallel size of each launch segment (``[2, 1]``: started on 2, resumed on 1)."""
+    recipe_fingerprint: str = ""
+    recipe: dict[str, Any] = field(default_factory=dict)
+    """The recipe's fields, flattened (``optimizer.param_groups.0.optimizer_kwargs.lr``)."""
+    init_sha256: str = ""
+    """sha256 of the initial checkpoint the run started from."""
+    status: str = ""
+    """The orchestrator's status: ``succeeded``, ``failed``, ``interrupted``, ``running``."""
+    planned_steps: int | None = None
+    """``train.steps`` of the run's experiment."""
+    folder: str = ""
+    """The run folder (for the command that finishes an unfinished run)."""
 
 
 @dataclass
@@ -97,7 +123,8 @@ class Refusal:
     """
 
     code: str
-    """``diverged_data``, ``contract_mismatch``, ``no_data``, ``no_common_eval`` or ``too_few_runs``."""
+    """``diverged_data``, ``contract_mismatch``, ``recipe_mismatch``, ``init_mismatch``,
+    ``unfinished``, ``no_data``, ``no_common_eval`` or ``too_few_runs``."""
     message: str
     runs: list[str] = field(default_factory=list)
     detail: dict[str, Any] = field(default_factory=dict)
@@ -120,6 +147,8 @@ class Comparison:
     """Fewest digest steps any two compared replicates shared (0 if no variant had two)."""
     contract_fingerprint: str | None = None
     """The contract fingerprint all runs share, when accepted."""
+    recipe_fingerprint: str | None = None
+    """The recipe fingerprint all runs share, when accepted."""
 
     def to_json(self) -> dict[str, Any]:
         """The verdict as a JSON-serialisable dict."""
@@ -129,6 +158,7 @@ class Comparison:
             "eval_step": self.eval_step,
             "domains": list(self.domains),
             "contract_fingerprint": self.contract_fingerprint,
+            "recipe_fingerprint": self.recipe_fingerprint,
             "common_steps": self.common_steps,
             "refusals": [asdict(r) for r in self.refusals],
             "rows": self.rows,
@@ -179,8 +209,13 @@ class Comparison:
         )
         lines += [
             "",
-            f"All data fingerprints agreed ({agreed}), and all variants share data contract "
-            f"`{(self.contract_fingerprint or '')[:SHORT]}`: they differ only in the mixture.",
+            f"Checked: every run finished its schedule; all data fingerprints agreed ({agreed}); "
+            f"all runs share data contract `{(self.contract_fingerprint or '')[:SHORT]}` (data "
+            f"files, tokenizer, batch layout, seeds) and recipe "
+            f"`{(self.recipe_fingerprint or '')[:SHORT]}` (model, optimizer, schedule, steps, "
+            "init seed, precision, TorchTitan flags, versions), and started from one initial "
+            "checkpoint. What differs between variants is the mixture; within a variant, the "
+            "dp size and micro-batch size at most.",
         ]
         return "\n".join(lines) + "\n"
 
@@ -237,6 +272,8 @@ def _no_data(
             missing.append("no per-step batch digests (zephon/steps.jsonl)")
         if not run.contract or not run.variant:
             missing.append("no data contract / variant (zephon/experiment.json)")
+        elif not run.recipe_fingerprint:
+            missing.append("no recipe (recorded before Zephon compared recipes)")
         if missing:
             refusals.append(
                 Refusal(
@@ -288,12 +325,7 @@ def _span(digests: dict[int, str]) -> str:
 def _mismatch(ref: RunSummary, run: RunSummary, label: dict[str, str]) -> Refusal | None:
     """``contract_mismatch`` if two runs' contracts differ in more than the mixture, else None."""
     a, b = label[ref.run_id], label[run.run_id]
-    fa, fb = _contract_fields(ref.contract), _contract_fields(run.contract)
-    fields = {
-        key: {a: fa.get(key, ABSENT), b: fb.get(key, ABSENT)}
-        for key in sorted(set(fa) | set(fb))
-        if fa.get(key, ABSENT) != fb.get(key, ABSENT)
-    }
+    fields = _differing(_contract_fields(ref.contract), _contract_fields(run.contract), a, b)
     if fields:
         parts = "; ".join(
             f"{k}: {_show(v[a])} ({a}) vs {_show(v[b])} ({b})" for k, v in fields.items()
@@ -327,6 +359,66 @@ def _mismatch(ref: RunSummary, run: RunSummary, label: dict[str, str]) -> Refusa
             },
         )
     return None
+
+
+def _unfinished(run: RunSummary, label: dict[str, str]) -> Refusal | None:
+    """``unfinished`` if ``run`` did not complete its schedule, else None."""
+    done = max(run.digests, default=0)
+    planned = run.planned_steps
+    if run.status == "succeeded" and (planned is None or done >= planned):
+        return None
+    name = label[run.run_id]
+    state = run.status or "unknown"
+    finish = f"zephon resume {run.folder}" if run.folder else "zephon resume <its run folder>"
+    return Refusal(
+        UNFINISHED,
+        f"{name} did not finish its schedule ({state}, {done} of "
+        f"{planned if planned is not None else '?'} steps): its scores are not those of its "
+        f"recipe. Finish it ({finish}), or leave it out of the comparison.",
+        [run.run_id],
+        {"run": name, "status": state, "steps": done, "planned_steps": planned, "command": finish},
+    )
+
+
+def _recipe_mismatch(ref: RunSummary, run: RunSummary, label: dict[str, str]) -> Refusal | None:
+    """``recipe_mismatch`` or ``init_mismatch`` if two runs did not train alike, else None."""
+    a, b = label[ref.run_id], label[run.run_id]
+    fields = _differing(ref.recipe, run.recipe, a, b)
+    if fields:
+        parts = "; ".join(
+            f"{k}: {_show(v[a])} ({a}) vs {_show(v[b])} ({b})" for k, v in list(fields.items())[:6]
+        )
+        more = f" (and {len(fields) - 6} more fields)" if len(fields) > 6 else ""
+        return Refusal(
+            RECIPE_MISMATCH,
+            f"{a} and {b} were trained with different recipes — {parts}{more}. Their scores "
+            "would mix the mixture's effect with these changes; compare runs of one recipe "
+            "(same model, optimizer, schedule, steps, seed and versions), or re-run one of them "
+            "with the other's settings.",
+            [ref.run_id, run.run_id],
+            {"fields": fields},
+        )
+    if ref.init_sha256 != run.init_sha256:
+        ia, ib = ref.init_sha256[:SHORT] or ABSENT, run.init_sha256[:SHORT] or ABSENT
+        return Refusal(
+            INIT_MISMATCH,
+            f"{a} and {b} have one recipe but started from different initial weights (initial "
+            f"checkpoint {ia} ({a}) vs {ib} ({b})): made on machines with different torch "
+            "builds, or one was made before Zephon shared initial checkpoints; re-run one of "
+            "them where the other's initial checkpoint is.",
+            [ref.run_id, run.run_id],
+            {"fields": {"init_sha256": {a: ref.init_sha256, b: run.init_sha256}}},
+        )
+    return None
+
+
+def _differing(fa: dict[str, Any], fb: dict[str, Any], a: str, b: str) -> dict[str, dict[str, Any]]:
+    """Dotted field -> ``{a: value, b: value}`` for every field where two flat dicts differ."""
+    return {
+        key: {a: fa.get(key, ABSENT), b: fb.get(key, ABSENT)}
+        for key in sorted(set(fa) | set(fb))
+        if fa.get(key, ABSENT) != fb.get(key, ABSENT)
+    }
 
 
 def _show(value: Any) -> str:
@@ -404,6 +496,7 @@ def _checks(runs: list[RunSummary]) -> tuple[list[Refusal], int | None, list[str
         )
     no_data, usable = _no_data(ordered_runs(runs), label)
     refusals += no_data
+    refusals += [r for r in (_unfinished(run, label) for run in usable) if r]
     groups = _by_variant(usable)
     common_steps: list[int] = []
     for group in groups.values():
@@ -418,6 +511,10 @@ def _checks(runs: list[RunSummary]) -> tuple[list[Refusal], int | None, list[str
     pairs += [(group[0], run) for group in groups.values() for run in group[1:]]
     for ref, run in pairs:
         refusal = _mismatch(ref, run, label)
+        if refusal:
+            refusals.append(refusal)
+    for run in usable[1:]:
+        refusal = _recipe_mismatch(usable[0], run, label)
         if refusal:
             refusals.append(refusal)
     scored = usable or ordered_runs(runs)  # runs refused for no_data need no second reason
@@ -461,5 +558,14 @@ def compare(runs: list[RunSummary]) -> Comparison:
         )
     rows.sort(key=lambda row: (row["aggregate_bpb"], row["mixture"], row["variant_id"]))
     rows = [{"rank": rank, **row} for rank, row in enumerate(rows, 1)]
-    fingerprint = ordered_runs(runs)[0].contract_fingerprint
-    return Comparison(True, [], step, rows, domains, common_steps, fingerprint)
+    first = ordered_runs(runs)[0]
+    return Comparison(
+        True,
+        [],
+        step,
+        rows,
+        domains,
+        common_steps,
+        first.contract_fingerprint,
+        first.recipe_fingerprint,
+    )

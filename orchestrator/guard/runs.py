@@ -19,9 +19,14 @@ from orchestrator.tracking.names import (
     TAG_CONTRACT,
     TAG_DP_HISTORY,
     TAG_DP_SIZE,
+    TAG_INIT,
     TAG_NOTE,
+    TAG_RECIPE,
+    TAG_RUN_FOLDER,
+    TAG_STATUS,
     TAG_VARIANT,
     TAG_VERDICT,
+    flatten,
 )
 
 if TYPE_CHECKING:
@@ -45,11 +50,21 @@ def _dp_sizes(tags: dict[str, str], steps: list[dict[str, Any]]) -> list[int]:
     return sizes
 
 
+def _recipe_fields(experiment: dict[str, Any]) -> dict[str, Any]:
+    """The recorded recipe, flattened, with the steps a resume extended it at."""
+    if not experiment.get("recipe"):
+        return {}
+    fields = flatten(experiment["recipe"])
+    fields["extended_at_steps"] = [e["at_step"] for e in experiment.get("extended", [])]
+    return fields
+
+
 def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
     """Read ``run_ids`` from ``tracker``'s store into :class:`RunSummary` objects, in order.
 
-    Tags give the variant, contract fingerprint and dp sizes; ``zephon/experiment.json``
-    the contract and mixture (and the fingerprints, if the tags are missing);
+    Tags give the variant, contract and recipe fingerprints, initial checkpoint, status
+    and dp sizes; ``zephon/experiment.json`` the contract, mixture, recipe and planned
+    steps (and the fingerprints, if the tags are missing);
     ``zephon/steps.jsonl`` the digests and ``zephon/eval.jsonl`` the scores. Missing
     artifacts leave the fields empty, so :func:`check` refuses the run with a reason
     instead of this function failing. An unknown run id raises ``ValueError``.
@@ -90,6 +105,14 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 digests=digests,
                 evals=evals,
                 dp_sizes=_dp_sizes(tags, steps),
+                recipe_fingerprint=tags.get(TAG_RECIPE)
+                or str(experiment.get("recipe_fingerprint") or ""),
+                recipe=_recipe_fields(experiment),
+                init_sha256=tags.get(TAG_INIT)
+                or str((experiment.get("init_checkpoint") or {}).get("sha256") or ""),
+                status=tags.get(TAG_STATUS, ""),
+                planned_steps=(experiment.get("config") or {}).get("train", {}).get("steps"),
+                folder=tags.get(TAG_RUN_FOLDER, ""),
             )
         )
     return summaries

@@ -258,13 +258,30 @@ def resume(
             f"{stopped}): its zephon process had died",
             file=sys.stderr,
         )
-    if steps is not None:
+    if steps is not None and steps != config.train.steps:
         config = replace(config, train=replace(config.train, steps=steps))
+        _record_extension(folder, config)
     validate(config, dp)
     devices = discover(config.resources.device, config.resources.gpu_ids)
     chosen = choose_dp(config, devices, dp)
     tracker = _tracker(config) if folder.state().get("tracking_enabled", True) else None
     return _train(folder, config, chosen, devices, tracker, progress, _init_of(folder, config))
+
+
+def _record_extension(folder: RunFolder, config: ExperimentConfig) -> None:
+    """Record a longer schedule: the new steps and recipe, and the step it changed at (the
+    learning-rate schedule before it was the old one's, so the guard counts it)."""
+    record = folder.experiment()
+    if record.get("recipe"):
+        validate(config)
+        recipe = recipe_of(config)
+        extended = {
+            "at_step": folder.last_checkpoint_step() or 0,
+            "from_recipe": record.get("recipe_fingerprint"),
+        }
+        record.update(recipe.to_dict(), extended=[*record.get("extended", []), extended])
+    record["config"] = config.to_dict()
+    folder.write_experiment(record)
 
 
 def _init_of(folder: RunFolder, config: ExperimentConfig) -> InitCheckpoint | None:

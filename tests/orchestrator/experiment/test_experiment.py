@@ -77,8 +77,13 @@ def test_every_problem_is_reported_at_once(base: dict) -> None:
         ("train.precision=fp16", "use one of auto, float32, bfloat16"),
         (
             "model.args=[--training.mixed-precision-param,float32]",
-            "set train.precision instead",
+            r"sets --training.mixed-precision-param, .* set train.precision \(float32",
         ),
+        ("model.args=[--dataloader.spec,other.json]", r"sets --dataloader.spec, .* data\.\*"),
+        ("model.args=[--training.steps=30]", "sets --training.steps, .* set train.steps instead"),
+        ("model.args=[--debug.seed=3]", "sets --debug.seed, .* set train.seed instead"),
+        ("model.args=[--checkpoint.interval,5]", "set train.checkpoint_interval"),
+        ("model.args=[--tokenizer.name,o200k]", "set data.tokenizer instead"),
     ],
 )
 def test_bad_values_are_refused_with_what_to_change(

@@ -26,10 +26,14 @@ from orchestrator.tracking.names import (
     TAG_COMPARED,
     TAG_CONTRACT,
     TAG_DP_HISTORY,
+    TAG_INIT,
     TAG_KIND,
+    TAG_RECIPE,
+    TAG_STATUS,
     TAG_SWEEP,
     TAG_VARIANT,
     TAG_VERDICT,
+    flatten,
 )
 from orchestrator.tracking.tracker import Tracker, training_run_ids
 
@@ -68,6 +72,21 @@ def make_contract(**changes: object) -> dict:
     return contract
 
 
+RECIPE = {
+    "optimizer": {"param_groups": [{"optimizer_kwargs": {"lr": 8e-4}, "pattern": ".*"}]},
+    "lr_scheduler": {"warmup_steps": 2},
+    "training": {"steps": 10, "max_norm": 1.0},
+    "debug": {"seed": 42},
+    "model_spec": {"flavor": "zephon_mini", "model": {"dim": 64}},
+    "versions": {"torch": "2.13.0", "torchtitan": "0.3.0", "zephon": "0.1.0"},
+}
+
+
+def make_recipe(**changes: object) -> dict:
+    """A flat recipe as ``load_runs`` reads one, with dotted ``changes``."""
+    return {**flatten(RECIPE), "extended_at_steps": [], **changes}
+
+
 def digests_for(variant: str, steps: int = 10) -> dict[int, str]:
     return {s: _sha("batch", variant, s) for s in range(1, steps + 1)}
 
@@ -90,8 +109,12 @@ def make_run(
     dp: list[int] | None = None,
     digests: dict[int, str] | None = None,
     evals: dict[int, dict[str, float]] | None = None,
+    recipe: dict | None = None,
+    init: str = "init-0",
+    status: str = "succeeded",
 ) -> RunSummary:
     contract = make_contract() if contract is None else contract
+    recipe = make_recipe() if recipe is None else recipe
     fingerprint = _sha("contract", contract)
     variant = _sha("variant", fingerprint, sorted(mixture.items()))
     return RunSummary(
@@ -104,6 +127,12 @@ def make_run(
         digests=digests_for(variant) if digests is None else digests,
         evals=evals_for(base) if evals is None else evals,
         dp_sizes=dp or [1],
+        recipe_fingerprint=_sha("recipe", recipe),
+        recipe=recipe,
+        init_sha256=_sha("init", init),
+        status=status,
+        planned_steps=max(digests or {}, default=10),
+        folder=f"/runs/{name}",
     )
 
 
@@ -157,7 +186,9 @@ def test_accepted_rows_means_and_spread(tmp_path: Path) -> None:
 
     md = result.to_markdown()
     assert "accepted" in md and "eval step 10" in md
-    assert "All data fingerprints agreed" in md
+    assert "all data fingerprints agreed" in md and "every run finished its schedule" in md
+    assert f"recipe `{runs[0].recipe_fingerprint[:12]}`" in md
+    assert payload["recipe_fingerprint"] == runs[0].recipe_fingerprint
     assert "code=0.200 docs=0.300 i18n=0.500" in md and "b-1, b-2" in md
     assert md.count("\n| ") == 3  # header + two rows
 
@@ -251,7 +282,80 @@ def test_same_variant_without_common_steps() -> None:
 def test_shorter_replicate_checked_on_common_steps_only() -> None:
     a, b = make_run("a"), make_run("b", base=1.01)
     b.digests = {s: d for s, d in b.digests.items() if s <= 6}
-    assert compare([a, b]).accepted
+    assert codes(compare([a, b]).refusals) == ["unfinished"]  # not diverged_data
+
+
+# -- recipes, initial weights, unfinished runs --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("optimizer.param_groups.0.optimizer_kwargs.lr", 1e-3),  # another learning rate
+        ("training.steps", 20),  # another schedule length
+        ("debug.seed", 7),  # another init seed
+        ("model_spec.model.dim", 128),  # another model size
+        ("versions.torch", "2.12.0"),
+    ],
+)
+def test_recipe_change_is_refused_naming_the_field_and_both_values(
+    field: str, value: object
+) -> None:
+    changed = make_run("b", MIX_B, recipe=make_recipe(**{field: value}), base=0.9)
+    result = compare([make_run("a"), make_run("a-2", base=1.01), changed])
+    assert not result.accepted and codes(result.refusals) == ["recipe_mismatch"]
+    (refusal,) = result.refusals
+    assert refusal.detail["fields"] == {field: {"a": flatten(RECIPE)[field], "b": value}}
+    assert field in refusal.message and json.dumps(value) in refusal.message
+    assert refusal.runs == ["id-a", "id-b"]
+
+
+def test_recipe_change_within_a_variant_is_refused_too() -> None:
+    a2 = make_run("a-2", recipe=make_recipe(**{"lr_scheduler.warmup_steps": 5}))
+    result = compare([make_run("a"), a2, make_run("b", MIX_B)])
+    assert codes(result.refusals) == ["recipe_mismatch"]
+    assert list(result.refusals[0].detail["fields"]) == ["lr_scheduler.warmup_steps"]
+
+
+def test_extended_schedule_counts_as_a_recipe_field() -> None:
+    extended = make_run("b", MIX_B, recipe=make_recipe(extended_at_steps=[5]))
+    result = compare([make_run("a"), extended])
+    assert codes(result.refusals) == ["recipe_mismatch"]
+    assert "extended_at_steps" in result.refusals[0].detail["fields"]
+
+
+def test_same_recipe_other_initial_weights_refused() -> None:
+    result = compare([make_run("a"), make_run("b", MIX_B, init="init-made-elsewhere")])
+    assert codes(result.refusals) == ["init_mismatch"]
+    assert set(result.refusals[0].detail["fields"]["init_sha256"]) == {"a", "b"}
+
+
+@pytest.mark.parametrize(
+    ("status", "steps"), [("interrupted", 10), ("failed", 10), ("running", 10), ("succeeded", 6)]
+)
+def test_unfinished_run_refused_with_its_state_and_the_command(status: str, steps: int) -> None:
+    short = make_run("b", MIX_B, status=status)
+    short.digests = {s: d for s, d in short.digests.items() if s <= steps}
+    result = compare([make_run("a"), make_run("a-2"), short])
+    assert codes(result.refusals) == ["unfinished"]
+    (refusal,) = result.refusals
+    assert refusal.detail == {
+        "run": "b",
+        "status": status,
+        "steps": steps,
+        "planned_steps": 10,
+        "command": "zephon resume /runs/b",
+    }
+    assert f"{status}, {steps} of 10 steps" in refusal.message
+    assert "zephon resume /runs/b" in refusal.message
+
+
+def test_run_without_recorded_recipe_has_no_data() -> None:
+    old = make_run("b", MIX_B)
+    old.recipe_fingerprint, old.recipe = "", {}
+    result = compare([make_run("a"), old])
+    assert codes(result.refusals) == ["no_data"]
+    assert "no recipe" in result.refusals[0].message
 
 
 def test_all_refusals_collected() -> None:
@@ -361,6 +465,9 @@ def _log_training_run(client, experiment_id: str, run: RunSummary, tmp: Path, sw
             TAG_CONTRACT: run.contract_fingerprint,
             TAG_DP_HISTORY: ",".join(map(str, run.dp_sizes)),
             TAG_SWEEP: sweep,
+            TAG_RECIPE: run.recipe_fingerprint,
+            TAG_INIT: run.init_sha256,
+            TAG_STATUS: run.status,
         },
     )
     run_id = created.info.run_id
@@ -369,11 +476,13 @@ def _log_training_run(client, experiment_id: str, run: RunSummary, tmp: Path, sw
     (folder / "experiment.json").write_text(
         json.dumps(
             {
-                "config": {},
+                "config": {"train": {"steps": run.planned_steps}},
                 "contract": run.contract,
                 "mixture": run.mixture,
                 "contract_fingerprint": run.contract_fingerprint,
                 "variant": run.variant,
+                "recipe": RECIPE,
+                "recipe_fingerprint": run.recipe_fingerprint,
             }
         )
     )
@@ -436,6 +545,13 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
         assert got.contract == want.contract and got.mixture == want.mixture
         assert got.digests == want.digests and got.dp_sizes == want.dp_sizes
         assert got.evals == want.evals  # JSON round-trips floats exactly
+        assert (got.recipe, got.recipe_fingerprint, got.init_sha256, got.status) == (
+            want.recipe,
+            want.recipe_fingerprint,
+            want.init_sha256,
+            want.status,
+        )
+        assert (got.planned_steps, got.folder) == (10, "")  # no run-folder tag logged here
     result = compare(loaded)
     assert result.accepted, result.refusals
     expected = compare(originals).rows

@@ -47,7 +47,8 @@ reason and what to do about it, when it is not. The rules:
 An accepted comparison has one row per variant, best (lowest aggregate bits
 per byte) first: the mixture, the number of replicates, the dp sizes they ran
 on, the mean score per domain and in aggregate, and the replicate spread of
-the aggregate (range and sample standard deviation, 0 for one replicate).
+the aggregate (range and sample standard deviation, 0 for one replicate), and the
+difference of each aggregate to the best one (``vs best``), to read next to the spread.
 
 Runs are read from MLflow with the names in :mod:`orchestrator.tracking.names`
 (:func:`load_runs`, :func:`find_run_ids`), and a verdict is logged back as a
@@ -140,7 +141,8 @@ class Comparison:
     rows: list[dict[str, Any]]
     """Per variant: ``rank``, ``variant`` (12 hex), ``variant_id``, ``mixture`` (canonical
     text), ``shares``, ``replicates``, ``dp_sizes`` ("1,2"), ``bpb`` (domain -> mean),
-    ``aggregate_bpb``, ``aggregate_range``, ``aggregate_std``, ``runs`` (names), ``run_ids``."""
+    ``aggregate_bpb``, ``vs_best`` (its difference to the first row's), ``aggregate_range``,
+    ``aggregate_std``, ``runs`` (names), ``run_ids``."""
     domains: list[str] = field(default_factory=list)
     """Held-out domains scored at ``eval_step``, in table order."""
     common_steps: int = 0
@@ -175,7 +177,7 @@ class Comparison:
             return "\n".join(lines) + "\n"
         header = ["rank", "variant", "mixture", "n", "dp sizes"]
         header += [f"{d} bpb" for d in self.domains]
-        header += ["aggregate bpb", "range", "std", "runs"]
+        header += ["aggregate bpb", "vs best", "range", "std", "runs"]
         lines = [
             "## Comparison accepted",
             "",
@@ -196,8 +198,9 @@ class Comparison:
             cells += [f"{row['bpb'][d]:.4f}" for d in self.domains]
             cells += [
                 f"**{row['aggregate_bpb']:.4f}**",
-                f"{row['aggregate_range']:.4f}",
-                f"{row['aggregate_std']:.4f}",
+                f"{row['vs_best']:+.4f}",
+                _small(row["aggregate_range"]),
+                _small(row["aggregate_std"]),
                 ", ".join(row["runs"]),
             ]
             lines.append("| " + " | ".join(cells) + " |")
@@ -221,7 +224,13 @@ class Comparison:
 
 
 def _align(header: str) -> str:
-    return "---:" if header in ("rank", "n", "range", "std") or header.endswith("bpb") else "---"
+    numeric = ("rank", "n", "vs best", "range", "std")
+    return "---:" if header in numeric or header.endswith("bpb") else "---"
+
+
+def _small(value: float) -> str:
+    """A spread: 4 decimals, or two significant digits below 1e-4 (replicates agree closely)."""
+    return f"{value:.4f}" if value == 0 or value >= 1e-4 else f"{value:.1e}"
 
 
 # -- the guard ---------------------------------------------------------------------------------
@@ -557,7 +566,11 @@ def compare(runs: list[RunSummary]) -> Comparison:
             }
         )
     rows.sort(key=lambda row: (row["aggregate_bpb"], row["mixture"], row["variant_id"]))
-    rows = [{"rank": rank, **row} for rank, row in enumerate(rows, 1)]
+    best = rows[0]["aggregate_bpb"]
+    rows = [
+        {"rank": rank, **row, "vs_best": row["aggregate_bpb"] - best}
+        for rank, row in enumerate(rows, 1)
+    ]
     first = ordered_runs(runs)[0]
     return Comparison(
         True,

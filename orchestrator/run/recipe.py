@@ -9,8 +9,9 @@
     init_key           = sha256(canonical init part)   one seed checkpoint per init_key
 
 Resolving imports TorchTitan (about 10 s), so answers are cached in
-``$ZEPHON_HOME/recipes/<key>.json``, the key covering the flags, the versions and
-the source of the config module and of ``orchestrator/titan/`` (a config
+``$ZEPHON_HOME/recipes/<key>.json``, the key covering the model config and
+``model.args``, the versions and the source of the config module and of
+``orchestrator/titan/`` (a config
 function's other imports are covered by the versions only: after editing them,
 delete that folder). What replicates may differ in without changing the recipe is
 listed, with the reasons, in :data:`orchestrator.titan.recipe.REPLICATE_FREE`.
@@ -75,23 +76,34 @@ def recipe_flags(config: ExperimentConfig) -> list[str]:
 
 def recipe_of(config: ExperimentConfig) -> Recipe:
     """``config``'s recipe, from the cache or TorchTitan's parser; ``ExperimentError`` naming
-    the flag when TorchTitan refuses ``model.args``."""
-    flags = recipe_flags(config)
+    the flag when TorchTitan refuses ``model.args``.
+
+    The cache holds one answer per model config and ``model.args``: the values of Zephon's
+    own flags (steps, init seed, precision) are set on it rather than resolved again, since
+    ``model.args`` may not set them (:data:`orchestrator.experiment.validation.OWNED_FLAGS`)
+    and TorchTitan's answer for them is the flag's value."""
+    m, t = config.model, config.train
     versions = {name: _version(name) for name in RECIPE_PACKAGES}
     key = fingerprint(
-        {"flags": flags, "versions": versions, "sources": _source_digest(config.model.module)}
+        {
+            "model": [m.module, m.config, list(m.args)],
+            "versions": versions,
+            "sources": _source_digest(m.module),
+        }
     )
     cached = zephon_home() / "recipes" / f"{key}.json"
     try:
         resolved = json.loads(cached.read_text())
     except (OSError, json.JSONDecodeError):
-        resolved = _resolve(flags)
+        resolved = _resolve(recipe_flags(config))
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(json.dumps(resolved, sort_keys=True))
         os.replace(partial, cached)
-    fields = {**resolved["recipe"], "versions": versions}
-    init = {**resolved["init"], "versions": versions}
+    fields, init = resolved["recipe"], resolved["init"]
+    fields["training"].update(steps=t.steps, mixed_precision_param=t.precision)
+    fields["debug"]["seed"] = init["debug"]["seed"] = t.seed
+    fields["versions"] = init["versions"] = versions
     return Recipe(fields, fingerprint(fields), init, fingerprint(init))
 
 

@@ -55,13 +55,14 @@ def zephon_debug() -> ZephonTrainer.Config:
     return _on_short_sequences(llama3_debugmodel())
 
 
-def zephon_mini() -> ZephonTrainer.Config:
-    """:func:`zephon_debug` with a 64-wide, 2-layer llama3 (gpt2 vocabulary: 6.6 M
-    parameters, a fifth of the arithmetic per token): for tests and smoke runs, where what
-    is checked is the data and the bookkeeping, not what the model learns."""
+def zephon_mini(dim: int = 64, n_heads: int = 4, n_layers: int = 2) -> ZephonTrainer.Config:
+    """:func:`zephon_debug` with a small llama3 (by default 64 wide, 4 heads, 2 layers; gpt2
+    vocabulary: 6.6 M parameters, a fifth of the arithmetic per token): for tests and smoke
+    runs, where what is checked is the data and the bookkeeping, not what the model learns."""
     base = llama3_debugmodel()
     assert base.model_spec is not None, "llama3_debugmodel has no model_spec"
-    base.model_spec = replace(base.model_spec, flavor="zephon_mini", model=_mini_llama3())
+    model = _mini_llama3(dim, n_heads, n_layers)
+    base.model_spec = replace(base.model_spec, flavor="zephon_mini", model=model)
     return _on_short_sequences(base)
 
 
@@ -80,10 +81,11 @@ def _on_short_sequences(base: Trainer.Config) -> ZephonTrainer.Config:
     return config
 
 
-def _mini_llama3() -> Llama3Model.Config:
-    """TorchTitan's ``debugmodel`` recipe (flex attention, its initialisations) at dim 64,
-    4 heads, 2 layers; the vocabulary is sized later by :func:`zephon_config`."""
-    dim, n_heads, n_layers, vocab = 64, 4, 2, 2048
+def _mini_llama3(dim: int, n_heads: int, n_layers: int) -> Llama3Model.Config:
+    """TorchTitan's ``debugmodel`` recipe (flex attention, its initialisations) at ``dim``,
+    ``n_heads`` heads, ``n_layers`` layers; the vocabulary is sized later by
+    :func:`zephon_config`."""
+    vocab = 2048
     return Llama3Model.Config(
         dim=dim,
         vocab_size=vocab,

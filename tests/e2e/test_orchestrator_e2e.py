@@ -10,8 +10,14 @@ runs two at a time, a core each):
             `zephon run`) after its step-2 checkpoint, resumed with `zephon resume --dp 1`
     b-dp1   variant B on 1 process
     a-seed  variant A with data.seed=1 on 1 process: a tampered contract
-    a-hide  variant A on 1 process whose trainer gets a hidden data spec (another shuffle
-            seed, through model.args): the same variant on paper, other data in fact
+    a-lr    variant A with another learning rate (model.args) on 1 process
+    a-short variant A trained 2 steps on 1 process (another schedule, scored at step 2)
+    a-init  variant A with another init seed (train.seed=7) on 1 process
+    a-deep  variant A on a 3-layer model (tests.support.titan_configs) on 1 process
+
+The guard refuses each confounded run next to the honest ones, naming the field; b-dp2
+is compared while it is interrupted (refused as unfinished). A hidden TorchTitan data
+flag (``--dataloader.spec`` in model.args) is refused before anything starts.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
+from orchestrator.errors import ExperimentError
 from orchestrator.experiment import DataSection, write_data_spec
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api
@@ -39,7 +46,9 @@ from orchestrator.tracking.names import (
     METRIC_LOSS,
     TAG_DATA_FINGERPRINT,
     TAG_DP_HISTORY,
+    TAG_INIT,
     TAG_PRECISION,
+    TAG_RECIPE,
     TAG_VARIANT,
     eval_metric,
 )
@@ -54,6 +63,7 @@ MIX_B = {"code": 0.0, "docs": 0.5, "i18n": 0.5}
 """No code: every lane's first record comes from the first dataset with a share (``code``
 in A), so only a mix without it differs from A within 4 steps."""
 STEPS = 4
+LR_FLAG = "--optimizer.param-groups.0.optimizer-kwargs.lr"
 
 
 def experiment(domains: dict[str, list[Path]], mixture: dict[str, float], **data: Any) -> dict:
@@ -104,30 +114,38 @@ def write_config(work: Path, name: str, config: dict) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(work: Path, domains: dict[str, list[Path]]) -> dict[str, api.RunResult]:
-    """The six runs of the module docstring (b-dp2 through the CLI, interrupted and resumed)."""
-    hidden = experiment(domains, MIX_A)
-    shuffled = work / "hidden-data.json"  # the trainer's data config, but another shuffle seed
-    write_data_spec(shuffled, DataSection(**hidden["data"], shuffle_seed=5))
-    hidden["model"]["args"] = ["--dataloader.spec", str(shuffled)]
+    """The runs of the module docstring (b-dp2 through the CLI, interrupted and resumed)."""
+    a = experiment(domains, MIX_A)
     side_by_side = {  # dp 1, two at a time, a core each
-        "a-dp1": experiment(domains, MIX_A),
+        "a-dp1": a,
         "b-dp1": experiment(domains, MIX_B),
         "a-seed": experiment(domains, MIX_A, seed=1),
-        "a-hide": hidden,
+        "a-lr": {**a, "model": {**a["model"], "args": [LR_FLAG, "2e-3"]}},
+        "a-short": {**a, "train": {**a["train"], "steps": 2}},
+        "a-init": {**a, "train": {**a["train"], "seed": 7}},
+        "a-deep": {
+            **a,
+            "model": {"module": "tests.support.titan_configs", "config": "zephon_mini_deep"},
+        },
     }
     cwd = os.getcwd()
     os.chdir(work)  # the embedded store is ./mlflow.db
     try:
-        results = {"a-dp2": api.run(experiment(domains, MIX_A), dp=2, run_name="a-dp2")}
-        with ThreadPoolExecutor(2) as pool:
-            futures = {
-                name: pool.submit(api.run, on_one_core(config), dp=1, run_name=name)
-                for name, config in side_by_side.items()
-            }
-            results |= {name: future.result() for name, future in futures.items()}
+        with pytest.MonkeyPatch.context() as patch:  # trainers import tests.support.titan_configs
+            patch.setenv(
+                "PYTHONPATH",
+                os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            )
+            results = {"a-dp2": api.run(a, dp=2, run_name="a-dp2")}
+            with ThreadPoolExecutor(2) as pool:
+                futures = {
+                    name: pool.submit(api.run, on_one_core(config), dp=1, run_name=name)
+                    for name, config in side_by_side.items()
+                }
+                results |= {name: future.result() for name, future in futures.items()}
     finally:
         os.chdir(cwd)
-    results["b-dp2"] = interrupted_then_resumed(work, experiment(domains, MIX_B))
+    results["b-dp2"] = interrupted_then_resumed(work, experiment(domains, MIX_B), results["a-dp2"])
     return results
 
 
@@ -135,9 +153,9 @@ def on_one_core(config: dict) -> dict:
     return {**config, "resources": {**config["resources"], "max_procs": 1}}
 
 
-def interrupted_then_resumed(work: Path, config: dict) -> api.RunResult:
+def interrupted_then_resumed(work: Path, config: dict, other: api.RunResult) -> api.RunResult:
     """`zephon run --dp 2`, SIGTERM once step 3 has data (the step-2 checkpoint exists),
-    then `zephon resume --dp 1`."""
+    `zephon compare` with ``other`` (refused: unfinished), then `zephon resume --dp 1`."""
     path = write_config(work, "b", config)
     folder = RunFolder(work / "runs" / "b-dp2")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -172,6 +190,12 @@ def interrupted_then_resumed(work: Path, config: dict) -> api.RunResult:
     assert f"resume {folder.path}" in err
     client = MlflowClient(tracking_uri=resolve_uri(None, work))
     assert client.get_run(interrupted["mlflow_run_id"]).info.status == "KILLED"
+    unfinished = api.RunResult(**interrupted)
+    (reason,) = refusals(work, other, unfinished)
+    assert reason["code"] == "unfinished" and reason["runs"] == [unfinished.mlflow_run_id]
+    assert reason["detail"]["status"] == "interrupted"
+    assert reason["detail"]["planned_steps"] == STEPS and reason["detail"]["steps"] < STEPS
+    assert reason["detail"]["command"] == f"zephon resume {folder.path.resolve()}"
     resumed = zephon(work, "resume", str(folder.path), "--dp", "1", "--json")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     return api.RunResult(**json.loads(resumed.stdout))
@@ -181,16 +205,24 @@ def test_runs_succeed_with_fingerprints_and_eval(
     runs: dict[str, api.RunResult], domains: dict[str, list[Path]]
 ) -> None:
     for name, result in runs.items():
+        steps = 2 if name == "a-short" else STEPS
         assert result.status == "succeeded", f"{name}: {result.messages}"
-        assert result.steps == STEPS and result.tracking == "synced"
-        assert result.eval is not None and result.eval["step"] == STEPS
+        assert result.steps == steps and result.tracking == "synced"
+        assert result.eval is not None and result.eval["step"] == steps
         assert set(result.eval["bpb"]) == set(domains)
         assert 0 < result.eval["aggregate_bpb"] < 20
     a2, a1, b1 = runs["a-dp2"], runs["a-dp1"], runs["b-dp1"]
     assert a2.variant == a1.variant != b1.variant
     assert a2.contract_fingerprint == b1.contract_fingerprint  # same data but the mix
     assert runs["a-seed"].contract_fingerprint != a2.contract_fingerprint
-    assert runs["a-hide"].variant == a2.variant  # the hidden flag is not in the experiment
+    # one recipe and one initial checkpoint for every honest run, on any dp
+    honest = [runs[n] for n in ("a-dp2", "a-dp1", "b-dp2", "b-dp1")]
+    assert len({r.recipe_fingerprint for r in honest}) == 1
+    inits = {RunFolder(r.folder).experiment()["init_checkpoint"]["sha256"] for r in honest}
+    assert len(inits) == 1
+    for name in ("a-lr", "a-short", "a-init", "a-deep"):
+        assert runs[name].variant == a2.variant  # same data ...
+        assert runs[name].recipe_fingerprint != a2.recipe_fingerprint  # ... another recipe
 
 
 def test_data_is_identical_across_dp_sizes_and_a_resume(runs: dict[str, api.RunResult]) -> None:
@@ -262,12 +294,49 @@ def test_compare_refuses_a_tampered_contract_naming_the_field(
     assert "seed: 0 (a-dp2) vs 1 (a-seed)" in reasons[0]["message"]
 
 
-def test_compare_refuses_diverging_digests_naming_the_step(
+@pytest.mark.parametrize(
+    ("name", "field", "values"),
+    [
+        ("a-lr", "optimizer.param_groups.0.optimizer_kwargs.lr", (0.0008, 0.002)),
+        ("a-short", "training.steps", (STEPS, 2)),
+        ("a-init", "debug.seed", (42, 7)),
+        ("a-deep", "model_spec.model.layers.2.attention.dim", ("<absent>", 64)),
+    ],
+)
+def test_compare_refuses_another_recipe_naming_the_field(
+    work: Path, runs: dict[str, api.RunResult], name: str, field: str, values: tuple
+) -> None:
+    """Accepted as replicates before recipes were compared: same variant, same digests."""
+    reasons = refusals(work, runs["a-dp2"], runs["a-dp1"], runs[name])
+    assert [r["code"] for r in reasons] == ["recipe_mismatch"]
+    fields = reasons[0]["detail"]["fields"]
+    assert fields[field] == {"a-dp2": values[0], name: values[1]}
+    assert field in reasons[0]["message"]
+
+
+def test_mlflow_tags_name_the_recipe_and_the_initial_weights(
     work: Path, runs: dict[str, api.RunResult]
 ) -> None:
-    reasons = refusals(work, runs["a-dp1"], runs["a-hide"])
-    assert [r["code"] for r in reasons] == ["diverged_data"]
-    assert reasons[0]["detail"]["step"] == 1
+    client = MlflowClient(tracking_uri=resolve_uri(None, work))
+    for name in ("a-dp2", "a-init"):
+        result = runs[name]
+        tags = client.get_run(result.mlflow_run_id).data.tags
+        record = RunFolder(result.folder).experiment()
+        assert tags[TAG_RECIPE] == result.recipe_fingerprint == record["recipe_fingerprint"]
+        assert tags[TAG_INIT] == record["init_checkpoint"]["sha256"]
+    a, other = (RunFolder(runs[n].folder).experiment() for n in ("a-dp2", "a-init"))
+    assert a["init_checkpoint"]["sha256"] != other["init_checkpoint"]["sha256"]
+
+
+def test_hidden_torchtitan_data_flag_is_refused_before_launch(
+    work: Path, domains: dict[str, list[Path]]
+) -> None:
+    hidden = experiment(domains, MIX_A)
+    shuffled = work / "hidden-data.json"  # the trainer's data config, but another shuffle seed
+    write_data_spec(shuffled, DataSection(**hidden["data"], shuffle_seed=5))
+    hidden["model"]["args"] = ["--dataloader.spec", str(shuffled)]
+    with pytest.raises(ExperimentError, match=r"model.args sets --dataloader.spec"):
+        api.plan(hidden)
 
 
 def test_verify_elastic_reports_every_digest(work: Path, domains: dict[str, list[Path]]) -> None:

@@ -1,5 +1,8 @@
 """TorchTitan configs of the titan tests (``--module tests.support.titan_configs --config stock_mini``).
 
+``zephon_mini_deep`` is ``zephon_mini`` with 3 layers instead of 2: another model size,
+everything else equal (the guard must tell them apart).
+
 ``stock_mini`` is ``orchestrator.titan.configs.zephon_mini`` (same model, optimizer,
 schedule, tokenizer, seed) with TorchTitan's stock HuggingFace text loader instead of
 the lane pipeline, reading a local JSON dataset through TorchTitan's own ``c4_test``
@@ -26,6 +29,7 @@ from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 from torchtitan.trainer import Trainer
 
 from orchestrator.titan.configs import zephon_mini
+from orchestrator.titan.trainer import ZephonTrainer
 
 
 class RecordingTextDataLoader(HuggingFaceTextDataLoader):
@@ -56,3 +60,8 @@ def stock_mini() -> Trainer.Config:
     settings["dataloader"] = RecordingTextDataLoader.Config(dataset="c4_test")
     settings["training"].global_batch_size = -1  # TorchTitan's default: local batch x dp
     return Trainer.Config(**settings)
+
+
+def zephon_mini_deep() -> ZephonTrainer.Config:
+    """``zephon_mini`` with 3 layers (module docstring)."""
+    return zephon_mini(n_layers=3)

@@ -1,0 +1,71 @@
+"""The recipe (orchestrator.run.recipe): TorchTitan's own parser, canonical, cached, and
+what replicates may differ in without changing it."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.errors import ExperimentError
+from orchestrator.experiment import load_experiment
+from orchestrator.run import recipe as recipe_module
+from orchestrator.run.recipe import Recipe, recipe_of
+
+LR = "--optimizer.param-groups.0.optimizer-kwargs.lr"
+
+
+def recipe(*overrides: str) -> Recipe:
+    base = {"model": {"config": "zephon_mini"}, "train": {"precision": "float32"}}
+    return recipe_of(load_experiment(base, list(overrides)))
+
+
+def test_the_same_recipe_written_two_ways_has_one_fingerprint() -> None:
+    spaced = recipe(f"model.args=[{LR},1e-3]")
+    joined = recipe(f"model.args=[{LR}=0.001]")
+    assert spaced.fingerprint == joined.fingerprint
+    assert spaced.fields["optimizer"]["param_groups"][0]["optimizer_kwargs"]["lr"] == 0.001
+    assert spaced.fingerprint != recipe().fingerprint  # the default is 8e-4
+    assert spaced.init_key == recipe().init_key  # the learning rate is not the initial weights
+
+
+def test_replicate_free_settings_keep_the_recipe() -> None:
+    base = recipe()
+    for override in (
+        "resources.dp=2",
+        "train.microbatch_size=1",
+        "resources.launcher=multinode",
+        "resources.max_procs=1",
+        "eval.interval=3",
+        "train.checkpoint_interval=3",
+        "data.shuffle_buffer=4",  # data: the contract's business, not the recipe's
+    ):
+        assert recipe(override).fingerprint == base.fingerprint, override
+
+
+@pytest.mark.parametrize(
+    ("override", "same_init"),
+    [("train.steps=40", True), ("train.precision=bfloat16", True), ("train.seed=7", False)],
+)
+def test_schedule_precision_and_seed_are_the_recipe(override: str, same_init: bool) -> None:
+    base, changed = recipe(), recipe(override)
+    assert changed.fingerprint != base.fingerprint
+    assert (changed.init_key == base.init_key) is same_init
+    assert changed.fields["versions"]["torchtitan"] == base.fields["versions"]["torchtitan"]
+
+
+def test_a_cached_recipe_needs_no_torchtitan(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = recipe("train.steps=3")
+
+    def no_subprocess(flags: list[str]) -> dict:
+        raise AssertionError(f"resolved again: {flags}")
+
+    monkeypatch.setattr(recipe_module, "_resolve", no_subprocess)
+    again = recipe("train.steps=5", "train.seed=3")  # Zephon's own flags: set, not resolved
+    assert again.fields["training"]["steps"] == 5 and again.fields["debug"]["seed"] == 3
+    assert again.fields["model_spec"] == first.fields["model_spec"]
+
+
+def test_a_flag_torchtitan_refuses_is_named_with_its_spelling() -> None:
+    with pytest.raises(ExperimentError) as error:
+        recipe("model.args=[--optimizer.lr,1e-3]")
+    message = str(error.value)
+    assert "Unrecognized options: --optimizer.lr" in message and LR in message

@@ -1,0 +1,71 @@
+"""The mix sweeper's comparison step: one comparison per recipe, never one table mixing
+them (a sweep that also crosses e.g. ``train.steps``). Real sweeps are in tests/e2e."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow import MlflowClient
+
+from orchestrator.run import api
+from orchestrator.tracking.names import TAG_NOTE, TAG_VERDICT
+from orchestrator.tracking.tracker import Tracker
+from sweeps.sweeper import _ParentRun
+
+
+def outcome(run_id: str, recipe: str, other: list[str]) -> dict[str, Any]:
+    return {"mlflow_run_id": run_id, "recipe_fingerprint": recipe, "other": other}
+
+
+@pytest.fixture
+def parent(tmp_path: Path) -> _ParentRun:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = Tracker(uri, "sweeps").new_run("sweep-x", kind="sweep")
+    return _ParentRun(uri, "sweeps", run_id)
+
+
+def test_each_recipe_is_compared_on_its_own(
+    parent: _ParentRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[dict[str, Any]] = []
+
+    def compare(run_ids: list[str], **kwargs: Any) -> dict[str, Any]:
+        calls.append({"run_ids": run_ids, **kwargs})
+        accepted = run_ids[0] != "r40-a"  # the 40-step comparison is refused
+        return {
+            "accepted": accepted,
+            "refusals": [] if accepted else [{"code": "x"}],
+            "markdown": f"table of {','.join(run_ids)}\n",
+        }
+
+    monkeypatch.setattr(api, "compare", compare)
+    outcomes = [
+        outcome("r20-a", "recipe-20", ["train.steps=20"]),
+        outcome("r20-b", "recipe-20", ["train.steps=20"]),
+        outcome("r40-a", "recipe-40", ["train.steps=40"]),
+        outcome("r40-b", "recipe-40", ["train.steps=40"]),
+    ]
+    verdict = parent.compare(outcomes, tmp_path / "sweep")
+    assert verdict is not None
+    assert [c["run_ids"] for c in calls] == [["r20-a", "r20-b"], ["r40-a", "r40-b"]]
+    assert all(c["parent_run_id"] == parent.run_id and "into_run_id" not in c for c in calls)
+    assert not verdict["accepted"] and verdict["refusals"] == [{"code": "x"}]
+    assert set(verdict["comparisons"]) == {"recipe-20", "recipe-40"}
+    assert "(train.steps=20): compared on its own" in verdict["markdown"]
+    assert "table of r40-a,r40-b" in verdict["markdown"]
+    tags = MlflowClient(parent.uri).get_run(parent.run_id).data.tags
+    assert tags[TAG_VERDICT] == "refused" and tags[TAG_NOTE] == verdict["markdown"]
+
+
+def test_one_recipe_is_compared_into_the_parent_run(
+    parent: _ParentRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(
+        api, "compare", lambda run_ids, **kw: calls.append({"run_ids": run_ids, **kw}) or {}
+    )
+    parent.compare([outcome("a", "r", []), outcome("b", "r", [])], tmp_path / "sweep")
+    (call,) = calls
+    assert call["run_ids"] == ["a", "b"] and call["into_run_id"] == parent.run_id

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -71,6 +72,11 @@ def ensure_init_checkpoint(config: ExperimentConfig, recipe: Recipe) -> InitChec
         if found is not None:
             return found
         home.parent.mkdir(parents=True, exist_ok=True)
+        print(
+            f"[zephon] making the initial checkpoint of init key {recipe.init_key[:12]} "
+            "(once on this machine; every run of the recipe starts from it)",
+            file=sys.stderr,
+        )
         build = Path(tempfile.mkdtemp(prefix=f"{recipe.init_key[:12]}-build-", dir=home.parent))
         try:
             checkpoint = _create(config, build)

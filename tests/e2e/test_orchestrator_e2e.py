@@ -13,7 +13,7 @@ runs two at a time, a core each):
     a-lr    variant A with another learning rate (model.args) on 1 process
     a-short variant A trained 2 steps on 1 process (another schedule, scored at step 2)
     a-init  variant A with another init seed (train.seed=7) on 1 process
-    a-deep  variant A on a 3-layer model (tests.support.titan_configs) on 1 process
+    a-layers  variant A on a 3-layer model (tests.support.titan_configs) on 1 process
 
 The guard refuses each confounded run next to the honest ones, naming the field; b-dp2
 is compared while it is interrupted (refused as unfinished). A hidden TorchTitan data
@@ -123,7 +123,7 @@ def runs(work: Path, domains: dict[str, list[Path]]) -> dict[str, api.RunResult]
         "a-lr": {**a, "model": {**a["model"], "args": [LR_FLAG, "2e-3"]}},
         "a-short": {**a, "train": {**a["train"], "steps": 2}},
         "a-init": {**a, "train": {**a["train"], "seed": 7}},
-        "a-deep": {
+        "a-layers": {
             **a,
             "model": {"module": "tests.support.titan_configs", "config": "zephon_mini_deep"},
         },
@@ -220,7 +220,7 @@ def test_runs_succeed_with_fingerprints_and_eval(
     assert len({r.recipe_fingerprint for r in honest}) == 1
     inits = {RunFolder(r.folder).experiment()["init_checkpoint"]["sha256"] for r in honest}
     assert len(inits) == 1
-    for name in ("a-lr", "a-short", "a-init", "a-deep"):
+    for name in ("a-lr", "a-short", "a-init", "a-layers"):
         assert runs[name].variant == a2.variant  # same data ...
         assert runs[name].recipe_fingerprint != a2.recipe_fingerprint  # ... another recipe
 
@@ -300,7 +300,7 @@ def test_compare_refuses_a_tampered_contract_naming_the_field(
         ("a-lr", "optimizer.param_groups.0.optimizer_kwargs.lr", (0.0008, 0.002)),
         ("a-short", "training.steps", (STEPS, 2)),
         ("a-init", "debug.seed", (42, 7)),
-        ("a-deep", "model_spec.model.layers.2.attention.dim", ("<absent>", 64)),
+        ("a-layers", "model_spec.model.layers.2.attention.dim", ("<absent>", 64)),
     ],
 )
 def test_compare_refuses_another_recipe_naming_the_field(
@@ -310,7 +310,7 @@ def test_compare_refuses_another_recipe_naming_the_field(
     reasons = refusals(work, runs["a-dp2"], runs["a-dp1"], runs[name])
     assert [r["code"] for r in reasons] == ["recipe_mismatch"]
     fields = reasons[0]["detail"]["fields"]
-    assert fields[field] == {"a-dp2": values[0], name: values[1]}
+    assert fields[field] == {"a-dp1": values[0], name: values[1]}  # a-dp1: first by name
     assert field in reasons[0]["message"]
 
 

@@ -17,7 +17,9 @@ the faster forced precision.
 
 ``--main-job`` also runs the main job (``zephon-run --config-name main``, what
 ``bash scripts/main.sh`` runs) in a scratch folder and reports its wall time and
-the user and system CPU time of its whole process tree. Target: under 10 minutes.
+the user and system CPU time of its whole process tree, and from the guard's table each
+variant's replicate range across dp 1 and dp 2 next to the gaps between variants.
+Targets: under 10 minutes; every replicate range below 1e-3 bits/byte.
 
 Before each measurement the benchmark waits for a quiet machine
 (:func:`benchmarks.noise.machine_load_percent`); the load each one started at is
@@ -27,6 +29,7 @@ reported. Results: ``benchmarks/results/training.{json,md}``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -46,6 +49,9 @@ PRECISIONS = ("auto", "float32", "bfloat16")
 AUTO_TARGET = 1.10
 """``auto`` s/step over the faster forced precision's: at most this."""
 MAIN_JOB_TARGET_S = 600.0
+REPLICATE_RANGE_TARGET = 1e-3
+"""Largest range of a variant's aggregate held-out bits/byte across its dp 1 and dp 2
+replicates in the main job: at most this (one recipe, one initial checkpoint)."""
 CORPUS_BYTES_PER_DOMAIN = 300_000
 QUIET_WAIT_S = 120.0
 
@@ -146,6 +152,9 @@ def measure_main_job(work: Path, args: list[str]) -> dict[str, Any]:
         process = subprocess.Popen(command, cwd=work, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
     wall = time.monotonic() - start
+    rows = _comparison_rows(work)
+    ranges = [row["aggregate_range"] for row in rows]
+    scores = sorted(row["aggregate_bpb"] for row in rows)
     return {
         "command": command,
         "exit_status": os.waitstatus_to_exitcode(status),
@@ -155,8 +164,25 @@ def measure_main_job(work: Path, args: list[str]) -> dict[str, Any]:
         "system_s": round(usage.ru_stime, 1),
         "target_s": MAIN_JOB_TARGET_S,
         "target_met": wall < MAIN_JOB_TARGET_S and status == 0,
+        "variants": [
+            {k: row[k] for k in ("mixture", "dp_sizes", "aggregate_bpb", "aggregate_range")}
+            for row in rows
+        ],
+        "largest_replicate_range": max(ranges, default=None),
+        "smallest_variant_gap": min((b - a for a, b in itertools.pairwise(scores)), default=None),
+        "replicate_range_target": REPLICATE_RANGE_TARGET,
+        "replicate_range_target_met": bool(ranges) and max(ranges) < REPLICATE_RANGE_TARGET,
         "log": str(work / "main-job.log"),
     }
+
+
+def _comparison_rows(work: Path) -> list[dict[str, Any]]:
+    """The guard's rows of the main job's sweep (``multirun/*/*/sweep.json``); [] if none."""
+    found = sorted(work.glob("multirun/*/*/sweep.json"))
+    if not found:
+        return []
+    comparison = json.loads(found[-1].read_text()).get("comparison") or {}
+    return list(comparison.get("rows") or [])
 
 
 def to_markdown(report: dict[str, Any]) -> str:
@@ -194,6 +220,22 @@ def to_markdown(report: dict[str, Any]) -> str:
             f"{m['target_s']:.0f} s: {verdict}), {m['user_s']:.0f} s user and "
             f"{m['system_s']:.0f} s system CPU, exit status {m['exit_status']}.",
         ]
+        if m["variants"]:
+            verdict = "met" if m["replicate_range_target_met"] else "missed"
+            lines += [
+                "",
+                "| mixture | dp sizes | aggregate bpb | replicate range |",
+                "|---|---|---:|---:|",
+                *(
+                    f"| {v['mixture']} | {v['dp_sizes']} | {v['aggregate_bpb']:.4f} | "
+                    f"{v['aggregate_range']:.1e} |"
+                    for v in m["variants"]
+                ),
+                "",
+                f"Largest replicate range **{m['largest_replicate_range']:.1e}** bits/byte "
+                f"(target < {m['replicate_range_target']:.0e}: {verdict}); smallest gap between "
+                f"variants {m['smallest_variant_gap']:.4f}.",
+            ]
     return "\n".join(lines) + "\n"
 
 

@@ -10,9 +10,89 @@ are thus disjoint within an epoch and independent of each other and of the
 number of ranks. A dataset with ``exhausted="stop"`` ends after epoch 0.
 
 Mixing. Each lane draws records by estimated token cost
-(``round(bytes * tokens_per_byte) + 1``) from the dataset furthest behind its
-share (see :mod:`pipeline.mixture`), and closes a work chunk once its estimated
-tokens reach ``chunk_tokens``.
+``c = round(bytes * tokens_per_byte) + 1`` from the dataset whose next record
+finishes first in virtual time (see :mod:`pipeline.mixture`)::
+
+    d* = argmin_{d active, w_d > 0}  (o_{l,d} + t_d + c_d) / w_d
+
+(``c_d``: the cost of the record the lane would draw next from ``d``; the
+lane's first record is drawn by the start rule below), and closes a work chunk
+once its estimated tokens reach ``chunk_tokens``.
+
+Phases. Lane ``l`` of ``L`` starts dataset ``d`` at the offset
+``o_{l,d} = -phi_{l,d} * cbar_d`` (``t_d`` itself starts at 0): as if it had
+already served a fraction ``phi_{l,d}`` of a record of ``d``, where ``cbar_d``
+is the mean estimated cost of ``d``'s training records. The phases place the
+lanes on a circle of circumference 1 on which the datasets occupy consecutive
+arcs of length ``w_d``, in name order; ``E_d`` is where ``d``'s arc ends (the
+shares of the names up to ``d``)::
+
+    rng = Generator(PCG64(SeedSequence([PHASE_STREAM, seed])))
+    x_l = (rng.permutation(L)[l] + rng.random()) / L           lane l's point
+    phi_{l,d} = (x_l - E_d) mod 1
+
+* Out of phase: for each dataset the ``L`` phases are equally spaced, ``1/L``
+  apart, so the lanes draw their records of ``d`` at staggered points and
+  their rounding errors partly cancel in the global batch. In phase (all
+  offsets 0, as in earlier versions) every lane drew the same datasets in
+  the same steps and the errors of all lanes added up.
+* Systematic start: the lane whose point lies in ``d``'s arc has
+  ``phi_{l,d} >= 1 - w_d`` (``d``'s record is due), every other ``e`` has
+  ``phi_{l,e} < 1 - w_e``. The lane draws its first record from that dataset,
+  ``d0_l``, then follows the recurrence. So the first records of the ``L``
+  lanes are a systematic sample of the token shares: each dataset starts
+  ``floor(L*w_d)`` or ``ceil(L*w_d)`` lanes. (The recurrence alone draws
+  ``d0_l`` first when records cost the same; not when ``d0_l``'s records are
+  longer, since it finishes longer records later.) This is what the first
+  global batch shows when a lane's step is shorter than a record: one document
+  piece per lane.
+
+The phases depend on the seed, the names, the shares and ``L`` (all part of
+the data contract), never on the dataset order or the number of ranks;
+``cbar_d`` is an exact integer sum over a count, from the calibration, which
+states store. So a lane's offsets are a pure function of the plan: states keep
+only ``t_d`` and the records drawn, and a restored plan recomputes the offsets
+and continues exactly as the uninterrupted one.
+
+Bound. For lane ``l`` and dataset ``d`` (normalised shares ``w``; ``cmax_e`` the
+largest record cost of ``e``; ``s_e = phi_{l,e} * cbar_e``), while every
+dataset with a share is active (always, with ``exhausted="repeat"``), at every
+token of the lane's stream the estimated tokens of ``d`` minus ``w_d`` times the
+lane's tokens lie in ``[-A_{l,d}, B_{l,d}]`` (proof in :mod:`pipeline.mixture`)::
+
+    B_{l,d} = (1 - w_d) * s_d + w_d * sum_{e != d} (cmax_e - s_e)
+    A_{l,d} = (1 - w_d) * (cmax_d - s_d) + w_d * sum_{e != d} s_e
+
+widened by the lane's first record (from ``d0 = d0_l``, cost ``c0``):
+``B_{l,d0} = max(B_{l,d0}, (1 - w_{d0}) * c0)`` and, for ``d != d0``,
+``A_{l,d} += w_d * (max(c0, s_{d0}) - s_{d0})``. Any contiguous piece of the
+stream (a packed sequence) deviates by at most
+``A_{l,d} + B_{l,d} <= (1 - w_d) * cmax_d + w_d * sum_{e != d} cmax_e + c0``:
+a few record costs, however long the lane has run. For a small share the
+surplus is about ``s_d``, the part of a record the phase credits: over
+stratified lanes about half a record per lane, where lanes all in phase were
+each a whole record ahead after their first round of datasets.
+
+What a step delivers, per lane:
+
+* packing cuts the stream into sequences without reordering it, and pads at
+  a flush point belong to no dataset (shares count real tokens); a flush
+  drops a lone last token of a window (at most one token per window);
+* a shuffle buffer of ``S`` sequences (``S <= 1``: none, ``S = 0``) holds at
+  most ``S`` of them, so the lane's first ``n`` delivered sequences are its
+  first ``m <= n + S`` packed ones (a prefix) less ``m - n`` of them (each a
+  contiguous piece).
+
+So over the first ``k`` global batches, with ``P`` their real tokens, ``X_d`` the
+real tokens of ``d``, ``W_l`` the flush windows lane ``l`` closed until it
+delivered its part of them and ``R_l = A_{l,d} + B_{l,d} + W_l``::
+
+    X_d - w_d * P <= sum_l (B_{l,d} + w_d * W_l + S * R_l)
+    w_d * P - X_d <= sum_l (A_{l,d} + (1 - w_d) * W_l + S * R_l)
+
+plus the calibration error (real tokens differ from estimated costs by the
+tokenizer's deviation from the measured tokens/byte). The bound does not grow
+with ``k``: the share error falls like ``1 / P`` from the first step on.
 
 Calibration. ``tokens_per_byte`` is measured once per dataset with the run's
 tokenizer on a deterministic sample: its records in the order ``perm(name)``
@@ -33,6 +113,7 @@ the epoch permutations above run over the remaining ``n_d`` records.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -42,12 +123,13 @@ import numpy as np
 
 from pipeline.dataset import Dataset
 from pipeline.errors import ConfigError, StateError
-from pipeline.mixture import Mixture, furthest_behind
+from pipeline.mixture import Mixture, earliest_finish
 from pipeline.stages.tokenize import WorkChunk
 from pipeline.tokenizer import Tokenizer
 
 _CALIBRATION_STREAM = 0xCA1B
 _HOLDOUT_STREAM = 0x4E1D
+_PHASE_STREAM = 0x9A5E
 _MAX_HOLDOUT_FRACTION = 0.5
 _MAX_CALIBRATION_RECORDS = 4096
 _MEASURED: dict[tuple[str, str, str, str, int], float] = {}
@@ -94,6 +176,7 @@ class WorkSource:
         self._training: list[np.ndarray] | None = None
         self._tokens_per_byte: dict[str, float] | None = None
         self._costs: list[np.ndarray] | None = None
+        self._mean_costs: list[float] | None = None
         self._lock = threading.Lock()
 
     # -- plan contract -------------------------------------------------------------------------
@@ -149,6 +232,7 @@ class WorkSource:
             np.rint(ds.record_bytes * tokens_per_byte[ds.name]).astype(np.int64) + 1
             for ds in self.datasets
         ]
+        self._mean_costs = None
 
     def _measure(self, ds: Dataset, tokenizer: Tokenizer) -> float:
         key = (ds.name, ds.fingerprint, ds.field, tokenizer.fingerprint, self.calibration_bytes)
@@ -222,6 +306,49 @@ class WorkSource:
         assert self._costs is not None, "calibrate() or set_calibration() before planning"
         return self._costs[dataset_index]
 
+    def mean_cost(self, dataset_index: int) -> float:
+        """Mean estimated cost of a dataset's training records, ``cbar_d`` (module docstring).
+
+        An exact integer sum over a count, so it is the same float on every machine.
+        """
+        costs = self.chunk_costs(dataset_index)
+        training = self.training_records(dataset_index)
+        with self._lock:
+            if self._mean_costs is None:
+                self._mean_costs = [math.nan] * len(self.datasets)
+            if math.isnan(self._mean_costs[dataset_index]):
+                total = int(costs[training].sum()) if self.holdout_bytes else int(costs.sum())
+                self._mean_costs[dataset_index] = total / max(1, len(training))
+            return self._mean_costs[dataset_index]
+
+    def lane_phases(self, lane: int, num_lanes: int) -> list[float]:
+        """``phi_{l,d}`` of every dataset for lane ``lane`` of ``num_lanes`` (module docstring)."""
+        rng = np.random.default_rng([_PHASE_STREAM, self.seed])
+        x = (int(rng.permutation(num_lanes)[lane]) + float(rng.random())) / num_lanes
+        shares = self.mixture.shares
+        total = math.fsum(shares)
+        ends, end = [0.0] * len(shares), 0.0
+        for d in sorted(range(len(shares)), key=lambda d: self.datasets[d].name):
+            end += shares[d] / total
+            ends[d] = end
+        return [(x - e) % 1.0 for e in ends]
+
+    def lane_start(self, lane: int, num_lanes: int) -> int | None:
+        """The dataset whose arc holds the lane's point: its first draw (module docstring)."""
+        total = math.fsum(self.mixture.shares)
+        due = [
+            (phi + w / total - 1.0, -d)
+            for d, (phi, w) in enumerate(
+                zip(self.lane_phases(lane, num_lanes), self.mixture.shares, strict=True)
+            )
+            if w > 0
+        ]
+        return -max(due)[1] if due else None
+
+    def lane_offsets(self, lane: int, num_lanes: int) -> list[float]:
+        """Starting offsets ``o_{l,d} = -phi_{l,d} * cbar_d`` of a lane (module docstring)."""
+        return [-phi * self.mean_cost(d) for d, phi in enumerate(self.lane_phases(lane, num_lanes))]
+
 
 @lru_cache(maxsize=64)
 def _permutation(seed: int, name_key: int, num_records: int, epoch: int) -> np.ndarray:
@@ -253,7 +380,12 @@ class LanePlan:
             self._tokens = [int(state["tokens"][n]) for n in names]
         self._names = names
         self._costs = [source.chunk_costs(d) for d in range(len(names))]
+        self._offsets = source.lane_offsets(lane, num_lanes)
+        self._start = source.lane_start(lane, num_lanes)
+        self._fresh = not any(self._drawn)
         self._perms: dict[int, tuple[int, np.ndarray]] = {}
+        # (record, cost) of the record each dataset would give next; recomputed after a draw.
+        self._next: list[tuple[int, int] | None] = [None] * len(names)
         self._active = [
             not (stop and drawn * num_lanes + lane >= size)
             for stop, drawn, size in zip(self._stops, self._drawn, self._sizes, strict=True)
@@ -274,12 +406,26 @@ class LanePlan:
         ds_ids: list[int] = []
         rec_ids: list[int] = []
         estimated = 0
+        next_costs = [0] * len(shares)
         while estimated < chunk_tokens:
-            d = furthest_behind(self._tokens, shares, self._active)
+            for e, (w, active) in enumerate(zip(shares, self._active, strict=True)):
+                if active and w > 0:
+                    pending = self._next[e]
+                    if pending is None:
+                        record = self._record(e, self._drawn[e])
+                        pending = self._next[e] = (record, int(self._costs[e][record]))
+                    next_costs[e] = pending[1]
+            if self._fresh and self._start is not None and self._active[self._start]:
+                d = self._start  # the lane's first record (module docstring)
+            else:
+                d = earliest_finish(self._tokens, self._offsets, next_costs, shares, self._active)
+            self._fresh = False
             if d is None:
                 break
-            record = self._record(d, self._drawn[d])
-            cost = int(self._costs[d][record])
+            pending = self._next[d]
+            assert pending is not None
+            record, cost = pending
+            self._next[d] = None
             self._drawn[d] += 1
             self._tokens[d] += cost
             estimated += cost

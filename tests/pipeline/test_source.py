@@ -68,6 +68,24 @@ def test_plan_resumes_from_its_state(endless: list[Dataset]) -> None:
     assert resumed.index == expected.index == 3
 
 
+def test_plan_resumes_from_every_state_including_the_first(endless: list[Dataset]) -> None:
+    """Phase offsets and the first draw are recomputed from the plan, never stored: a plan
+    restored from any state, the very first included, continues exactly."""
+    source = WorkSource(endless, {"a": 0.8, "b": 0.2}, seed=4, chunk_tokens=24)
+    source.calibrate(load_tokenizer("gpt2"))
+    plan = source.lane_plan(1, 3)
+    states, chunks = [], []
+    for _ in range(12):
+        states.append(json.loads(json.dumps(plan.state())))
+        chunks.append(plan.next_chunk())
+    for i, state in enumerate(states):
+        resumed = source.lane_plan(1, 3, state)
+        for expected in chunks[i : i + 3]:
+            got = resumed.next_chunk()
+            np.testing.assert_array_equal(got.datasets, expected.datasets)
+            np.testing.assert_array_equal(got.records, expected.records)
+
+
 def test_seed_changes_the_order(small: list[Dataset]) -> None:
     orders = []
     for seed in (1, 2):

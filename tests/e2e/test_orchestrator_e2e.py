@@ -60,8 +60,7 @@ pytestmark = pytest.mark.timeout(1800)
 
 MIX_A = {"code": 0.5, "docs": 0.3, "i18n": 0.2}
 MIX_B = {"code": 0.0, "docs": 0.5, "i18n": 0.5}
-"""No code: every lane's first record comes from the first dataset with a share (``code``
-in A), so only a mix without it differs from A within 4 steps."""
+"""No code: far from A, so the two variants' data differ from step 1 on."""
 STEPS = 4
 LR_FLAG = "--optimizer.param-groups.0.optimizer-kwargs.lr"
 

@@ -115,15 +115,16 @@ def write_config(work: Path, name: str, config: dict) -> Path:
 def runs(work: Path, domains: dict[str, list[Path]]) -> dict[str, api.RunResult]:
     """The runs of the module docstring (b-dp2 through the CLI, interrupted and resumed)."""
     a = experiment(domains, MIX_A)
+    once = {**a, "eval": {"interval": STEPS}}  # confounds: scored at the end only
     side_by_side = {  # dp 1, two at a time, a core each
         "a-dp1": a,
         "b-dp1": experiment(domains, MIX_B),
         "a-seed": experiment(domains, MIX_A, seed=1),
-        "a-lr": {**a, "model": {**a["model"], "args": [LR_FLAG, "2e-3"]}},
+        "a-lr": {**once, "model": {**a["model"], "args": [LR_FLAG, "2e-3"]}},
         "a-short": {**a, "train": {**a["train"], "steps": 2}},
-        "a-init": {**a, "train": {**a["train"], "seed": 7}},
+        "a-init": {**once, "train": {**a["train"], "seed": 7}},
         "a-layers": {
-            **a,
+            **once,
             "model": {"module": "tests.support.titan_configs", "config": "zephon_mini_deep"},
         },
     }

@@ -7,8 +7,10 @@ One folder per job; arrows are imports (a part imports only what is below or bes
         ├── service/   the job service for agents: client -> admission -> queue (SQLite)
         │              scheduler (``zephon serve``) leases devices (pool), MCP server
         ▼
-    run/        plan -> torchrun -> result: api, launch, devices, precision, interrupts
-        │   └─> titan/     the TorchTitan integration (trainer, data loader, evaluator)
+    run/        plan -> torchrun -> result: api, launch, devices, precision, recipe,
+        │       init_checkpoint, interrupts
+        │   └─> titan/     the TorchTitan integration (trainer, data loader, evaluator,
+        │                  the recipe as TorchTitan resolves it)
         ├── guard/      the comparison guard: rules, plot, reading runs, logging a verdict
         ├── tracking/   the only code that talks to MLflow (names, URIs, Tracker)
         ▼

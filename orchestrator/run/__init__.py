@@ -5,6 +5,8 @@
     api.py         plan / run / resume / sync / compare / verify_elastic (the Python API)
       │  devices.py     free GPUs or cores -> dp (a divisor of the lanes)
       │  precision.py   train.precision=auto -> float32 or bfloat16, measured once per CPU
+      │  recipe.py      the recipe (TorchTitan's parser, in a subprocess) and its fingerprint
+      │  init_checkpoint.py  one seed checkpoint per recipe, made once, loaded by every run
       ▼
     launch.py      torchrun's command and environment, its process groups, progress, Slurm
       │  interrupts.py  SIGINT/SIGTERM: stop every launch, note how to continue, exit 130

@@ -16,6 +16,9 @@
               └── state_dict()     merged over ranks, identical on every rank: DCP stores it
                                    once under "dataloader.zephon"; any dp dividing L loads it
 
+    python -m orchestrator.titan.recipe FLAGS   the run's recipe as TorchTitan's parser
+                                                resolves it (recipe.py; run/recipe.py calls it)
+
 Importing this package applies :mod:`orchestrator.titan.cpu_compat` first, so
 TorchTitan's modules are only ever imported after the compatibility preparation.
 """

@@ -1,9 +1,8 @@
 """Experiments end to end: real TorchTitan training (``zephon_mini``, a 6.6 M-parameter
 llama3; CPU, gloo, torchrun), the real embedded MLflow store, held-out evaluation and the comparison guard.
 
-Runs (4 steps each, checkpoints every 2, evaluation every 2 (the confounds: at the end);
-~30 s a launch; the dp-1
-runs two at a time, a core each):
+Runs (4 steps each, checkpoints every 2, evaluation every 2, the confounds' at the end
+only; ~30 s a launch; the dp-1 runs two at a time, a core each):
 
     a-dp2   variant A (code .5 docs .3 i18n .2) on 2 processes
     a-dp1   variant A on 1 process

@@ -95,16 +95,25 @@ def recipe_of(config: ExperimentConfig) -> Recipe:
     try:
         resolved = json.loads(cached.read_text())
     except (OSError, json.JSONDecodeError):
-        resolved = _resolve(recipe_flags(config))
+        try:
+            resolved = _resolve(recipe_flags(config))
+        except _Refused as refused:  # the same flags are refused again without asking
+            resolved = {"refused": str(refused)}
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(json.dumps(resolved, sort_keys=True))
         os.replace(partial, cached)
+    if "refused" in resolved:
+        raise ExperimentError([resolved["refused"]])
     fields, init = resolved["recipe"], resolved["init"]
     fields["training"].update(steps=t.steps, mixed_precision_param=t.precision)
     fields["debug"]["seed"] = init["debug"]["seed"] = t.seed
     fields["versions"] = init["versions"] = versions
     return Recipe(fields, fingerprint(fields), init, fingerprint(init))
+
+
+class _Refused(Exception):
+    """TorchTitan's parser refused the flags (its message): a stable answer, cached."""
 
 
 def _resolve(flags: list[str]) -> dict[str, Any]:
@@ -113,12 +122,10 @@ def _resolve(flags: list[str]) -> dict[str, Any]:
         [sys.executable, "-m", RESOLVER, *flags], capture_output=True, text=True, env=env
     )
     if done.returncode == 2:
-        raise ExperimentError(
-            [
-                f"model.args: TorchTitan refuses the flags {flags[flags.index('--module') :]}: "
-                f"{done.stderr.strip()}. Fix model.args (TorchTitan's own names: python -m "
-                "orchestrator.titan.train --help)"
-            ]
+        raise _Refused(
+            f"model.args: TorchTitan refuses the flags {flags[flags.index('--module') :]}: "
+            f"{done.stderr.strip()}. Fix model.args (TorchTitan's own names: python -m "
+            "orchestrator.titan.train --help)"
         )
     if done.returncode != 0:
         raise ExperimentError(

@@ -1,16 +1,17 @@
 """Experiments end to end: real TorchTitan training (``zephon_mini``, a 6.6 M-parameter
 llama3; CPU, gloo, torchrun), the real embedded MLflow store, held-out evaluation and the comparison guard.
 
-Runs (4 steps each, checkpoints every 2, evaluation every 2, the confounds' at the end
-only; ~30 s a launch; the dp-1 runs two at a time, a core each):
+Runs (4 steps, or 2 where said; checkpoints and evaluation every 2 steps; ~30 s a launch;
+the dp-1 runs two at a time, a core each):
 
     a-dp2   variant A (code .5 docs .3 i18n .2) on 2 processes
     a-dp1   variant A on 1 process
     b-dp2   variant B (code 0 docs .5 i18n .5) on 2 processes, interrupted (SIGTERM to
             `zephon run`) after its step-2 checkpoint, resumed with `zephon resume --dp 1`
     b-dp1   variant B on 1 process
-    a-lr    variant A with another learning rate (model.args) on 1 process
     a-short variant A trained 2 steps on 1 process (another schedule, scored at step 2)
+    and, each compared with a-short and 2 steps long:
+    a-lr    variant A with another learning rate (model.args) on 1 process
     a-init  variant A with another init seed (train.seed=7) on 1 process
     a-layers  variant A on a 3-layer model (tests.support.titan_configs) on 1 process
 
@@ -115,15 +116,15 @@ def write_config(work: Path, name: str, config: dict) -> Path:
 def runs(work: Path, domains: dict[str, list[Path]]) -> dict[str, api.RunResult]:
     """The runs of the module docstring (b-dp2 through the CLI, interrupted and resumed)."""
     a = experiment(domains, MIX_A)
-    once = {**a, "eval": {"interval": STEPS}}  # confounds: scored at the end only
+    short = {**a, "train": {**a["train"], "steps": 2}}
     side_by_side = {  # dp 1, two at a time, a core each
         "a-dp1": a,
         "b-dp1": experiment(domains, MIX_B),
-        "a-lr": {**once, "model": {**a["model"], "args": [LR_FLAG, "2e-3"]}},
-        "a-short": {**a, "train": {**a["train"], "steps": 2}},
-        "a-init": {**once, "train": {**a["train"], "seed": 7}},
+        "a-short": short,
+        "a-lr": {**short, "model": {**a["model"], "args": [LR_FLAG, "2e-3"]}},
+        "a-init": {**short, "train": {**short["train"], "seed": 7}},
         "a-layers": {
-            **once,
+            **short,
             "model": {"module": "tests.support.titan_configs", "config": "zephon_mini_deep"},
         },
     }
@@ -204,7 +205,7 @@ def test_runs_succeed_with_fingerprints_and_eval(
     runs: dict[str, api.RunResult], domains: dict[str, list[Path]]
 ) -> None:
     for name, result in runs.items():
-        steps = 2 if name == "a-short" else STEPS
+        steps = STEPS if name in ("a-dp2", "a-dp1", "b-dp2", "b-dp1") else 2
         assert result.status == "succeeded", f"{name}: {result.messages}"
         assert result.steps == steps and result.tracking == "synced"
         assert result.eval is not None and result.eval["step"] == steps
@@ -285,22 +286,28 @@ def refusals(work: Path, *runs: api.RunResult) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    ("name", "field", "values"),
+    ("name", "reference", "field", "values"),
     [
-        ("a-lr", "optimizer.param_groups.0.optimizer_kwargs.lr", (0.0008, 0.002)),
-        ("a-short", "training.steps", (STEPS, 2)),
-        ("a-init", "debug.seed", (42, 7)),
-        ("a-layers", "model_spec.model.layers.2.attention.dim", ("<absent>", 64)),
+        ("a-short", "a-dp1", "training.steps", (STEPS, 2)),
+        ("a-lr", "a-short", "optimizer.param_groups.0.optimizer_kwargs.lr", (0.0008, 0.002)),
+        ("a-init", "a-short", "debug.seed", (42, 7)),
+        ("a-layers", "a-short", "model_spec.model.layers.2.attention.dim", ("<absent>", 64)),
     ],
 )
 def test_compare_refuses_another_recipe_naming_the_field(
-    work: Path, runs: dict[str, api.RunResult], name: str, field: str, values: tuple
+    work: Path,
+    runs: dict[str, api.RunResult],
+    name: str,
+    reference: str,
+    field: str,
+    values: tuple,
 ) -> None:
     """Accepted as replicates before recipes were compared: same variant, same digests."""
-    reasons = refusals(work, runs["a-dp2"], runs["a-dp1"], runs[name])
+    replicates = [runs[reference]] + ([runs["a-dp2"]] if reference == "a-dp1" else [])
+    reasons = refusals(work, *replicates, runs[name])
     assert [r["code"] for r in reasons] == ["recipe_mismatch"]
     fields = reasons[0]["detail"]["fields"]
-    assert fields[field] == {"a-dp1": values[0], name: values[1]}  # a-dp1: first by name
+    assert fields[field] == {reference: values[0], name: values[1]}
     assert field in reasons[0]["message"]
 
 

@@ -64,8 +64,14 @@ def test_a_cached_recipe_needs_no_torchtitan(monkeypatch: pytest.MonkeyPatch) ->
     assert again.fields["model_spec"] == first.fields["model_spec"]
 
 
-def test_a_flag_torchtitan_refuses_is_named_with_its_spelling() -> None:
+def test_a_flag_torchtitan_refuses_is_named_with_its_spelling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     with pytest.raises(ExperimentError) as error:
         recipe("model.args=[--optimizer.lr,1e-3]")
     message = str(error.value)
     assert "Unrecognized options: --optimizer.lr" in message and LR in message
+    monkeypatch.setattr(recipe_module, "_resolve", lambda flags: {})  # cached: not asked again
+    with pytest.raises(ExperimentError) as again:
+        recipe("model.args=[--optimizer.lr,1e-3]")
+    assert str(again.value) == message

@@ -317,7 +317,7 @@ class WorkSource:
             if self._mean_costs is None:
                 self._mean_costs = [math.nan] * len(self.datasets)
             if math.isnan(self._mean_costs[dataset_index]):
-                total = int(costs[training].sum()) if self.holdout_bytes else int(costs.sum())
+                total = int(costs[training].sum())
                 self._mean_costs[dataset_index] = total / max(1, len(training))
             return self._mean_costs[dataset_index]
 

@@ -258,10 +258,12 @@ def resume(
             f"{stopped}): its zephon process had died",
             file=sys.stderr,
         )
-    if steps is not None and steps != config.train.steps:
+    extended = steps is not None and steps != config.train.steps
+    if extended:
         config = replace(config, train=replace(config.train, steps=steps))
-        _record_extension(folder, config)
     validate(config, dp)
+    if extended:
+        _record_extension(folder, config)
     devices = discover(config.resources.device, config.resources.gpu_ids)
     chosen = choose_dp(config, devices, dp)
     tracker = _tracker(config) if folder.state().get("tracking_enabled", True) else None
@@ -273,7 +275,6 @@ def _record_extension(folder: RunFolder, config: ExperimentConfig) -> None:
     learning-rate schedule before it was the old one's, so the guard counts it)."""
     record = folder.experiment()
     if record.get("recipe"):
-        validate(config)
         recipe = recipe_of(config)
         extended = {
             "at_step": folder.last_checkpoint_step() or 0,

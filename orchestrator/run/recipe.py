@@ -19,6 +19,7 @@ listed, with the reasons, in :data:`orchestrator.titan.recipe.REPLICATE_FREE`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -144,9 +145,11 @@ def _version(package: str) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=16)
 def _source_digest(module: str) -> str:
     """sha256 of the config module's source and of ``orchestrator/titan/*.py``; found
-    without importing anything (importing the module imports TorchTitan)."""
+    without importing anything (importing the module imports TorchTitan). Once per
+    process: an agent's hundreds of plans read the files once."""
     files = sorted(_TITAN_DIR.glob("*.py"))
     found = _module_file(module)
     if found is not None:

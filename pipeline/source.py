@@ -103,11 +103,17 @@ size) once: later plans of the same data (an agent's hundreds of dry runs)
 reuse it. The values are part of the plan: they are stored in pipeline states
 and adopted on restore, never re-measured.
 
-Held-out records. With ``holdout_bytes = B > 0`` each dataset sets records
-aside for evaluation: its records in the order ``perm(name)`` (seeded by the
-dataset name only, so every seed, mixture and lane count holds out the same
-records) are taken until their bytes reach ``B``. Training never sees them:
-the epoch permutations above run over the remaining ``n_d`` records.
+Held-out records. With ``holdout_bytes = B > 0`` each dataset sets
+``k = min(K, floor(n / 4))`` records aside for evaluation (``K = holdout_docs``,
+``n`` its records; fewer than 2 is refused): the first ``k`` of ``perm(name)``,
+an order seeded by the dataset name only, so every seed, mixture and lane count
+holds out the same records. Training never sees them: the epoch permutations
+above run over the remaining ``n_d`` records. ``B`` is the budget of scored
+bytes per dataset, never exceeded (:func:`cut_to_budget`): every held-out
+document is scored on its first ``min(len_i, c)`` bytes, with the largest cap
+``c`` such that ``sum_i min(len_i, c) <= B`` (water filling: short documents
+whole, long ones cut at the same length, at a character boundary), so an
+eval's cost is set by ``B`` whatever the documents' lengths.
 """
 
 from __future__ import annotations
@@ -130,12 +136,32 @@ from pipeline.tokenizer import Tokenizer
 _CALIBRATION_STREAM = 0xCA1B
 _HOLDOUT_STREAM = 0x4E1D
 _PHASE_STREAM = 0x9A5E
-_MAX_HOLDOUT_FRACTION = 0.5
+_MAX_HOLDOUT_FRACTION = 0.25
+_MIN_HOLDOUT_DOCS = 2
 _MAX_CALIBRATION_RECORDS = 4096
 _MEASURED: dict[tuple[str, str, str, str, int], float] = {}
 """Tokens per byte measured in this process, by (name, content fingerprint, text field,
 tokenizer fingerprint, sample bytes): a pure function of them (module docstring)."""
 _MEASURED_LOCK = threading.Lock()
+
+
+def cut_to_budget(texts: Sequence[str], budget: int) -> list[str]:
+    """Each text's first ``min(len_i, c)`` UTF-8 bytes, ``c`` the largest cap keeping the total
+    within ``budget`` (module docstring); a cut never splits a character."""
+    lengths = np.array([len(t.encode()) for t in texts], dtype=np.int64)
+    if int(lengths.sum()) <= budget:
+        return list(texts)
+    # sum_i min(len_i, c) is increasing in c: the largest c within budget, by bisection.
+    low, high = 0, int(lengths.max())
+    while low < high:
+        cap = (low + high + 1) // 2
+        if int(np.minimum(lengths, cap).sum()) <= budget:
+            low = cap
+        else:
+            high = cap - 1
+    return [
+        t.encode()[:low].decode("utf-8", "ignore") if len(t.encode()) > low else t for t in texts
+    ]
 
 
 def _name_key(name: str) -> int:
@@ -154,6 +180,7 @@ class WorkSource:
         chunk_tokens: int = 8192,
         calibration_bytes: int = 1 << 20,
         holdout_bytes: int = 0,
+        holdout_docs: int = 64,
     ) -> None:
         if not datasets:
             raise ConfigError("WorkSource needs at least one Dataset.")
@@ -167,12 +194,18 @@ class WorkSource:
             raise ConfigError("chunk_tokens and calibration_bytes must be >= 1")
         if not isinstance(holdout_bytes, int) or holdout_bytes < 0:
             raise ConfigError(f"holdout_bytes must be an integer >= 0, got {holdout_bytes!r}")
+        if not isinstance(holdout_docs, int) or holdout_docs < _MIN_HOLDOUT_DOCS:
+            raise ConfigError(
+                f"holdout_docs must be an integer >= {_MIN_HOLDOUT_DOCS} (the sampling error "
+                f"of a held-out score needs two documents), got {holdout_docs!r}"
+            )
         self.datasets = list(datasets)
         self.mixture = Mixture(mixture, names)
         self.seed = seed
         self.chunk_tokens = chunk_tokens
         self.calibration_bytes = calibration_bytes
         self.holdout_bytes = holdout_bytes
+        self.holdout_docs = holdout_docs
         self._training: list[np.ndarray] | None = None
         self._tokens_per_byte: dict[str, float] | None = None
         self._costs: list[np.ndarray] | None = None
@@ -197,6 +230,7 @@ class WorkSource:
             "seed": self.seed,
             "chunk_tokens": self.chunk_tokens,
             "holdout_bytes": self.holdout_bytes,
+            "holdout_docs": self.holdout_docs,
         }
 
     # -- calibration ---------------------------------------------------------------------------
@@ -257,21 +291,28 @@ class WorkSource:
     # -- held-out records --------------------------------------------------------------------
 
     def heldout_records(self, dataset_index: int) -> np.ndarray:
-        """Global ids of a dataset's held-out records, in their selection order."""
+        """Global ids of a dataset's held-out records, in their selection order (module docstring)."""
         ds = self.datasets[dataset_index]
         if self.holdout_bytes == 0:
             return np.zeros(0, dtype=np.int64)
+        take = min(self.holdout_docs, int(ds.num_records * _MAX_HOLDOUT_FRACTION))
+        if take < _MIN_HOLDOUT_DOCS:
+            raise ConfigError(
+                f"dataset {ds.name!r} has {ds.num_records} records: holding out "
+                f"{_MIN_HOLDOUT_DOCS} documents for evaluation needs at least "
+                f"{math.ceil(_MIN_HOLDOUT_DOCS / _MAX_HOLDOUT_FRACTION)} (held-out documents are "
+                f"at most {_MAX_HOLDOUT_FRACTION:.0%} of a dataset); add data or set "
+                "holdout_bytes=0"
+            )
         order = np.random.default_rng([_HOLDOUT_STREAM, _name_key(ds.name)]).permutation(
             ds.num_records
         )
-        take = int(np.searchsorted(np.cumsum(ds.record_bytes[order]), self.holdout_bytes)) + 1
-        if take > ds.num_records * _MAX_HOLDOUT_FRACTION:
-            raise ConfigError(
-                f"dataset {ds.name!r}: holding out {self.holdout_bytes} bytes takes {take} of its "
-                f"{ds.num_records} records (more than {_MAX_HOLDOUT_FRACTION:.0%}); lower "
-                "holdout_bytes or add data"
-            )
         return order[:take].astype(np.int64)
+
+    def heldout_documents(self, dataset_index: int) -> list[str]:
+        """The scored text of a dataset's held-out records: cut to ``holdout_bytes`` in all."""
+        ds = self.datasets[dataset_index]
+        return cut_to_budget(ds.read_texts(self.heldout_records(dataset_index)), self.holdout_bytes)
 
     def training_records(self, dataset_index: int) -> np.ndarray:
         """Global ids of the records training draws from (all but the held-out), sorted."""

@@ -61,8 +61,10 @@ class DataSection:
     """Chunks per lane between flush points."""
     chunk_tokens: int = 1024
     """Estimated tokens per work chunk."""
-    holdout_bytes: int = 8192
-    """Bytes of each dataset held out from training for evaluation (0: none)."""
+    holdout_bytes: int = 16384
+    """Held-out bytes scored per dataset, a budget never exceeded (0: no held-out data)."""
+    holdout_docs: int = 64
+    """Documents of each dataset held out from training (at most a quarter of its records)."""
     tokenizer: str = "gpt2"
     """Tokenizer name (tiktoken)."""
     cache_dir: str | None = None

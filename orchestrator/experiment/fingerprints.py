@@ -12,7 +12,7 @@ trainer will build, so they cannot drift from it)::
     contract   = sha256(canonical data contract without the mixture)
                  datasets (content fingerprints, field, exhausted), tokenizer, seed,
                  seq len, global batch, lanes, packing, shuffle, flush interval,
-                 chunk size, held-out bytes, measured tokens/byte
+                 chunk size, held-out documents and bytes, measured tokens/byte
     variant    = sha256(contract, canonical mixture)          "same data, same mix"
     data fingerprint = the run's digest chain over its per-step global batch digests
 """
@@ -101,6 +101,7 @@ def build_pipeline(
         seed=data.seed,
         chunk_tokens=data.chunk_tokens,
         holdout_bytes=data.holdout_bytes,
+        holdout_docs=data.holdout_docs,
     )
     pipeline = (
         Pipeline(source)

@@ -51,6 +51,11 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         )
     if d.seed < 0 or d.shuffle_seed < 0 or d.shuffle_buffer < 0 or d.holdout_bytes < 0:
         problems.append("data.seed, shuffle_seed, shuffle_buffer and holdout_bytes must be >= 0")
+    if d.holdout_docs < 2:
+        problems.append(
+            f"data.holdout_docs must be >= 2 (a held-out score's sampling error needs two "
+            f"documents), got {d.holdout_docs}"
+        )
     for key in ("steps", "microbatch_size", "checkpoint_interval"):
         if getattr(t, key) < 1:
             problems.append(f"train.{key} must be >= 1, got {getattr(t, key)}")

@@ -40,15 +40,29 @@ reason and what to do about it, when it is not. The rules:
    both values. Equal recipes must have started from the same initial
    checkpoint (its sha256): ``init_mismatch``. A run resumed with more steps
    records the step it was extended at, which counts as a recipe field.
-6. **All reasons at once.** Every refusal is collected (not only the first);
+6. **Seeds pair up.** Runs may differ in their seeds (``data.seed``,
+   ``data.shuffle_seed``, ``train.seed``: :data:`SEED_FIELDS`) only in a paired
+   design: two or more variants, each run under every seed block, so that
+   variant A under seed s has a partner B under seed s (same initial weights,
+   same data order). Otherwise the seeds are compared like any other field
+   (rules 3 and 5), and incomplete blocks are ``unpaired_seeds``. Rule 5's
+   initial checkpoint is then checked within each seed block.
+7. **All reasons at once.** Every refusal is collected (not only the first);
    the verdict is "refused" if there is any, and a refused comparison shows no
    scores.
 
 An accepted comparison has one row per variant, best (lowest aggregate bits
-per byte) first: the mixture, the number of replicates, the dp sizes they ran
-on, the mean score per domain and in aggregate, and the replicate spread of
-the aggregate (range and sample standard deviation, 0 for one replicate), and the
-difference of each aggregate to the best one (``vs best``), to read next to the spread.
+per byte) first: the mixture, the number of replicates and seed blocks, the dp
+sizes they ran on, the mean score per domain and in aggregate (mean over seed
+blocks of the mean over a block's replicates), and the replicate spread of the
+aggregate (range and sample standard deviation, 0 for one replicate), and the
+difference of each aggregate to the best one (``vs best``). Every pair of
+variants is decided (:mod:`orchestrator.guard.decisions`): the difference, its
+interval from the per-document scores paired by seed, and ``a_better``,
+``b_better`` or ``cannot_tell``; variants that cannot be told apart share a
+tier, and the first row is ``best`` only if it is decided better than every
+other. Rule 4 therefore also needs every run's per-document scores, on the same
+documents.
 
 Runs are read from MLflow with the names in :mod:`orchestrator.tracking.names`
 (:func:`load_runs`, :func:`find_run_ids`), and a verdict is logged back as a
@@ -58,15 +72,17 @@ run of its own (:func:`log_comparison`) with ``comparison.json``,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from orchestrator.tracking.names import (
-    flatten,
-)
+import numpy as np
+
+from orchestrator.guard import decisions
+from orchestrator.tracking.names import flatten
 
 TOO_FEW_RUNS = "too_few_runs"
 NO_DATA = "no_data"
@@ -76,6 +92,11 @@ NO_COMMON_EVAL = "no_common_eval"
 UNFINISHED = "unfinished"
 RECIPE_MISMATCH = "recipe_mismatch"
 INIT_MISMATCH = "init_mismatch"
+UNPAIRED_SEEDS = "unpaired_seeds"
+
+SEED_FIELDS = ("seed", "shuffle.seed", "debug.seed")
+"""The fields a seed replicate sets (data plan, shuffle, initial weights): the contract's
+``seed`` and ``shuffle.seed``, the recipe's ``debug.seed``."""
 
 AGGREGATE = "aggregate"
 """Key of the aggregate score in :attr:`RunSummary.evals` entries."""
@@ -112,6 +133,17 @@ class RunSummary:
     """``train.steps`` of the run's experiment."""
     folder: str = ""
     """The run folder (for the command that finishes an unfinished run)."""
+    documents: dict[int, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
+    """Step -> dataset -> ``{"bits": [...], "bytes": [...]}`` per held-out document."""
+
+    @property
+    def seed(self) -> str:
+        """The run's seed block: ``"data 0, shuffle 0, init 42"`` (runs of one block pair up)."""
+        shuffle = (self.contract.get("shuffle") or {}).get("seed")
+        return (
+            f"data {self.contract.get('seed')}, shuffle {shuffle}, "
+            f"init {self.recipe.get('debug.seed')}"
+        )
 
 
 @dataclass
@@ -125,7 +157,7 @@ class Refusal:
 
     code: str
     """``diverged_data``, ``contract_mismatch``, ``recipe_mismatch``, ``init_mismatch``,
-    ``unfinished``, ``no_data``, ``no_common_eval`` or ``too_few_runs``."""
+    ``unpaired_seeds``, ``unfinished``, ``no_data``, ``no_common_eval`` or ``too_few_runs``."""
     message: str
     runs: list[str] = field(default_factory=list)
     detail: dict[str, Any] = field(default_factory=dict)
@@ -133,16 +165,19 @@ class Refusal:
 
 @dataclass
 class Comparison:
-    """The guard's verdict and, if accepted, one row per variant (best first)."""
+    """The guard's verdict and, if accepted, one row per variant (best first) and the
+    decision on every pair of variants (:mod:`orchestrator.guard.decisions`)."""
 
     accepted: bool
     refusals: list[Refusal]
     eval_step: int | None
     rows: list[dict[str, Any]]
     """Per variant: ``rank``, ``variant`` (12 hex), ``variant_id``, ``mixture`` (canonical
-    text), ``shares``, ``replicates``, ``dp_sizes`` ("1,2"), ``bpb`` (domain -> mean),
-    ``aggregate_bpb``, ``vs_best`` (its difference to the first row's), ``aggregate_range``,
-    ``aggregate_std``, ``runs`` (names), ``run_ids``."""
+    text), ``shares``, ``replicates``, ``seeds`` (seed blocks), ``dp_sizes`` ("1,2"), ``bpb``
+    (domain -> mean), ``aggregate_bpb``, ``vs_best`` (its difference to the first row's),
+    ``aggregate_range``, ``aggregate_std``, ``tier`` (variants of one tier cannot be told
+    apart), ``best`` (decided better than every other variant), ``runs`` (names),
+    ``run_ids``."""
     domains: list[str] = field(default_factory=list)
     """Held-out domains scored at ``eval_step``, in table order."""
     common_steps: int = 0
@@ -150,7 +185,22 @@ class Comparison:
     contract_fingerprint: str | None = None
     """The contract fingerprint all runs share, when accepted."""
     recipe_fingerprint: str | None = None
-    """The recipe fingerprint all runs share, when accepted."""
+    """The recipe fingerprint of the first run (all runs share it but for the seed)."""
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+    """Every pair of rows ``(i, j)``, ``i < j``: :meth:`PairDecision.to_json` with ``a``/``b``
+    the variants' 12-hex ids and ``a_mixture``/``b_mixture``."""
+    seeds: list[str] = field(default_factory=list)
+    """The seed blocks every variant ran under (one: training noise is not measured)."""
+    threshold: float = 0.0
+    """Smallest difference in aggregate bits per byte that counts as a decision."""
+    confidence: float = 0.95
+    """Confidence of the pairs' intervals."""
+
+    @property
+    def smallest_detectable(self) -> float | None:
+        """The largest of the pairs' ``detectable``: a true difference this large would be
+        decided (with 80% power) in every pair of this design."""
+        return max((p["detectable"] for p in self.pairs), default=None)
 
     def to_json(self) -> dict[str, Any]:
         """The verdict as a JSON-serialisable dict."""
@@ -164,10 +214,16 @@ class Comparison:
             "common_steps": self.common_steps,
             "refusals": [asdict(r) for r in self.refusals],
             "rows": self.rows,
+            "pairs": self.pairs,
+            "seeds": self.seeds,
+            "threshold": self.threshold,
+            "confidence": self.confidence,
+            "smallest_detectable": self.smallest_detectable,
+            "best": next((row["variant"] for row in self.rows if row["best"]), None),
         }
 
     def to_markdown(self) -> str:
-        """A readable report: the table if accepted, the reasons if refused."""
+        """A readable report: the table and decisions if accepted, the reasons if refused."""
         if not self.accepted:
             lines = [
                 f"## Comparison refused ({len(self.refusals)} reason{'s' if len(self.refusals) != 1 else ''})",
@@ -175,14 +231,16 @@ class Comparison:
             ]
             lines += [f"- **{r.code}**: {r.message}" for r in self.refusals]
             return "\n".join(lines) + "\n"
-        header = ["rank", "variant", "mixture", "n", "dp sizes"]
+        header = ["rank", "tier", "variant", "mixture", "n", "seeds", "dp sizes"]
         header += [f"{d} bpb" for d in self.domains]
         header += ["aggregate bpb", "vs best", "range", "std", "runs"]
         lines = [
             "## Comparison accepted",
             "",
             f"Held-out bits per byte (lower is better) at eval step {self.eval_step}, the last step "
-            "every run evaluated; means over replicates, spread of the aggregate across replicates.",
+            "every run evaluated; means over replicates, spread of the aggregate across replicates. "
+            "Variants of one tier cannot be told apart; **best** only if decided better than "
+            "every other variant.",
             "",
             "| " + " | ".join(header) + " |",
             "|" + "|".join(_align(h) for h in header) + "|",
@@ -190,9 +248,11 @@ class Comparison:
         for row in self.rows:
             cells = [
                 str(row["rank"]),
+                f"{row['tier']}{' **best**' if row['best'] else ''}",
                 f"`{row['variant']}`",
                 row["mixture"],
                 str(row["replicates"]),
+                str(row["seeds"]),
                 row["dp_sizes"],
             ]
             cells += [f"{row['bpb'][d]:.4f}" for d in self.domains]
@@ -204,27 +264,59 @@ class Comparison:
                 ", ".join(row["runs"]),
             ]
             lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", *self._decisions_markdown(), "", self._checked()]
+        return "\n".join(lines) + "\n"
+
+    def _decisions_markdown(self) -> list[str]:
+        if not self.pairs:
+            return ["One variant (its replicates only): nothing to decide."]
+        confidence = f"{self.confidence:.0%}"
+        lines = [
+            f"### Decisions (threshold {self.threshold:g} bits/byte, {confidence} intervals)",
+            "",
+            f"| a | b | a - b | {confidence} interval | decision |",
+            "|---|---|---:|---|---|",
+        ]
+        for pair in self.pairs:
+            lo, hi = pair["interval"]
+            lines.append(
+                f"| `{pair['a']}` {pair['a_mixture']} | `{pair['b']}` {pair['b_mixture']} | "
+                f"{pair['difference']:+.4f} | [{lo:+.4f}, {hi:+.4f}] | **{pair['decision']}** |"
+            )
+        methods = sorted({pair["method"] for pair in self.pairs})
+        lines += [
+            "",
+            f"Method: {'; '.join(methods)}. Smallest difference this design detects (80% power, "
+            f"every pair): {self.smallest_detectable:.4f} bits/byte.",
+        ]
+        return lines
+
+    def _checked(self) -> str:
         agreed = (
             f"every replicate of a variant had the same global batch digests over its "
             f"{self.common_steps} common steps or more"
             if self.common_steps
             else "no variant had two replicates to cross-check"
         )
-        lines += [
-            "",
+        seeds = (
+            f"the seed ({len(self.seeds)} seed blocks, each run by every variant: {'; '.join(self.seeds)})"
+            if len(self.seeds) > 1
+            else "nothing else"
+        )
+        return (
             f"Checked: every run finished its schedule; all data fingerprints agreed ({agreed}); "
             f"all runs share data contract `{(self.contract_fingerprint or '')[:SHORT]}` (data "
             f"files, tokenizer, batch layout, seeds) and recipe "
             f"`{(self.recipe_fingerprint or '')[:SHORT]}` (model, optimizer, schedule, steps, "
-            "init seed, precision, TorchTitan flags, versions), and started from one initial "
-            "checkpoint. What differs between variants is the mixture; within a variant, the "
-            "dp size and micro-batch size at most.",
-        ]
-        return "\n".join(lines) + "\n"
+            "init seed, precision, TorchTitan flags, versions) but for "
+            f"{seeds}, and runs of one seed started from one initial checkpoint. What differs "
+            "between variants is the mixture; within a variant, the dp size and micro-batch size "
+            "at most."
+        )
 
 
 def _align(header: str) -> str:
-    numeric = ("rank", "n", "vs best", "range", "std")
+    numeric = ("rank", "n", "seeds", "vs best", "range", "std")
     return "---:" if header in numeric or header.endswith("bpb") else "---"
 
 
@@ -258,9 +350,58 @@ def _labels(runs: list[RunSummary]) -> dict[str, str]:
     }
 
 
-def _contract_fields(contract: dict[str, Any]) -> dict[str, Any]:
+def _contract_fields(contract: dict[str, Any], ignore: tuple[str, ...] = ()) -> dict[str, Any]:
     flat = flatten({k: v for k, v in contract.items() if k != "mixture"})
-    return {k: v for k, v in flat.items() if k != "mixture" and not k.startswith("mixture.")}
+    return {
+        k: v
+        for k, v in flat.items()
+        if k != "mixture" and not k.startswith("mixture.") and k not in ignore
+    }
+
+
+def _arm(run: RunSummary) -> str:
+    """What a variant is across seeds: its contract but for the seeds, and its mixture."""
+    return json.dumps(
+        [_contract_fields(run.contract, SEED_FIELDS), mixture_label(run.mixture)], sort_keys=True
+    )
+
+
+def _by_arm(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
+    groups: dict[str, list[RunSummary]] = {}
+    for run in ordered_runs(runs):
+        groups.setdefault(_arm(run), []).append(run)
+    return groups
+
+
+def _seed_design(runs: list[RunSummary], label: dict[str, str]) -> tuple[bool, Refusal | None]:
+    """Whether the runs form a paired seed design (seeds may then differ), or why not.
+
+    Paired: two or more variants, one of them run under two or more seed blocks, and
+    every variant under every block, so each variant has a partner of the same seed.
+    Blocks that are not complete are ``unpaired_seeds``. Without a variant replicated
+    over seeds, or with a single variant, the seed fields are compared like any other.
+    """
+    arms = _by_arm(runs)
+    blocks = {arm: sorted({r.seed for r in group}) for arm, group in arms.items()}
+    every = sorted({b for bs in blocks.values() for b in bs})
+    if len(arms) < 2 or max((len(bs) for bs in blocks.values()), default=0) < 2:
+        return False, None  # no variant replicated over seeds: seeds are ordinary fields
+    incomplete = {arm: bs for arm, bs in blocks.items() if bs != every}
+    if not incomplete:
+        return True, None
+    missing = {
+        mixture_label(arms[arm][0].mixture): sorted(set(every) - set(bs))
+        for arm, bs in incomplete.items()
+    }
+    listed = "; ".join(f"{mix} lacks {', '.join(seeds)}" for mix, seeds in missing.items())
+    return True, Refusal(
+        UNPAIRED_SEEDS,
+        f"the runs use {len(every)} seed blocks but not every variant ran under each ({listed}): "
+        "a variant's score under one seed would be compared with another's under another seed. "
+        "Run the missing seeds (hydra.sweeper.replicate_seeds) or leave those runs out.",
+        [r.run_id for arm in incomplete for r in arms[arm]],
+        {"seeds": every, "missing": missing},
+    )
 
 
 def _by_variant(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
@@ -331,10 +472,15 @@ def _span(digests: dict[int, str]) -> str:
     return f"{min(digests)}-{max(digests)}" if digests else "none"
 
 
-def _mismatch(ref: RunSummary, run: RunSummary, label: dict[str, str]) -> Refusal | None:
-    """``contract_mismatch`` if two runs' contracts differ in more than the mixture, else None."""
+def _mismatch(
+    ref: RunSummary, run: RunSummary, label: dict[str, str], ignore: tuple[str, ...]
+) -> Refusal | None:
+    """``contract_mismatch`` if two runs' contracts differ in more than the mixture (and the
+    ``ignore`` fields), else None."""
     a, b = label[ref.run_id], label[run.run_id]
-    fields = _differing(_contract_fields(ref.contract), _contract_fields(run.contract), a, b)
+    fields = _differing(
+        _contract_fields(ref.contract, ignore), _contract_fields(run.contract, ignore), a, b
+    )
     if fields:
         parts = "; ".join(
             f"{k}: {_show(v[a])} ({a}) vs {_show(v[b])} ({b})" for k, v in fields.items()
@@ -350,7 +496,7 @@ def _mismatch(ref: RunSummary, run: RunSummary, label: dict[str, str]) -> Refusa
             [ref.run_id, run.run_id],
             {"fields": fields},
         )
-    if ref.contract_fingerprint != run.contract_fingerprint:
+    if ref.contract_fingerprint != run.contract_fingerprint and not ignore:
         ca, cb = ref.contract_fingerprint[:SHORT], run.contract_fingerprint[:SHORT]
         return Refusal(
             CONTRACT_MISMATCH,
@@ -389,10 +535,18 @@ def _unfinished(run: RunSummary, label: dict[str, str]) -> Refusal | None:
     )
 
 
-def _recipe_mismatch(ref: RunSummary, run: RunSummary, label: dict[str, str]) -> Refusal | None:
-    """``recipe_mismatch`` or ``init_mismatch`` if two runs did not train alike, else None."""
+def _recipe_mismatch(
+    ref: RunSummary, run: RunSummary, label: dict[str, str], ignore: tuple[str, ...]
+) -> Refusal | None:
+    """``recipe_mismatch`` if two runs did not train alike (but for the ``ignore`` fields), or
+    ``init_mismatch`` if two runs of one recipe and seed started from different weights."""
     a, b = label[ref.run_id], label[run.run_id]
-    fields = _differing(ref.recipe, run.recipe, a, b)
+    fields = _differing(
+        {k: v for k, v in ref.recipe.items() if k not in ignore},
+        {k: v for k, v in run.recipe.items() if k not in ignore},
+        a,
+        b,
+    )
     if fields:
         parts = "; ".join(
             f"{k}: {_show(v[a])} ({a}) vs {_show(v[b])} ({b})" for k, v in list(fields.items())[:6]
@@ -407,18 +561,24 @@ def _recipe_mismatch(ref: RunSummary, run: RunSummary, label: dict[str, str]) ->
             [ref.run_id, run.run_id],
             {"fields": fields},
         )
-    if ref.init_sha256 != run.init_sha256:
-        ia, ib = ref.init_sha256[:SHORT] or ABSENT, run.init_sha256[:SHORT] or ABSENT
-        return Refusal(
-            INIT_MISMATCH,
-            f"{a} and {b} have one recipe but started from different initial weights (initial "
-            f"checkpoint {ia} ({a}) vs {ib} ({b})): made on machines with different torch "
-            "builds, or one was made before Zephon shared initial checkpoints; re-run one of "
-            "them where the other's initial checkpoint is.",
-            [ref.run_id, run.run_id],
-            {"fields": {"init_sha256": {a: ref.init_sha256, b: run.init_sha256}}},
-        )
     return None
+
+
+def _init_mismatch(ref: RunSummary, run: RunSummary, label: dict[str, str]) -> Refusal | None:
+    """``init_mismatch`` if two runs of one recipe (and seed) started from different weights."""
+    if ref.recipe_fingerprint != run.recipe_fingerprint or ref.init_sha256 == run.init_sha256:
+        return None
+    a, b = label[ref.run_id], label[run.run_id]
+    ia, ib = ref.init_sha256[:SHORT] or ABSENT, run.init_sha256[:SHORT] or ABSENT
+    return Refusal(
+        INIT_MISMATCH,
+        f"{a} and {b} have one recipe but started from different initial weights (initial "
+        f"checkpoint {ia} ({a}) vs {ib} ({b})): made on machines with different torch "
+        "builds, or one was made before Zephon shared initial checkpoints; re-run one of "
+        "them where the other's initial checkpoint is.",
+        [ref.run_id, run.run_id],
+        {"fields": {"init_sha256": {a: ref.init_sha256, b: run.init_sha256}}},
+    )
 
 
 def _differing(fa: dict[str, Any], fb: dict[str, Any], a: str, b: str) -> dict[str, dict[str, Any]]:
@@ -489,7 +649,40 @@ def _eval_step(
     return step, first, None
 
 
-def _checks(runs: list[RunSummary]) -> tuple[list[Refusal], int | None, list[str], int]:
+def _documents(runs: list[RunSummary], step: int, label: dict[str, str]) -> Refusal | None:
+    """``no_common_eval`` unless every run scored the same held-out documents at ``step``."""
+    without = [label[r.run_id] for r in runs if step not in r.documents]
+    if without:
+        return Refusal(
+            NO_COMMON_EVAL,
+            f"{', '.join(without)} {'has' if len(without) == 1 else 'have'} no per-document "
+            f"held-out scores at eval step {step} (recorded since Zephon decides between "
+            "variants), so no difference between variants can be tested; re-run them.",
+            [r.run_id for r in runs],
+            {"step": step, "runs_without_documents": without},
+        )
+    ref = runs[0]
+    sizes = {d: v["bytes"] for d, v in ref.documents[step].items()}
+    other = [
+        label[r.run_id]
+        for r in runs
+        if {d: v["bytes"] for d, v in r.documents[step].items()} != sizes
+    ]
+    if other:
+        return Refusal(
+            NO_COMMON_EVAL,
+            f"{', '.join(other)} scored other held-out text than {label[ref.run_id]} at eval step "
+            f"{step} (document sizes differ), so their scores cannot be paired document by "
+            "document; evaluate all runs with the same held-out documents.",
+            [r.run_id for r in runs],
+            {"step": step, "runs_with_other_documents": other},
+        )
+    return None
+
+
+def _checks(
+    runs: list[RunSummary],
+) -> tuple[list[Refusal], int | None, list[str], int, bool]:
     label = _labels(runs)
     refusals: list[Refusal] = []
     if len(runs) < 2:
@@ -506,6 +699,9 @@ def _checks(runs: list[RunSummary]) -> tuple[list[Refusal], int | None, list[str
     no_data, usable = _no_data(ordered_runs(runs), label)
     refusals += no_data
     refusals += [r for r in (_unfinished(run, label) for run in usable) if r]
+    paired, unpaired = _seed_design(usable, label)
+    refusals += [unpaired] if unpaired else []
+    ignore = SEED_FIELDS if paired else ()
     groups = _by_variant(usable)
     common_steps: list[int] = []
     for group in groups.values():
@@ -518,19 +714,22 @@ def _checks(runs: list[RunSummary]) -> tuple[list[Refusal], int | None, list[str
     heads = [group[0] for group in groups.values()]
     pairs = [(heads[0], head) for head in heads[1:]] if heads else []
     pairs += [(group[0], run) for group in groups.values() for run in group[1:]]
-    for ref, run in pairs:
-        refusal = _mismatch(ref, run, label)
-        if refusal:
-            refusals.append(refusal)
-    for run in usable[1:]:
-        refusal = _recipe_mismatch(usable[0], run, label)
-        if refusal:
-            refusals.append(refusal)
+    refusals += [r for r in (_mismatch(ref, run, label, ignore) for ref, run in pairs) if r]
+    refusals += [
+        r for r in (_recipe_mismatch(usable[0], run, label, ignore) for run in usable[1:]) if r
+    ]
+    by_seed: dict[str, list[RunSummary]] = {}
+    for run in usable:
+        by_seed.setdefault(run.seed, []).append(run)
+    for block in by_seed.values():
+        refusals += [r for r in (_init_mismatch(block[0], run, label) for run in block[1:]) if r]
     scored = usable or ordered_runs(runs)  # runs refused for no_data need no second reason
     step, domains, refusal = _eval_step(scored, label) if scored else (None, [], None)
+    if refusal is None and step is not None:
+        refusal = _documents(scored, step, label)
     if refusal:
         refusals.append(refusal)
-    return refusals, step, domains, min(common_steps, default=0)
+    return refusals, step, domains, min(common_steps, default=0), paired
 
 
 def check(runs: list[RunSummary]) -> list[Refusal]:
@@ -538,27 +737,59 @@ def check(runs: list[RunSummary]) -> list[Refusal]:
     return _checks(runs)[0]
 
 
-def compare(runs: list[RunSummary]) -> Comparison:
-    """Check ``runs`` and, if nothing is refused, score each variant at the common eval step."""
-    refusals, step, domains, common_steps = _checks(runs)
+def compare(
+    runs: list[RunSummary], *, threshold: float = 0.0, confidence: float = 0.95
+) -> Comparison:
+    """Check ``runs`` and, if nothing is refused, score each variant at the common eval step
+    and decide every pair of variants (:mod:`orchestrator.guard.decisions`): a difference
+    counts only if its whole ``confidence`` interval is beyond ``threshold`` bits per byte."""
+    if threshold < 0 or not 0 < confidence < 1:
+        raise ValueError(
+            f"threshold must be >= 0 and confidence in (0, 1), got {threshold}, {confidence}"
+        )
+    refusals, step, domains, common_steps, _ = _checks(runs)
     if refusals or step is None:
         return Comparison(False, refusals, step, [], domains, common_steps)
+    arms = _by_arm(runs)
+    seeds = sorted({r.seed for r in runs})
+    scores: dict[str, decisions.Scores] = {}
     rows = []
-    for variant, group in _by_variant(runs).items():
-        scores = [r.evals[step] for r in group]
-        aggregates = [float(s[AGGREGATE]) for s in scores]
+    for arm, group in arms.items():
+        blocks: dict[str, list[RunSummary]] = {}
+        for run in group:
+            blocks.setdefault(run.seed, []).append(run)
+        scores[arm] = {
+            seed: {
+                d: np.mean([r.documents[step][d]["bits"] for r in block], axis=0) for d in domains
+            }
+            for seed, block in blocks.items()
+        }
+        evals = [r.evals[step] for r in group]
+        aggregates = [float(e[AGGREGATE]) for e in evals]
+        variant = group[0].variant if len(blocks) == 1 else _arm_id(arm)
         rows.append(
             {
+                "arm": arm,
                 "variant": variant[:SHORT],
                 "variant_id": variant,
                 "mixture": mixture_label(group[0].mixture),
                 "shares": {k: float(v) for k, v in sorted(group[0].mixture.items())},
                 "replicates": len(group),
+                "seeds": len(blocks),
                 "dp_sizes": ",".join(
                     str(n) for n in sorted({n for r in group for n in r.dp_sizes})
                 ),
-                "bpb": {d: statistics.fmean(float(s[d]) for s in scores) for d in domains},
-                "aggregate_bpb": statistics.fmean(aggregates),
+                "bpb": {
+                    d: statistics.fmean(
+                        statistics.fmean(float(r.evals[step][d]) for r in block)
+                        for block in blocks.values()
+                    )
+                    for d in domains
+                },
+                "aggregate_bpb": statistics.fmean(
+                    statistics.fmean(float(r.evals[step][AGGREGATE]) for r in block)
+                    for block in blocks.values()
+                ),
                 "aggregate_range": max(aggregates) - min(aggregates),
                 "aggregate_std": statistics.stdev(aggregates) if len(aggregates) > 1 else 0.0,
                 "runs": [r.name for r in group],
@@ -566,12 +797,37 @@ def compare(runs: list[RunSummary]) -> Comparison:
             }
         )
     rows.sort(key=lambda row: (row["aggregate_bpb"], row["mixture"], row["variant_id"]))
-    best = rows[0]["aggregate_bpb"]
+    order = [row["arm"] for row in rows]
+    first_run = ordered_runs(runs)[0]
+    doc_bytes = {
+        d: np.asarray(first_run.documents[step][d]["bytes"], dtype=np.float64) for d in domains
+    }
+    decided = decisions.decide_all(
+        order, scores, doc_bytes, threshold=threshold, confidence=confidence
+    )
+    tier, best = decisions.tiers(order, decided), decisions.best(order, decided)
+    by_arm = {row["arm"]: row for row in rows}
+    pairs = [
+        {
+            **pair.to_json(),
+            "a": by_arm[pair.a]["variant"],
+            "b": by_arm[pair.b]["variant"],
+            "a_mixture": by_arm[pair.a]["mixture"],
+            "b_mixture": by_arm[pair.b]["mixture"],
+        }
+        for pair in decided
+    ]
+    top = rows[0]["aggregate_bpb"]
     rows = [
-        {"rank": rank, **row, "vs_best": row["aggregate_bpb"] - best}
+        {
+            "rank": rank,
+            **{k: v for k, v in row.items() if k != "arm"},
+            "vs_best": row["aggregate_bpb"] - top,
+            "tier": tier[row["arm"]],
+            "best": best[row["arm"]] and len(rows) > 1,
+        }
         for rank, row in enumerate(rows, 1)
     ]
-    first = ordered_runs(runs)[0]
     return Comparison(
         True,
         [],
@@ -579,6 +835,15 @@ def compare(runs: list[RunSummary]) -> Comparison:
         rows,
         domains,
         common_steps,
-        first.contract_fingerprint,
-        first.recipe_fingerprint,
+        first_run.contract_fingerprint,
+        first_run.recipe_fingerprint,
+        pairs,
+        seeds,
+        threshold,
+        confidence,
     )
+
+
+def _arm_id(arm: str) -> str:
+    """sha256 hex of :func:`_arm` (the id of a variant across its seeds)."""
+    return hashlib.sha256(arm.encode()).hexdigest()

@@ -65,7 +65,8 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
     Tags give the variant, contract and recipe fingerprints, initial checkpoint, status
     and dp sizes; ``zephon/experiment.json`` the contract, mixture, recipe and planned
     steps (and the fingerprints, if the tags are missing);
-    ``zephon/steps.jsonl`` the digests and ``zephon/eval.jsonl`` the scores. Missing
+    ``zephon/steps.jsonl`` the digests and ``zephon/eval.jsonl`` the scores (per dataset and
+    per held-out document). Missing
     artifacts leave the fields empty, so :func:`check` refuses the run with a reason
     instead of this function failing. An unknown run id raises ``ValueError``.
     """
@@ -86,6 +87,7 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
             if "step" in r and r.get("global_digest")
         }
         evals: dict[int, dict[str, float]] = {}
+        documents: dict[int, dict[str, dict[str, list[float]]]] = {}
         for record in evals_raw:
             if "step" not in record:
                 continue
@@ -93,6 +95,8 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
             if record.get("aggregate_bpb") is not None:
                 scores[AGGREGATE] = float(record["aggregate_bpb"])
             evals[int(record["step"])] = scores
+            if record.get("documents"):
+                documents[int(record["step"])] = record["documents"]
         summaries.append(
             RunSummary(
                 run_id=run_id,
@@ -104,6 +108,7 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 mixture={str(k): float(v) for k, v in (experiment.get("mixture") or {}).items()},
                 digests=digests,
                 evals=evals,
+                documents=documents,
                 dp_sizes=_dp_sizes(tags, steps),
                 recipe_fingerprint=tags.get(TAG_RECIPE)
                 or str(experiment.get("recipe_fingerprint") or ""),

@@ -40,6 +40,7 @@ class Limits:
     max_global_batch_size: int = 65_536
     max_lanes: int = 4_096
     max_holdout_bytes: int = 100_000_000
+    max_holdout_docs: int = 100_000
     max_timeout_s: int = 7 * 24 * 3600
 
 
@@ -140,6 +141,7 @@ def _sizes(config: ExperimentConfig, limits: Limits) -> list[str]:
         ("data.global_batch_size", d.global_batch_size, limits.max_global_batch_size),
         ("data.lanes", d.lanes, limits.max_lanes),
         ("data.holdout_bytes", d.holdout_bytes, limits.max_holdout_bytes),
+        ("data.holdout_docs", d.holdout_docs, limits.max_holdout_docs),
         ("resources.timeout_s", r.timeout_s or 0, limits.max_timeout_s),
     ]
     return [

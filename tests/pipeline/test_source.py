@@ -8,8 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline import ConfigError, Dataset, WorkSource, load_tokenizer
+from pipeline.source import cut_to_budget
 from tests.support.helpers import two_datasets
 
 
@@ -145,12 +148,13 @@ def test_calibration_depends_on_the_data_not_the_seed_and_is_measured_once(
 
 @pytest.mark.parametrize("lanes", [1, 4])
 def test_held_out_records_are_never_trained_on(small: list[Dataset], lanes: int) -> None:
-    source = WorkSource(small, {"a": 0.7, "b": 0.3}, seed=1, chunk_tokens=16, holdout_bytes=60)
+    source = WorkSource(
+        small, {"a": 0.7, "b": 0.3}, seed=1, chunk_tokens=16, holdout_bytes=60, holdout_docs=3
+    )
     source.calibrate(load_tokenizer("gpt2"))
     held = {d: set(source.heldout_records(d).tolist()) for d in range(2)}
-    assert all(held.values())
     for d, ds in enumerate(small):
-        assert int(ds.record_bytes[sorted(held[d])].sum()) >= 60
+        assert len(held[d]) == min(3, ds.num_records // 4)
     seen = Counter(r for records in drain(source, lanes).values() for r in records)
     trained = {d: {i for dd, i in seen if dd == d} for d in range(2)}
     for d, ds in enumerate(small):  # "stop": every other record exactly once
@@ -167,7 +171,43 @@ def test_held_out_records_depend_on_the_dataset_only(small: list[Dataset]) -> No
     assert WorkSource(small, {"a": 1, "b": 1}, holdout_bytes=0).contract()["holdout_bytes"] == 0
 
 
-def test_holding_out_too_much_is_refused(small: list[Dataset]) -> None:
-    source = WorkSource(small, {"a": 0.5, "b": 0.5}, holdout_bytes=10**9)
-    with pytest.raises(ConfigError, match="lower holdout_bytes or add data"):
+def test_held_out_documents_are_a_quarter_of_the_records_at_most(small: list[Dataset]) -> None:
+    source = WorkSource(small, {"a": 0.5, "b": 0.5}, holdout_bytes=10**9, holdout_docs=10**6)
+    assert [len(source.heldout_records(d)) for d in range(2)] == [
+        ds.num_records // 4 for ds in small
+    ]
+    texts = source.heldout_documents(0)  # a budget above the documents' bytes: all of them
+    assert texts == small[0].read_texts(source.heldout_records(0))
+
+
+def test_a_dataset_too_small_to_hold_out_two_documents_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "few.jsonl"
+    path.write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(7)))
+    source = WorkSource([Dataset("few", [path])], {"few": 1.0}, holdout_bytes=100)
+    with pytest.raises(ConfigError, match=r"holding out 2 documents .* needs at least 8"):
         source.heldout_records(0)
+    with pytest.raises(ConfigError, match="holdout_docs must be an integer >= 2"):
+        WorkSource([Dataset("few", [path])], {"few": 1.0}, holdout_bytes=100, holdout_docs=1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(st.text(max_size=300), min_size=1, max_size=12),
+    budget=st.integers(min_value=0, max_value=2000),
+)
+def test_held_out_text_is_cut_to_its_budget(texts: list[str], budget: int) -> None:
+    cut = cut_to_budget(texts, budget)
+    sizes = [len(t.encode()) for t in texts]
+    assert len(cut) == len(texts)
+    assert sum(len(c.encode()) for c in cut) <= max(budget, 0) or sum(sizes) <= budget
+    for text, piece in zip(texts, cut, strict=True):
+        assert text.startswith(piece)  # a prefix, never a broken character
+    if sum(sizes) <= budget:
+        assert cut == texts
+    else:  # water filling: the documents cut are cut at one length, the others are whole
+        cut_sizes = [len(c.encode()) for c, t in zip(cut, texts, strict=True) if c != t]
+        cap = max(cut_sizes)
+        assert all(len(t.encode()) <= cap + 3 for c, t in zip(cut, texts, strict=True) if c == t)
+        assert max(cut_sizes) - min(cut_sizes) <= 3  # at most a character's bytes apart
+        # the cap is the largest within budget: one byte more per cut document breaks it
+        assert budget - sum(len(c.encode()) for c in cut) < 4 * len(cut_sizes)

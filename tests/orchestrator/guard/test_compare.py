@@ -100,6 +100,26 @@ def evals_for(base: float, steps: tuple[int, ...] = (5, 10)) -> dict[int, dict[s
     return out
 
 
+DOC_BYTES = [120, 340, 560, 200, 780, 410]
+
+
+def documents_for(
+    name: str, evals: dict[int, dict[str, float]]
+) -> dict[int, dict[str, dict[str, list[float]]]]:
+    """Per-document bits whose bits per byte are ``evals``'s scores, with a per-run pattern
+    of document noise that sums to zero (so each dataset's score is unchanged)."""
+    k = int(_sha("noise", name)[:4], 16) / 65536 * 4.0
+    noise = [k, -k, 0.5 * k, -0.5 * k, 0.0, 0.0]
+    return {
+        step: {
+            d: {"bits": [n * x + e for n, e in zip(DOC_BYTES, noise)], "bytes": list(DOC_BYTES)}
+            for d, x in scores.items()
+            if d != "aggregate"
+        }
+        for step, scores in evals.items()
+    }
+
+
 def make_run(
     name: str,
     mixture: dict[str, float] = MIX_A,
@@ -115,6 +135,7 @@ def make_run(
 ) -> RunSummary:
     contract = make_contract() if contract is None else contract
     recipe = make_recipe() if recipe is None else recipe
+    evals = evals_for(base) if evals is None else evals
     fingerprint = _sha("contract", contract)
     variant = _sha("variant", fingerprint, sorted(mixture.items()))
     return RunSummary(
@@ -125,7 +146,8 @@ def make_run(
         contract=contract,
         mixture=dict(mixture),
         digests=digests_for(variant) if digests is None else digests,
-        evals=evals_for(base) if evals is None else evals,
+        evals=evals,
+        documents=documents_for(name, evals),
         dp_sizes=dp or [1],
         recipe_fingerprint=_sha("recipe", recipe),
         recipe=recipe,
@@ -190,7 +212,16 @@ def test_accepted_rows_means_and_spread(tmp_path: Path) -> None:
     assert f"recipe `{runs[0].recipe_fingerprint[:12]}`" in md
     assert payload["recipe_fingerprint"] == runs[0].recipe_fingerprint
     assert "code=0.200 docs=0.300 i18n=0.500" in md and "b-1, b-2" in md
-    assert md.count("\n| ") == 3  # header + two rows
+    assert md.count("\n| ") == 5  # header + two rows, then the decisions' header + one pair
+    (pair,) = payload["pairs"]
+    assert (pair["a"], pair["b"]) == (best["variant"], second["variant"])
+    assert pair["difference"] == pytest.approx(best["aggregate_bpb"] - second["aggregate_bpb"])
+    lo, hi = pair["interval"]
+    assert lo < pair["difference"] < hi < 0 and pair["decision"] == "a_better"
+    assert "1 seed: training noise not measured" in pair["method"]
+    assert best["best"] and not second["best"] and (best["tier"], second["tier"]) == (1, 2)
+    assert payload["best"] == best["variant"] and payload["smallest_detectable"] > 0
+    assert "**a_better**" in md and "1 **best**" in md and "Smallest difference" in md
 
     png = plot(result, runs, tmp_path / "out" / "cmp.png")
     data = png.read_bytes()
@@ -499,6 +530,7 @@ def _log_training_run(client, experiment_id: str, run: RunSummary, tmp: Path, sw
                     "step": s,
                     "bpb": {k: v for k, v in scores.items() if k != "aggregate"},
                     "aggregate_bpb": scores["aggregate"],
+                    "documents": run.documents[s],
                 }
             )
             + "\n"
@@ -545,6 +577,7 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
         assert got.contract == want.contract and got.mixture == want.mixture
         assert got.digests == want.digests and got.dp_sizes == want.dp_sizes
         assert got.evals == want.evals  # JSON round-trips floats exactly
+        assert got.documents == want.documents
         assert (got.recipe, got.recipe_fingerprint, got.init_sha256, got.status) == (
             want.recipe,
             want.recipe_fingerprint,
@@ -606,3 +639,106 @@ def test_comparison_json_round_trips_for_refusals() -> None:
     payload = result.to_json()
     assert json.loads(json.dumps(payload)) == payload
     assert payload["refusals"][0]["detail"]["fields"]["seed"] == {"a": 0, "b": 3}
+
+
+# -- seed replicates ----------------------------------------------------------------------------
+
+
+def seeded(name: str, mixture: dict[str, float], seed: int, base: float) -> RunSummary:
+    """A run of a seed replicate: plan, shuffle and init seeds all ``seed``."""
+    return make_run(
+        name,
+        mixture,
+        contract=make_contract(seed=seed, shuffle={"buffer_size": 64, "seed": seed}),
+        recipe=make_recipe(**{"debug.seed": seed}),
+        init=f"init-{seed}",
+        base=base,
+    )
+
+
+def test_paired_seeds_are_accepted_and_decided_over_seeds() -> None:
+    # B is better than A under both seeds; the seed moves both alike (a shared seed effect).
+    runs = [
+        seeded("a-s0", MIX_A, 0, 1.00),
+        seeded("a-s1", MIX_A, 1, 1.05),
+        seeded("b-s0", MIX_B, 0, 0.80),
+        seeded("b-s1", MIX_B, 1, 0.86),
+    ]
+    result = compare(runs)
+    assert result.accepted, result.refusals
+    assert len(result.seeds) == 2 and "data 1, shuffle 1, init 1" in result.seeds
+    best, second = result.rows
+    assert best["mixture"] == mixture_label(MIX_B) and best["seeds"] == 2
+    assert best["replicates"] == 2 and best["runs"] == ["b-s0", "b-s1"]
+    assert best["variant"] != runs[2].variant[:12]  # one id across the seeds, not seed 0's
+    (pair,) = result.pairs
+    assert pair["difference"] == pytest.approx(((0.8 - 1.0) + (0.86 - 1.05)) / 2)
+    assert pair["seeds"] == 2 and "2 seeds" in pair["method"]
+    # two seeds: t with about one degree of freedom, so a wide interval
+    assert pair["interval"][1] - pair["interval"][0] > 0.1
+    md = result.to_markdown()
+    assert "2 seed blocks, each run by every variant" in md
+
+
+def test_unpaired_seeds_are_refused_with_the_missing_blocks() -> None:
+    runs = [
+        seeded("a-s0", MIX_A, 0, 1.0),
+        seeded("a-s1", MIX_A, 1, 1.0),
+        seeded("b-s0", MIX_B, 0, 0.9),
+    ]
+    (refusal,) = check(runs)
+    assert refusal.code == "unpaired_seeds"
+    assert refusal.detail["missing"] == {mixture_label(MIX_B): ["data 1, shuffle 1, init 1"]}
+    assert "replicate_seeds" in refusal.message and refusal.runs == ["id-b-s0"]
+
+
+def test_one_variant_under_two_seeds_is_not_a_pairing() -> None:
+    refusals = check([seeded("a-s0", MIX_A, 0, 1.0), seeded("a-s1", MIX_A, 1, 1.0)])
+    assert codes(refusals) == ["contract_mismatch", "recipe_mismatch"]
+    assert set(refusals[0].detail["fields"]) == {"seed", "shuffle.seed"}
+    assert set(refusals[1].detail["fields"]) == {"debug.seed"}
+
+
+def test_paired_seeds_still_check_the_initial_weights_within_a_seed() -> None:
+    runs = [
+        seeded("a-s0", MIX_A, 0, 1.0),
+        seeded("a-s1", MIX_A, 1, 1.0),
+        seeded("b-s0", MIX_B, 0, 0.9),
+        seeded("b-s1", MIX_B, 1, 0.9),
+    ]
+    runs[3].init_sha256 = "f" * 64
+    (refusal,) = check(runs)
+    assert refusal.code == "init_mismatch" and refusal.runs == ["id-a-s1", "id-b-s1"]
+
+
+def test_paired_seeds_do_not_excuse_another_field() -> None:
+    runs = [
+        seeded("a-s0", MIX_A, 0, 1.0),
+        seeded("a-s1", MIX_A, 1, 1.0),
+        seeded("b-s0", MIX_B, 0, 0.9),
+        seeded("b-s1", MIX_B, 1, 0.9),
+    ]
+    runs[3].recipe = {**runs[3].recipe, "optimizer.param_groups.0.optimizer_kwargs.lr": 1e-3}
+    (refusal,) = check(runs)
+    assert refusal.code == "recipe_mismatch"
+    assert list(refusal.detail["fields"]) == ["optimizer.param_groups.0.optimizer_kwargs.lr"]
+
+
+def test_threshold_turns_a_small_decided_difference_into_cannot_tell() -> None:
+    runs = four_runs()
+    decided = compare(runs).pairs[0]
+    assert decided["decision"] == "a_better"
+    (pair,) = compare(runs, threshold=abs(decided["difference"]) + 0.01).pairs
+    assert pair["decision"] == "cannot_tell"
+    assert pair["detectable"] == pytest.approx(
+        decided["detectable"] + abs(decided["difference"]) + 0.01
+    )
+    with pytest.raises(ValueError, match="threshold"):
+        compare(runs, threshold=-1)
+
+
+def test_other_held_out_text_is_refused() -> None:
+    a, b = make_run("a", MIX_A), make_run("b", MIX_B)
+    b.documents[10]["code"]["bytes"] = [1] * len(DOC_BYTES)
+    (refusal,) = check([a, b])
+    assert refusal.code == "no_common_eval" and "other held-out text" in refusal.message

@@ -1,0 +1,400 @@
+"""Decisions between mixtures: is variant ``a`` better than ``b``, worse, or can we not tell?
+
+Each variant (one data mixture) is trained under one or more seeds ("seed
+blocks"; ``a`` and ``b`` under the same seed are a *pair*: same initial weights,
+same data order) and scored on the same held-out documents of several
+datasets. For document ``i`` of dataset ``d`` a run has its ``bits`` (negative
+log2-likelihood of the document) and the document its ``bytes_{d,i}`` (UTF-8,
+identical for every run). A run's score on ``d`` is bits per byte
+``sum_i bits_{d,i} / N_d`` with ``N_d = sum_i bytes_{d,i}``; its aggregate is the
+mean of these over the datasets. Lower is better.
+
+Notation. ``S`` the seeds (the same set for ``a`` and ``b``), ``D`` the datasets
+(the same for both and in ``doc_bytes``), ``m_d >= 2`` the documents of ``d``.
+
+Difference (negative: ``a`` is better)::
+
+    delta_{s,d,i} = bits_a[s][d][i] - bits_b[s][d][i]
+    D_s           = (1/|D|) sum_d sum_i delta_{s,d,i} / N_d        (aggregate(a) - aggregate(b) under seed s)
+    difference    = (1/|S|) sum_s D_s
+
+Document term (paired, stratified by dataset, blocked by seed). Which text was
+held out is a sample of the text the mixture is meant for, so the difference
+would change with other documents. A document's seed-averaged difference is
+one observation, so a document counts once however many seeds there are::
+
+    deltabar_{d,i} = (1/|S|) sum_s delta_{s,d,i}
+    r_d            = sum_i deltabar_{d,i} / N_d
+    e_{d,i}        = deltabar_{d,i} - r_d * bytes_{d,i}              (residual of the ratio r_d)
+    v_d            = m_d / (m_d - 1) * sum_i e_{d,i}^2 / N_d^2 / |D|^2   (linearised ratio-estimator variance)
+    v_doc          = sum_d v_d
+    df_doc         = v_doc^2 / sum_d (v_d^2 / (m_d - 1))            (Welch-Satterthwaite; sum_d (m_d - 1) if v_doc = 0)
+
+Seed term (only when ``|S| >= 2``). Initial weights and data order are a
+sample too: another seed trains another model of the same mixture. The
+spread of the per-seed differences measures that training noise::
+
+    v_seed  = (1/(|S| - 1)) sum_s (D_s - difference)^2 / |S|
+    df_seed = |S| - 1
+
+With one seed ``v_seed = 0``: training noise is not measured, and the method
+text says so.
+
+Interval and decision, at confidence ``c`` and threshold ``h >= 0``::
+
+    standard_error = sqrt(v_doc + v_seed)
+    df             = (v_doc + v_seed)^2 / (v_doc^2 / df_doc + v_seed^2 / df_seed)
+                     (a term that is 0 drops out; both 0: df = df_doc)
+    t              = t_{1 - (1 - c)/2, df}                          (Student t quantile)
+    interval       = difference -/+ t * standard_error
+    decision       = A_BETTER     if hi < -h
+                     B_BETTER     if lo >  h
+                     CANNOT_TELL  otherwise                          (identical scores: [0, 0], cannot tell)
+    detectable     = h + (t_{1 - (1 - c)/2, df} + t_{0.80, df}) * standard_error
+
+``detectable`` is the smallest true ``|difference|`` that is decided (in its
+direction) with 80% power at this standard error.
+
+Why pairing. Some documents are hard for every model (long code, rare
+languages); that difficulty is shared by ``a`` and ``b`` and cancels in
+``delta``, so only how differently the two mixtures fare on a document is
+noise. Likewise a seed's initial weights and data order are shared by the
+pair, so ``D_s`` compares models that differ only in the mixture. The bytes
+weigh each document as the score does, and stratifying by dataset keeps the
+datasets' different sizes and difficulties out of the variance.
+
+Note. With several seeds the per-document noise of each seed enters both
+``v_doc`` (through ``deltabar``) and ``v_seed`` (through ``D_s``), so the
+standard error errs on the large side: an interval too wide rather than too
+narrow.
+
+:func:`decide_all` decides every pair of an ordered list of variants,
+:func:`tiers` groups the variants that cannot be told apart and :func:`best`
+says whether the first one is decided better than all others.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+A_BETTER = "a_better"
+B_BETTER = "b_better"
+CANNOT_TELL = "cannot_tell"
+
+POWER = 0.80
+"""Power at which :attr:`PairDecision.detectable` is decided."""
+
+Scores = dict[str, dict[str, np.ndarray]]
+"""Seed key -> dataset -> bits of each held-out document (float64, documents in one fixed order)."""
+
+
+@dataclass(frozen=True)
+class PairDecision:
+    """The decision between variants ``a`` and ``b``, with the numbers behind it."""
+
+    a: str
+    b: str
+    difference: float
+    """``aggregate(a) - aggregate(b)``, mean over seeds (negative: ``a`` is better)."""
+    interval: tuple[float, float]
+    """Confidence interval of the difference (95% by default)."""
+    decision: str
+    """:data:`A_BETTER`, :data:`B_BETTER` or :data:`CANNOT_TELL`."""
+    method: str
+    """Short text naming the method, documents and seeds."""
+    standard_error: float
+    degrees_of_freedom: float
+    seeds: int
+    documents: int
+    """Total held-out documents over the datasets."""
+    detectable: float
+    """Smallest true ``|difference|`` decided with 80% power."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The decision as plain JSON values (``interval`` as a list ``[lo, hi]``)."""
+        return {
+            "a": self.a,
+            "b": self.b,
+            "difference": self.difference,
+            "interval": [self.interval[0], self.interval[1]],
+            "decision": self.decision,
+            "method": self.method,
+            "standard_error": self.standard_error,
+            "degrees_of_freedom": self.degrees_of_freedom,
+            "seeds": self.seeds,
+            "documents": self.documents,
+            "detectable": self.detectable,
+        }
+
+
+def _bytes_arrays(doc_bytes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``doc_bytes`` as float64 arrays, checked: 1-D, non-negative, finite, positive total."""
+    if not doc_bytes:
+        raise ValueError("no datasets: doc_bytes is empty")
+    out: dict[str, np.ndarray] = {}
+    for d in sorted(doc_bytes):
+        n = np.asarray(doc_bytes[d], dtype=np.float64)
+        if n.ndim != 1:
+            raise ValueError(f"dataset {d!r}: doc_bytes must be 1-D, got shape {n.shape}")
+        if not np.all(np.isfinite(n)) or np.any(n < 0):
+            raise ValueError(f"dataset {d!r}: doc_bytes must be finite and non-negative")
+        if n.sum() <= 0:
+            raise ValueError(f"dataset {d!r}: its held-out documents have 0 bytes in total")
+        out[d] = n
+    return out
+
+
+def _bits_matrix(
+    variant: str, scores: Scores, seeds: list[str], n_bytes: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Dataset -> array (seeds x documents) of ``variant``'s bits, checked against ``n_bytes``."""
+    out: dict[str, np.ndarray] = {}
+    for s in seeds:
+        got = set(scores[s])
+        want = set(n_bytes)
+        if got != want:
+            raise ValueError(
+                f"variant {variant!r}, seed {s!r}: datasets {sorted(got)} differ from the "
+                f"held-out datasets {sorted(want)} (missing {sorted(want - got)}, "
+                f"extra {sorted(got - want)})"
+            )
+    for d, n in n_bytes.items():
+        rows = []
+        for s in seeds:
+            x = np.asarray(scores[s][d], dtype=np.float64)
+            if x.shape != n.shape:
+                raise ValueError(
+                    f"variant {variant!r}, seed {s!r}, dataset {d!r}: {x.shape[0] if x.ndim == 1 else x.shape} "
+                    f"bits for {n.shape[0]} held-out documents"
+                )
+            if not np.all(np.isfinite(x)):
+                raise ValueError(f"variant {variant!r}, seed {s!r}, dataset {d!r}: bits not finite")
+            rows.append(x)
+        out[d] = np.stack(rows)
+    return out
+
+
+def aggregate(bits: dict[str, np.ndarray], doc_bytes: dict[str, np.ndarray]) -> float:
+    """Aggregate bits per byte of one run: ``(1/|D|) sum_d sum_i bits_{d,i} / N_d``.
+
+    ``bits`` and ``doc_bytes`` must have the same datasets, with one value per
+    document.
+    """
+    n_bytes = _bytes_arrays(doc_bytes)
+    if set(bits) != set(n_bytes):
+        raise ValueError(
+            f"datasets {sorted(bits)} of bits differ from {sorted(n_bytes)} of doc_bytes"
+        )
+    total = 0.0
+    for d, n in n_bytes.items():
+        x = np.asarray(bits[d], dtype=np.float64)
+        if x.shape != n.shape:
+            raise ValueError(f"dataset {d!r}: {x.size} bits for {n.size} held-out documents")
+        total += float(x.sum() / n.sum())
+    return total / len(n_bytes)
+
+
+def _check_options(threshold: float, confidence: float) -> None:
+    if not (threshold >= 0 and math.isfinite(threshold)):
+        raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+
+
+def _welch(terms: list[tuple[float, float]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of variance terms ``(v, df)``; 0 terms drop out."""
+    live = [(v, df) for v, df in terms if v > 0]
+    if not live:
+        return math.nan
+    total = sum(v for v, _ in live)
+    return total**2 / sum(v**2 / df for v, df in live)
+
+
+def _documents_text(m: list[int]) -> str:
+    lo, hi = min(m), max(m)
+    return f"{lo} documents per dataset" if lo == hi else f"{lo}-{hi} documents per dataset"
+
+
+def decide_pair(
+    a: str,
+    b: str,
+    a_scores: Scores,
+    b_scores: Scores,
+    doc_bytes: dict[str, np.ndarray],
+    *,
+    threshold: float = 0.0,
+    confidence: float = 0.95,
+) -> PairDecision:
+    """Decide between variants ``a`` and ``b`` (see the module docstring for the statistic).
+
+    ``a_scores`` and ``b_scores`` must have the same seeds and, under every seed,
+    the datasets of ``doc_bytes`` with one bits value per document; every
+    dataset needs at least 2 held-out documents. ``a`` is decided better only if
+    the whole interval lies below ``-threshold``, worse only if above
+    ``threshold``. Raises ``ValueError`` otherwise, naming what is wrong.
+    """
+    _check_options(threshold, confidence)
+    n_bytes = _bytes_arrays(doc_bytes)
+    small = [d for d, n in n_bytes.items() if n.size < 2]
+    if small:
+        raise ValueError(
+            f"a dataset needs at least 2 held-out documents to measure its spread: "
+            f"{', '.join(f'{d!r} has {n_bytes[d].size}' for d in small)}"
+        )
+    if set(a_scores) != set(b_scores):
+        raise ValueError(
+            f"{a!r} and {b!r} must be run under the same seeds: "
+            f"seeds missing for {a!r}: {sorted(set(b_scores) - set(a_scores))}, "
+            f"missing for {b!r}: {sorted(set(a_scores) - set(b_scores))}"
+        )
+    seeds = sorted(a_scores)
+    if not seeds:
+        raise ValueError(f"no seeds: {a!r} and {b!r} have no scores")
+    bits_a = _bits_matrix(a, a_scores, seeds, n_bytes)
+    bits_b = _bits_matrix(b, b_scores, seeds, n_bytes)
+
+    k = len(n_bytes)  # |D|
+    n_seeds = len(seeds)
+    per_seed = np.zeros(n_seeds)  # D_s
+    v_parts: list[tuple[float, float]] = []  # (v_d, m_d - 1)
+    for d, n in n_bytes.items():
+        delta = bits_a[d] - bits_b[d]  # seeds x documents
+        total = n.sum()  # N_d
+        m = n.size
+        per_seed += delta.sum(axis=1) / total / k
+        deltabar = delta.mean(axis=0)
+        r = deltabar.sum() / total
+        e = deltabar - r * n
+        v_d = m / (m - 1) * float(np.sum(e**2)) / total**2 / k**2
+        v_parts.append((v_d, m - 1))
+    difference = float(per_seed.mean())
+    v_doc = sum(v for v, _ in v_parts)
+    df_doc = _welch(v_parts) if v_doc > 0 else float(sum(df for _, df in v_parts))
+
+    docs = [int(n.size) for n in n_bytes.values()]
+    if n_seeds >= 2:
+        v_seed = float(np.var(per_seed, ddof=1)) / n_seeds
+        df_seed = float(n_seeds - 1)
+        method = (
+            f"paired t over {_documents_text(docs)} (stratified by dataset, blocked by seed) "
+            f"and {n_seeds} seeds"
+        )
+    else:
+        v_seed, df_seed = 0.0, 1.0
+        method = (
+            f"paired t over {_documents_text(docs)} (stratified by dataset); "
+            f"1 seed: training noise not measured"
+        )
+    standard_error = math.sqrt(v_doc + v_seed)
+    df = _welch([(v_doc, df_doc), (v_seed, df_seed)])
+    if math.isnan(df):
+        df = df_doc
+    t = float(stats.t.ppf(1 - (1 - confidence) / 2, df))
+    lo, hi = difference - t * standard_error, difference + t * standard_error
+    if hi < -threshold:
+        decision = A_BETTER
+    elif lo > threshold:
+        decision = B_BETTER
+    else:
+        decision = CANNOT_TELL
+    detectable = threshold + (t + float(stats.t.ppf(POWER, df))) * standard_error
+    return PairDecision(
+        a=a,
+        b=b,
+        difference=difference,
+        interval=(lo, hi),
+        decision=decision,
+        method=method,
+        standard_error=standard_error,
+        degrees_of_freedom=float(df),
+        seeds=n_seeds,
+        documents=sum(docs),
+        detectable=detectable,
+    )
+
+
+def decide_all(
+    order: list[str],
+    scores: dict[str, Scores],
+    doc_bytes: dict[str, np.ndarray],
+    *,
+    threshold: float = 0.0,
+    confidence: float = 0.95,
+) -> list[PairDecision]:
+    """Every pair ``(order[i], order[j])`` for ``i < j``, in that order.
+
+    ``scores`` maps each variant of ``order`` to its :data:`Scores`; the options
+    are those of :func:`decide_pair`. Each pair is decided at ``confidence`` on
+    its own: no correction is made for the number of pairs.
+    """
+    _check_options(threshold, confidence)
+    missing = [v for v in order if v not in scores]
+    if missing:
+        raise ValueError(f"no scores for variants {missing}")
+    if len(set(order)) != len(order):
+        raise ValueError(f"variants repeat in the order {order}")
+    return [
+        decide_pair(
+            order[i],
+            order[j],
+            scores[order[i]],
+            scores[order[j]],
+            doc_bytes,
+            threshold=threshold,
+            confidence=confidence,
+        )
+        for i in range(len(order))
+        for j in range(i + 1, len(order))
+    ]
+
+
+def _better(pairs: list[PairDecision]) -> dict[tuple[str, str], bool]:
+    """``(x, y) -> True`` if ``x`` is decided better than ``y``, for both orientations of each pair."""
+    out: dict[tuple[str, str], bool] = {}
+    for p in pairs:
+        out[(p.a, p.b)] = p.decision == A_BETTER
+        out[(p.b, p.a)] = p.decision == B_BETTER
+    return out
+
+
+def _decided_better(better: dict[tuple[str, str], bool], x: str, y: str) -> bool:
+    if (x, y) not in better:
+        raise ValueError(f"no decision between {x!r} and {y!r}")
+    return better[(x, y)]
+
+
+def tiers(order: list[str], pairs: list[PairDecision]) -> dict[str, int]:
+    """Group variants that cannot be told apart into tiers 1, 2, ...
+
+    ``order`` is best (lowest aggregate) first. Tier 1 starts with ``order[0]``;
+    each next variant joins the current tier unless it is decided worse than
+    the current tier's first variant, in which case it starts the next tier.
+    ``pairs`` must hold a decision (either orientation) for each such
+    comparison, else ``ValueError``.
+    """
+    better = _better(pairs)
+    out: dict[str, int] = {}
+    tier, head = 0, None
+    for v in order:
+        if head is None or _decided_better(better, head, v):
+            tier, head = tier + 1, v
+        out[v] = tier
+    return out
+
+
+def best(order: list[str], pairs: list[PairDecision]) -> dict[str, bool]:
+    """``True`` only for ``order[0]`` and only if it is decided better than every other variant.
+
+    A single variant, with nothing to be compared with, is best.
+    """
+    better = _better(pairs)
+    out = dict.fromkeys(order, False)
+    if order:
+        head = order[0]
+        out[head] = all(_decided_better(better, head, v) for v in order[1:])
+    return out

@@ -112,7 +112,10 @@ def documents_for(
     noise = [k, -k, 0.5 * k, -0.5 * k, 0.0, 0.0]
     return {
         step: {
-            d: {"bits": [n * x + e for n, e in zip(DOC_BYTES, noise)], "bytes": list(DOC_BYTES)}
+            d: {
+                "bits": [n * x + e for n, e in zip(DOC_BYTES, noise, strict=True)],
+                "bytes": list(DOC_BYTES),
+            }
             for d, x in scores.items()
             if d != "aggregate"
         }
@@ -667,7 +670,7 @@ def test_paired_seeds_are_accepted_and_decided_over_seeds() -> None:
     result = compare(runs)
     assert result.accepted, result.refusals
     assert len(result.seeds) == 2 and "data 1, shuffle 1, init 1" in result.seeds
-    best, second = result.rows
+    best = result.rows[0]
     assert best["mixture"] == mixture_label(MIX_B) and best["seeds"] == 2
     assert best["replicates"] == 2 and best["runs"] == ["b-s0", "b-s1"]
     assert best["variant"] != runs[2].variant[:12]  # one id across the seeds, not seed 0's

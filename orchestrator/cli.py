@@ -6,6 +6,7 @@
     zephon run     [-c FILE] [key=value ...] [--dp N] [--name NAME]
     zephon resume  RUN_FOLDER [--dp N] [--steps N]
     zephon compare [RUN_ID ...] [--experiment NAME | --sweep NAME] [--tracking-uri URI]
+                   [--threshold BITS_PER_BYTE] [--decide-on DOMAIN,...]
     zephon verify-elastic [-c FILE] [key=value ...] --dp A --resume-dp B [--split-step S]
     zephon sync    RUN_FOLDER
 
@@ -86,6 +87,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", help="all runs of this MLflow experiment")
     p.add_argument("--sweep", help="all runs of this sweep")
     p.add_argument("--tracking-uri", help="MLflow URI (default: ./mlflow.db)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.0,
+        help="smallest difference in aggregate bits/byte that matters (default 0): a pair is "
+        "decided only if its whole 95%% interval is beyond it",
+    )
+    p.add_argument(
+        "--decide-on",
+        metavar="DOMAIN,...",
+        help="rank and decide on the mean of these held-out domains only (default: all)",
+    )
     p = command(
         "verify-elastic", "train, checkpoint, resume on another dp size, check digests", True
     )
@@ -167,8 +180,15 @@ def _compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
     if not args.run_ids and not args.experiment and not args.sweep:
         raise ConfigError("name the runs: RUN_ID ..., --experiment NAME or --sweep NAME")
+    if not args.threshold >= 0:
+        raise ConfigError(f"--threshold must be >= 0 bits/byte, got {args.threshold}")
     verdict = api.compare(
-        args.run_ids, experiment=args.experiment, sweep=args.sweep, tracking_uri=args.tracking_uri
+        args.run_ids,
+        experiment=args.experiment,
+        sweep=args.sweep,
+        tracking_uri=args.tracking_uri,
+        threshold=args.threshold,
+        decide_on=args.decide_on.split(",") if args.decide_on else None,
     )
     return (EXIT_OK if verdict["accepted"] else EXIT_REFUSED), verdict
 

@@ -12,19 +12,22 @@ Order of work (nothing is launched until steps 1-3 pass)::
     1. other = the ordinary overrides, crossed like Hydra's basic sweeper
        (train.steps=10,20 -> two combinations)
     2. per combination: domains = its data.datasets; mixes = sweeps.mixes.variants(...)
-       jobs = combination x mix x (replicate_dp or [free choice])
+       jobs = combination x mix x (replicate_seeds or [configured seeds])
+                                  x (replicate_dp or [free choice])
     3. every job composed and validated like any experiment (ExperimentError lists all)
     4. a parent MLflow run (tag zephon.kind=sweep); each job gets
        sweep.name, sweep.parent_run_id and run_name=<sweep>-<job number>
     5. the configured launcher runs the jobs (zephon: in parallel on the free devices)
-    6. the guard compares the sweep's runs, one comparison per recipe (train.steps=10,20:
-       two, each judged on its own); the verdict (table and plot, or the refusal) is
-       logged into the parent run (or, per recipe, into child comparison runs of it)
-       and <sweep dir>/sweep.json
+    6. the guard compares the sweep's runs, one comparison per combination (train.steps=10,20:
+       two, each judged on its own); the verdict (table, decisions and plot, or the
+       refusal) is logged into the parent run (or, per combination, into child comparison
+       runs of it) and <sweep dir>/sweep.json
 
 The sweep fails (Hydra exits non-zero) when a job fails or the guard refuses,
 after everything is logged. ``replicate_dp`` runs every variant on each listed dp
-size, so the guard proves the comparison free of infrastructure effects.
+size, so the guard proves the comparison free of infrastructure effects;
+``replicate_seeds`` runs it under each listed seed, so the guard's decisions
+measure training noise (variants under one seed are compared as a pair).
 """
 
 from __future__ import annotations
@@ -59,6 +62,10 @@ log = logging.getLogger(__name__)
 SWEEP_FILE = "sweep.json"
 
 
+SEED_KEYS = ("data.seed", "data.shuffle_seed", "train.seed")
+"""What one seed of ``replicate_seeds`` sets: the data plan, the shuffle, the initial weights."""
+
+
 class SweepFailed(ZephonError):
     """Some job of the sweep failed, or the guard refused the comparison (all logged)."""
 
@@ -75,6 +82,10 @@ class MixSweeperConf:
     line; ``MixSpace`` checks the values."""
     replicate_dp: list[int] = field(default_factory=list)
     """Run every variant on each of these dp sizes; empty: once, dp chosen by the launcher."""
+    replicate_seeds: list[int] = field(default_factory=list)
+    """Run every variant under each of these seeds, one seed setting ``data.seed``,
+    ``data.shuffle_seed`` and ``train.seed`` (data order and initial weights), so that
+    variants under one seed pair up in the comparison; empty: the configured seeds."""
     params: dict[str, str] = field(default_factory=dict)
     """Ordinary sweeps, as on the command line: ``{train.steps: "10,20"}``."""
     compare: bool = True
@@ -93,6 +104,7 @@ class Job:
     mixture: dict[str, float]
     dp: int | None
     other: list[str]
+    seed: int | None = None
 
 
 class MixSweeper(Sweeper):
@@ -102,6 +114,7 @@ class MixSweeper(Sweeper):
         self,
         mix: DictConfig | dict[str, Any],
         replicate_dp: list[int],
+        replicate_seeds: list[int] | None = None,
         params: dict[str, str] | None = None,
         compare: bool = True,
         resume: str | None = None,
@@ -111,6 +124,7 @@ class MixSweeper(Sweeper):
         fields = mix if isinstance(mix, dict) else _plain(mix)
         self.space = MixSpace(**{k: v for k, v in fields.items() if v is not None})
         self.replicate_dp = [int(k) for k in replicate_dp]
+        self.replicate_seeds = [int(k) for k in replicate_seeds or []]
         self.params = dict(params or {})
         self.compare = compare
         self.config: DictConfig | None = None
@@ -139,12 +153,21 @@ class MixSweeper(Sweeper):
         parsed = OverridesParser.create(config_loader=loader).parse_overrides(
             [*(f"{k}={v}" for k, v in self.params.items()), *arguments]
         )
+        seeded = SEED_KEYS if self.replicate_seeds else ()
         for override in parsed:
-            if override.get_key_element().startswith(("data.mixture", "mix")):
+            key = override.get_key_element()
+            if key.startswith(("data.mixture", "mix")):
                 raise ExperimentError(
                     [
                         f"{override.input_line!r}: the mix sweeper sets data.mixture itself; "
                         "describe the mixes with hydra.sweeper.mix.* instead"
+                    ]
+                )
+            if key in seeded:
+                raise ExperimentError(
+                    [
+                        f"{override.input_line!r}: hydra.sweeper.replicate_seeds sets "
+                        f"{', '.join(SEED_KEYS)} itself; list the seeds there instead"
                     ]
                 )
         combinations = BasicSweeper.split_arguments(parsed, None)[0] or [[]]
@@ -154,15 +177,23 @@ class MixSweeper(Sweeper):
             raise ExperimentError(
                 [f"hydra.sweeper.replicate_dp={self.replicate_dp}: use distinct sizes >= 1"]
             )
+        seeds = self.replicate_seeds
+        if any(k < 0 for k in seeds) or len(set(seeds)) != len(seeds):
+            raise ExperimentError(
+                [f"hydra.sweeper.replicate_seeds={seeds}: use distinct seeds >= 0"]
+            )
         jobs: list[Job] = []
         for other in combinations:
             base = experiment_from(loader.load_sweep_config(self.config, list(other)))
             for mixture in variants(self.space, sorted(base.data.datasets)):
-                for dp in self.replicate_dp or [None]:
-                    overrides = [*other, *override_strings(mixture, self.space.decimals)]
-                    if dp is not None:
-                        overrides.append(f"resources.dp={dp}")
-                    jobs.append(Job(overrides, mixture, dp, list(other)))
+                for seed in seeds or [None]:
+                    for dp in self.replicate_dp or [None]:
+                        overrides = [*other, *override_strings(mixture, self.space.decimals)]
+                        if seed is not None:
+                            overrides += [f"{key}={seed}" for key in SEED_KEYS]
+                        if dp is not None:
+                            overrides.append(f"resources.dp={dp}")
+                        jobs.append(Job(overrides, mixture, dp, list(other), seed))
         problems: list[str] = []
         for number, job in enumerate(jobs):
             try:
@@ -257,6 +288,7 @@ class MixSweeper(Sweeper):
             "jobs": len(jobs),
             "variants": len({mix_label(j.mixture, self.space.decimals) for j in jobs}),
             "replicate_dp": ",".join(map(str, self.replicate_dp)) or "auto",
+            "replicate_seeds": ",".join(map(str, self.replicate_seeds)) or "configured",
             **{f"mix.{k}": v for k, v in describe(self.space).items()},
             **{f"sweep.{k}": v for k, v in self.params.items()},
         }
@@ -288,6 +320,7 @@ def _outcome(job: Job, result: JobReturn) -> dict[str, Any]:
         "overrides": job.overrides,
         "mixture": job.mixture,
         "dp": job.dp,
+        "seed": job.seed,
         "other": job.other,
     }
     if result.status == JobStatus.COMPLETED and isinstance(result.return_value, dict):
@@ -375,15 +408,16 @@ class _ParentRun:
         return cls(uri, t.experiment, found[0].info.run_id)
 
     def compare(self, outcomes: list[dict[str, Any]], sweep_dir: Path) -> dict[str, Any] | None:
-        """The guard over the sweep's tracked runs, one comparison per recipe, logged into
-        the parent run (one recipe) or into child comparison runs of it (several: a sweep
-        that also crosses e.g. ``train.steps`` never ranks runs of different recipes)."""
+        """The guard over the sweep's tracked runs, one comparison per combination of the
+        other sweeps, logged into the parent run (one combination) or into child comparison
+        runs of it (several: a sweep that also crosses e.g. ``train.steps`` never ranks runs
+        of different recipes). Seed replicates of a combination are compared together."""
         from orchestrator.run import api
 
         groups: dict[str, list[str]] = {}
         for o in outcomes:
             if o.get("mlflow_run_id"):
-                groups.setdefault(o.get("recipe_fingerprint") or "", []).append(o["mlflow_run_id"])
+                groups.setdefault(" ".join(o["other"]), []).append(o["mlflow_run_id"])
         if self.run_id is None or not groups:
             return None
         try:
@@ -396,36 +430,30 @@ class _ParentRun:
                     workdir=sweep_dir / "comparison",
                 )
             verdicts = {
-                recipe: api.compare(
+                combination: api.compare(
                     run_ids,
                     tracking_uri=self.uri,
                     experiment=self.experiment,
                     parent_run_id=self.run_id,
-                    workdir=sweep_dir / "comparison" / recipe[:12],
+                    workdir=sweep_dir / "comparison" / str(number),
                 )
-                for recipe, run_ids in groups.items()
+                for number, (combination, run_ids) in enumerate(groups.items())
             }
         except Exception as e:  # the sweep's runs are kept; the verdict can be redone later
             log.exception("comparison failed")
             return {"accepted": False, "refusals": [], "error": f"comparison failed: {e}"}
-        return self._per_recipe(verdicts, outcomes)
+        return self._per_combination(verdicts)
 
-    def _per_recipe(
-        self, verdicts: dict[str, dict[str, Any]], outcomes: list[dict[str, Any]]
-    ) -> dict[str, Any]:
-        """One verdict of several per-recipe comparisons, tagged on the parent run."""
+    def _per_combination(self, verdicts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """One verdict of the per-combination comparisons, tagged on the parent run."""
         from orchestrator.tracking.names import TAG_NOTE, TAG_VERDICT
         from orchestrator.tracking.tracker import Tracker
 
-        sections = []
-        for recipe, verdict in verdicts.items():
-            other = sorted(
-                {k for o in outcomes if o.get("recipe_fingerprint") == recipe for k in o["other"]}
-            )
-            sections.append(
-                f"### Recipe `{recipe[:12]}` ({', '.join(other) or 'the base settings'}): "
-                f"compared on its own\n\n{verdict.get('markdown', '')}"
-            )
+        sections = [
+            f"### {combination or 'The base settings'}: compared on its own\n\n"
+            f"{verdict.get('markdown', '')}"
+            for combination, verdict in verdicts.items()
+        ]
         accepted = all(v.get("accepted") for v in verdicts.values())
         markdown = "\n".join(sections)
         assert self.run_id is not None

@@ -195,6 +195,9 @@ class Comparison:
     """Smallest difference in aggregate bits per byte that counts as a decision."""
     confidence: float = 0.95
     """Confidence of the pairs' intervals."""
+    decided_on: list[str] = field(default_factory=list)
+    """The held-out domains whose mean is the aggregate ranked and decided on (all, unless
+    the comparison was asked to decide on some)."""
 
     @property
     def smallest_detectable(self) -> float | None:
@@ -219,6 +222,7 @@ class Comparison:
             "threshold": self.threshold,
             "confidence": self.confidence,
             "smallest_detectable": self.smallest_detectable,
+            "decided_on": self.decided_on,
             "best": next((row["variant"] for row in self.rows if row["best"]), None),
         }
 
@@ -238,7 +242,8 @@ class Comparison:
             "## Comparison accepted",
             "",
             f"Held-out bits per byte (lower is better) at eval step {self.eval_step}, the last step "
-            "every run evaluated; means over replicates, spread of the aggregate across replicates. "
+            "every run evaluated; means over replicates, spread of the aggregate across replicates"
+            f"{self._aggregate_of()}. "
             "Variants of one tier cannot be told apart; **best** only if decided better than "
             "every other variant.",
             "",
@@ -266,6 +271,11 @@ class Comparison:
             lines.append("| " + " | ".join(cells) + " |")
         lines += ["", *self._decisions_markdown(), "", self._checked()]
         return "\n".join(lines) + "\n"
+
+    def _aggregate_of(self) -> str:
+        if self.decided_on == self.domains:
+            return ""
+        return f"; the aggregate (ranked and decided on) is the mean over {', '.join(self.decided_on)} only"
 
     def _decisions_markdown(self) -> list[str]:
         if not self.pairs:
@@ -738,18 +748,31 @@ def check(runs: list[RunSummary]) -> list[Refusal]:
 
 
 def compare(
-    runs: list[RunSummary], *, threshold: float = 0.0, confidence: float = 0.95
+    runs: list[RunSummary],
+    *,
+    threshold: float = 0.0,
+    confidence: float = 0.95,
+    decide_on: list[str] | None = None,
 ) -> Comparison:
     """Check ``runs`` and, if nothing is refused, score each variant at the common eval step
     and decide every pair of variants (:mod:`orchestrator.guard.decisions`): a difference
-    counts only if its whole ``confidence`` interval is beyond ``threshold`` bits per byte."""
-    if threshold < 0 or not 0 < confidence < 1:
+    counts only if its whole ``confidence`` interval is beyond ``threshold`` bits per byte.
+    The aggregate (ranking and decisions) is the mean over the held-out domains
+    ``decide_on`` (default: all of them)."""
+    if not threshold >= 0 or not 0 < confidence < 1:
         raise ValueError(
             f"threshold must be >= 0 and confidence in (0, 1), got {threshold}, {confidence}"
         )
     refusals, step, domains, common_steps, _ = _checks(runs)
     if refusals or step is None:
         return Comparison(False, refusals, step, [], domains, common_steps)
+    unknown = sorted(set(decide_on or []) - set(domains))
+    if unknown:
+        raise ValueError(
+            f"cannot decide on held-out domain(s) {unknown}: the runs were scored on "
+            f"{', '.join(domains)}"
+        )
+    chosen = [d for d in domains if d in (decide_on or domains)]
     arms = _by_arm(runs)
     seeds = sorted({r.seed for r in runs})
     scores: dict[str, decisions.Scores] = {}
@@ -760,12 +783,11 @@ def compare(
             blocks.setdefault(run.seed, []).append(run)
         scores[arm] = {
             seed: {
-                d: np.mean([r.documents[step][d]["bits"] for r in block], axis=0) for d in domains
+                d: np.mean([r.documents[step][d]["bits"] for r in block], axis=0) for d in chosen
             }
             for seed, block in blocks.items()
         }
-        evals = [r.evals[step] for r in group]
-        aggregates = [float(e[AGGREGATE]) for e in evals]
+        aggregates = [statistics.fmean(float(r.evals[step][d]) for d in chosen) for r in group]
         variant = group[0].variant if len(blocks) == 1 else _arm_id(arm)
         rows.append(
             {
@@ -787,7 +809,9 @@ def compare(
                     for d in domains
                 },
                 "aggregate_bpb": statistics.fmean(
-                    statistics.fmean(float(r.evals[step][AGGREGATE]) for r in block)
+                    statistics.fmean(
+                        statistics.fmean(float(r.evals[step][d]) for d in chosen) for r in block
+                    )
                     for block in blocks.values()
                 ),
                 "aggregate_range": max(aggregates) - min(aggregates),
@@ -800,7 +824,7 @@ def compare(
     order = [row["arm"] for row in rows]
     first_run = ordered_runs(runs)[0]
     doc_bytes = {
-        d: np.asarray(first_run.documents[step][d]["bytes"], dtype=np.float64) for d in domains
+        d: np.asarray(first_run.documents[step][d]["bytes"], dtype=np.float64) for d in chosen
     }
     decided = decisions.decide_all(
         order, scores, doc_bytes, threshold=threshold, confidence=confidence
@@ -841,6 +865,7 @@ def compare(
         seeds,
         threshold,
         confidence,
+        chosen,
     )
 
 

@@ -15,8 +15,10 @@ from orchestrator.tracking.names import (
     ARTIFACT_EVAL,
     ARTIFACT_EXPERIMENT,
     ARTIFACT_STEPS,
+    TAG_BEST,
     TAG_COMPARED,
     TAG_CONTRACT,
+    TAG_DECISIONS,
     TAG_DP_HISTORY,
     TAG_DP_SIZE,
     TAG_INIT,
@@ -123,6 +125,18 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
     return summaries
 
 
+def _decision_lines(comparison: Comparison, limit: int = 4000) -> str:
+    """:data:`TAG_DECISIONS`: one line per pair, cut at ``limit`` characters (MLflow's tags are
+    short; ``comparison.json`` has every pair)."""
+    lines = [
+        f"{p['a_mixture']} vs {p['b_mixture']}: {p['decision']} {p['difference']:+.4f} "
+        f"[{p['interval'][0]:+.4f}, {p['interval'][1]:+.4f}]"
+        for p in comparison.pairs
+    ]
+    text = "\n".join(lines)
+    return text if len(text) <= limit else text[: limit - 40] + "\n... (all pairs: comparison.json)"
+
+
 def comparison_name(run_ids: Iterable[str]) -> str:
     """``compare-<8 hex>``: a short hash of the sorted run ids (same runs, same name)."""
     digest = hashlib.sha256(",".join(sorted(run_ids)).encode()).hexdigest()
@@ -141,7 +155,8 @@ def log_comparison(
     """Log ``comparison`` as a run of ``tracker``'s experiment; return its id.
 
     The run is named :func:`comparison_name`, tagged ``TAG_KIND=comparison``,
-    ``TAG_VERDICT`` (accepted/refused), ``TAG_COMPARED`` (run ids, comma-separated) and
+    ``TAG_VERDICT`` (accepted/refused), ``TAG_COMPARED`` (run ids, comma-separated), when
+    accepted ``TAG_BEST`` and ``TAG_DECISIONS`` (the pairs' decisions), and
     ``mlflow.parentRunId`` if ``parent_run_id`` is given; its description is the markdown
     report. Artifacts: ``comparison.json``, ``comparison.md`` and, if accepted,
     ``comparison.png``, written first under ``workdir/<run name>/``. The run ends FINISHED
@@ -157,6 +172,9 @@ def log_comparison(
         TAG_COMPARED: ",".join(ids),
         TAG_NOTE: markdown,
     }
+    if comparison.accepted:
+        tags[TAG_BEST] = next((r["mixture"] for r in comparison.rows if r["best"]), "none")
+        tags[TAG_DECISIONS] = _decision_lines(comparison)
     if into_run_id:
         run_id = into_run_id
         tracker.tag_run(run_id, tags)

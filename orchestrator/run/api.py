@@ -507,12 +507,17 @@ def compare(
     parent_run_id: str | None = None,
     workdir: str | Path | None = None,
     into_run_id: str | None = None,
+    threshold: float = 0.0,
+    decide_on: list[str] | None = None,
 ) -> dict[str, Any]:
     """The comparison guard over MLflow runs (by id, or all runs of an experiment or sweep).
 
-    Returns the verdict (``accepted``, ``rows``, ``refusals``), the comparison run's id
-    and its artifacts; the verdict is logged to MLflow either way: to a new comparison
-    run (a child of ``parent_run_id`` if given), or into the run ``into_run_id``.
+    Returns the verdict (``accepted``, ``rows``, ``refusals``, and the decision on every
+    pair of variants, ``pairs``, at the decision ``threshold`` in bits per byte, on the mean
+    of the held-out domains ``decide_on``, default all), the
+    comparison run's id and its artifacts; the verdict is logged to MLflow either way: to
+    a new comparison run (a child of ``parent_run_id`` if given), or into the run
+    ``into_run_id``.
     """
     from orchestrator import guard
     from orchestrator.tracking.tracker import Tracker, resolve_uri, training_run_ids
@@ -522,7 +527,7 @@ def compare(
     if not run_ids:
         run_ids = training_run_ids(uri, experiment=experiment, sweep=sweep)
     runs = guard.load_runs(tracker, list(run_ids))
-    comparison = guard.compare(runs)
+    comparison = guard.compare(runs, threshold=threshold, decide_on=decide_on)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="zephon-compare-"))
     comparison_run = guard.log_comparison(
         tracker,

@@ -62,16 +62,28 @@ def build_server(root: str) -> FastMCP:
 
     @mcp.tool()
     def compare(
-        run_ids: list[str] | None = None, sweep: str | None = None, experiment: str | None = None
+        run_ids: list[str] | None = None,
+        sweep: str | None = None,
+        experiment: str | None = None,
+        threshold: float = 0.0,
+        decide_on: list[str] | None = None,
     ) -> dict[str, Any]:
-        """The comparison guard over MLflow runs: a table of held-out scores per variant, or
-        a refusal naming the diverging step or the differing contract fields."""
+        """The comparison guard over MLflow runs: a table of held-out scores per variant and a
+        decision per pair (a_better / b_better / cannot_tell, with its interval; ``threshold``:
+        the smallest difference in bits per byte that matters; ``decide_on``: held-out domains
+        to rank and decide on, default all), or a refusal naming the
+        diverging step or the differing contract fields."""
         from orchestrator.run import api
 
         if not run_ids and not sweep and not experiment:
             raise ValueError("name the runs: run_ids, sweep or experiment")
         return api.compare(
-            run_ids, sweep=sweep, experiment=experiment, tracking_uri=svc().rules().tracking_uri
+            run_ids,
+            sweep=sweep,
+            experiment=experiment,
+            tracking_uri=svc().rules().tracking_uri,
+            threshold=threshold,
+            decide_on=decide_on,
         )
 
     @mcp.tool()

@@ -46,6 +46,12 @@ TAG_STATUS = "zephon.status"
 """Run status as the orchestrator saw it: running, succeeded, failed, interrupted."""
 TAG_VERDICT = "zephon.verdict"
 """On comparison runs: ``accepted`` or ``refused``."""
+TAG_BEST = "zephon.best"
+"""On accepted comparison runs: the best variant's mixture, or ``none`` when no variant is
+decided better than every other."""
+TAG_DECISIONS = "zephon.decisions"
+"""On accepted comparison runs: one line per pair of variants, ``<a> vs <b>: <decision>
+<difference> [<lo>, <hi>]`` (the full record: ``comparison.json``)."""
 TAG_COMPARED = "zephon.compared_runs"
 """On comparison runs: the compared MLflow run ids, comma-separated."""
 TAG_JOB_ID = "zephon.job_id"

@@ -1,5 +1,6 @@
-"""The mix sweeper's comparison step: one comparison per recipe, never one table mixing
-them (a sweep that also crosses e.g. ``train.steps``). Real sweeps are in tests/e2e."""
+"""The mix sweeper's comparison step: one comparison per combination of the other sweeps,
+never one table mixing them (a sweep that also crosses e.g. ``train.steps``), with the seed
+replicates of a combination compared together. Real sweeps are in tests/e2e."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from orchestrator.tracking.tracker import Tracker
 from sweeps.sweeper import _ParentRun
 
 
-def outcome(run_id: str, recipe: str, other: list[str]) -> dict[str, Any]:
-    return {"mlflow_run_id": run_id, "recipe_fingerprint": recipe, "other": other}
+def outcome(run_id: str, other: list[str], seed: int | None = None) -> dict[str, Any]:
+    return {"mlflow_run_id": run_id, "other": other, "seed": seed}
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def parent(tmp_path: Path) -> _ParentRun:
     return _ParentRun(uri, "sweeps", run_id)
 
 
-def test_each_recipe_is_compared_on_its_own(
+def test_each_combination_is_compared_on_its_own(
     parent: _ParentRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[dict[str, Any]] = []
@@ -42,30 +43,32 @@ def test_each_recipe_is_compared_on_its_own(
 
     monkeypatch.setattr(api, "compare", compare)
     outcomes = [
-        outcome("r20-a", "recipe-20", ["train.steps=20"]),
-        outcome("r20-b", "recipe-20", ["train.steps=20"]),
-        outcome("r40-a", "recipe-40", ["train.steps=40"]),
-        outcome("r40-b", "recipe-40", ["train.steps=40"]),
+        outcome("r20-a", ["train.steps=20"]),
+        outcome("r20-b", ["train.steps=20"]),
+        outcome("r40-a", ["train.steps=40"]),
+        outcome("r40-b", ["train.steps=40"]),
     ]
     verdict = parent.compare(outcomes, tmp_path / "sweep")
     assert verdict is not None
     assert [c["run_ids"] for c in calls] == [["r20-a", "r20-b"], ["r40-a", "r40-b"]]
     assert all(c["parent_run_id"] == parent.run_id and "into_run_id" not in c for c in calls)
     assert not verdict["accepted"] and verdict["refusals"] == [{"code": "x"}]
-    assert set(verdict["comparisons"]) == {"recipe-20", "recipe-40"}
-    assert "(train.steps=20): compared on its own" in verdict["markdown"]
+    assert set(verdict["comparisons"]) == {"train.steps=20", "train.steps=40"}
+    assert "### train.steps=20: compared on its own" in verdict["markdown"]
     assert "table of r40-a,r40-b" in verdict["markdown"]
     tags = MlflowClient(parent.uri).get_run(parent.run_id).data.tags
     assert tags[TAG_VERDICT] == "refused" and tags[TAG_NOTE] == verdict["markdown"]
 
 
-def test_one_recipe_is_compared_into_the_parent_run(
+def test_one_combination_is_compared_into_the_parent_run_with_its_seeds(
     parent: _ParentRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(
         api, "compare", lambda run_ids, **kw: calls.append({"run_ids": run_ids, **kw}) or {}
     )
-    parent.compare([outcome("a", "r", []), outcome("b", "r", [])], tmp_path / "sweep")
-    (call,) = calls
-    assert call["run_ids"] == ["a", "b"] and call["into_run_id"] == parent.run_id
+    outcomes = [outcome(f"{mix}-{seed}", [], seed) for mix in "ab" for seed in (0, 1)]
+    parent.compare(outcomes, tmp_path / "sweep")
+    (call,) = calls  # the seeds' recipes differ (the init seed), yet they are one comparison
+    assert call["run_ids"] == ["a-0", "a-1", "b-0", "b-1"]
+    assert call["into_run_id"] == parent.run_id

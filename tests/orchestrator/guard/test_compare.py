@@ -23,8 +23,10 @@ from orchestrator.guard import (
 )
 from orchestrator.tracking.names import (
     ARTIFACT_DIR,
+    TAG_BEST,
     TAG_COMPARED,
     TAG_CONTRACT,
+    TAG_DECISIONS,
     TAG_DP_HISTORY,
     TAG_INIT,
     TAG_KIND,
@@ -616,6 +618,11 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
         Path(client.download_artifacts(cmp_id, "comparison.json", str(tmp_path / "dl"))).read_text()
     )
     assert logged["verdict"] == "accepted" and logged["eval_step"] == 10
+    assert logged["pairs"] == result.to_json()["pairs"] and logged["pairs"][0]["decision"]
+    assert tags[TAG_BEST] == mixture_label(MIX_B)
+    assert tags[TAG_DECISIONS].startswith(
+        f"{mixture_label(MIX_B)} vs {mixture_label(MIX_A)}: a_better"
+    )
 
     # the bare run loads without crashing and is refused with reasons
     (bare_summary,) = load_runs(tracker, [bare])
@@ -627,6 +634,7 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
     refused_run = client.get_run(refused_id)
     assert refused_run.info.status == "FINISHED"
     assert refused_run.data.tags[TAG_VERDICT] == "refused"
+    assert TAG_BEST not in refused_run.data.tags
     assert "mlflow.parentRunId" not in refused_run.data.tags
     assert {a.path for a in client.list_artifacts(refused_id)} == {
         "comparison.json",
@@ -745,3 +753,21 @@ def test_other_held_out_text_is_refused() -> None:
     b.documents[10]["code"]["bytes"] = [1] * len(DOC_BYTES)
     (refusal,) = check([a, b])
     assert refusal.code == "no_common_eval" and "other held-out text" in refusal.message
+
+
+def test_decide_on_some_domains_ranks_and_decides_their_mean() -> None:
+    # A is worse on code and docs (base 1.0 vs 0.9) but much better on i18n
+    a_evals = evals_for(1.0)
+    a_evals[10]["i18n"] -= 1.0
+    a_evals[10]["aggregate"] = sum(a_evals[10][d] for d in DOMAINS) / 3
+    runs = [make_run("a", MIX_A, evals=a_evals), make_run("b", MIX_B, base=0.9)]
+    assert compare(runs).rows[0]["mixture"] == mixture_label(MIX_A)
+    result = compare(runs, decide_on=["code", "docs"])
+    assert result.decided_on == ["code", "docs"]
+    best = result.rows[0]
+    assert best["mixture"] == mixture_label(MIX_B)
+    assert best["aggregate_bpb"] == pytest.approx((0.9 - 0.1 + 1.0 - 0.1) / 2)
+    assert result.pairs[0]["decision"] == "a_better"
+    assert "mean over code, docs only" in result.to_markdown()
+    with pytest.raises(ValueError, match=r"cannot decide on held-out domain\(s\) \['web'\]"):
+        compare(runs, decide_on=["web"])

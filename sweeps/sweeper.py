@@ -294,6 +294,10 @@ class MixSweeper(Sweeper):
         }
 
 
+def _seed_label(seed: int | None) -> str:
+    return "" if seed is None else f"seed={seed} "
+
+
 def _run_name(sweep: str, number: int) -> str:
     """The run folder name of job ``number``: stable, so that a resumed sweep finds it."""
     return f"{sweep}-{number:03d}"
@@ -484,6 +488,7 @@ def _report(summary: dict[str, Any], sweep_dir: Path, decimals: int) -> str:
     ]
     lines += [
         f"  job {o['job']}: {o['status']:9} {mix_label(o['mixture'], decimals)} "
+        f"{_seed_label(o.get('seed'))}"
         f"dp={o.get('dp_sizes')} {o.get('run_name') or ''}"
         for o in summary["jobs"]
     ]

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
-from orchestrator.guard.rules import (
-    AGGREGATE,
-    Comparison,
-    RunSummary,
-)
+from orchestrator.guard.rules import Comparison, RunSummary
 
 
 def _dp_label(dp_sizes: list[int]) -> str:
@@ -54,7 +51,12 @@ def plot(comparison: Comparison, runs: list[RunSummary], path: Path) -> Path:
             values = []
             for k, run_id in enumerate(row["run_ids"]):
                 run = by_id[run_id]
-                score = run.evals[step][AGGREGATE if key is None else key]
+                scores = run.evals[step]
+                score = (
+                    statistics.fmean(scores[d] for d in comparison.decided_on)
+                    if key is None
+                    else scores[key]
+                )
                 values.append(score)
                 n = len(row["run_ids"])
                 jitter = (k - (n - 1) / 2) * (0.22 / max(1, n - 1)) if n > 1 else 0.0
@@ -95,7 +97,8 @@ def plot(comparison: Comparison, runs: list[RunSummary], path: Path) -> Path:
 
     main = fig.add_subplot(grid[0, :])
     panel(main, None, small=False)
-    main.set_ylabel("aggregate bits per byte (lower is better)")
+    over = "" if comparison.decided_on == domains else f" ({', '.join(comparison.decided_on)})"
+    main.set_ylabel(f"aggregate bits per byte{over} (lower is better)")
     main.set_title(
         f"Held-out bits per byte at eval step {step} — {len(rows)} mixtures, best first\n"
         "◆ mean over replicates, bar = replicate range, dots = replicates by dp size",

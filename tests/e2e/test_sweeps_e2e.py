@@ -6,7 +6,8 @@ Sweeps (2 steps a run, evaluated at step 2; ~20 s a run on 2 cores):
 
     replicated   2 mixes x dp {1, 2}, zephon launcher (runs in parallel on the free cores)
     rerun        the same 2 mixes again, Hydra's basic launcher, dp chosen by the run
-    seeds        1 mix x data.seed=0,1: two contracts in one sweep, which the guard refuses
+    paired       3 mixes (code_a only, code_b only: one distribution; i18n only) x seeds 0, 1:
+                 A/A cannot be told apart, A/B is decided (on the code held-out sets)
     interrupted  the 2 mixes at dp 1, SIGINT after step 1, then continued
     submitit     3 mixes through hydra-submitit-launcher's local mode, dry runs
 """
@@ -28,10 +29,12 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP, TAG_VERDICT
+from orchestrator.tracking.names import TAG_BEST, TAG_DECISIONS, TAG_KIND, TAG_SWEEP, TAG_VERDICT
 from orchestrator.tracking.tracker import resolve_uri
+from pipeline import Dataset
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
+from tests.support.helpers import write_jsonl
 from tests.support.sweeps import datasets_override, mixes_override, multirun
 from tests.support.titan_run import corpus
 
@@ -134,29 +137,105 @@ def test_rerun_with_the_basic_launcher_reproduces_the_fingerprints(
     assert len({p for prints in first.values() for p in prints}) == 2  # mixes differ
 
 
-def test_a_sweep_over_two_contracts_is_refused_and_says_why(
-    work: Path, domains: list[str], base_overrides: list[str]
-) -> None:
+@pytest.fixture(scope="module")
+def twin_code(work: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    """code_a and code_b: the corpus's code records split in two alternately (one
+    distribution, other documents), and i18n."""
+    built = corpus(tmp_path_factory.getbasetemp())
+    code = Dataset("code", built["code"])
+    texts = code.read_texts(list(range(code.num_records)))
+    halves = {
+        name: write_jsonl(work / f"{name}.jsonl", texts[half::2])
+        for half, name in enumerate(("code_a", "code_b"))
+    }
+    return {**{name: [path] for name, path in halves.items()}, "i18n": built["i18n"]}
+
+
+@pytest.fixture(scope="module")
+def paired(work: Path, twin_code: dict[str, list[Path]]) -> dict[str, Any]:
+    """Three mixes under two seeds, one run each on dp 1 (two at once): code_a only, code_b
+    only (the A/A pair: the same distribution) and i18n only."""
+    domains = sorted(twin_code)  # code_a, code_b, i18n
     process, sweep_dir = multirun(
         work,
-        "seeds",
+        "paired",
         "hydra/launcher=zephon",
-        *base_overrides,
-        mixes_override(domains, TWO[0]),
-        "data.seed=0,1",
-        "resources.dp=1",  # both jobs at once
+        datasets_override(twin_code),
+        "model=mini",
+        "data.holdout_bytes=4096",
+        "data.holdout_docs=8",
+        "train=smoke",
+        "train.steps=2",
+        "eval.interval=2",
+        "resources.dp=1",
+        mixes_override(domains, (1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)),
+        "hydra.sweeper.replicate_seeds=[0,1]",
     )
-    assert process.returncode != 0
-    assert "seed" in process.stderr and "contract" in process.stderr
-    result = summary(sweep_dir)
-    assert len(result["jobs"]) == 2
-    assert all(j["status"] == "succeeded" for j in result["jobs"])  # the runs are kept
-    assert not result["comparison"]["accepted"]
-    assert {r["code"] for r in result["comparison"]["refusals"]} == {"contract_mismatch"}
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
+    return {"summary": summary(sweep_dir), "stdout": process.stdout}
+
+
+def by_mixtures(pairs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(dataset trained on, dataset trained on) -> pair, for one-dataset mixes."""
+    only = {f"{d}=1.000": d for d in ("code_a", "code_b", "i18n")}
+
+    def trained(mixture: str) -> str:
+        return next(d for key, d in only.items() if key in mixture)
+
+    return {(trained(p["a_mixture"]), trained(p["b_mixture"])): p for p in pairs}
+
+
+def test_paired_seeds_decide_a_b_and_cannot_tell_a_a(work: Path, paired: dict[str, Any]) -> None:
+    result = paired["summary"]
+    jobs = result["jobs"]
+    assert (
+        sorted((j["seed"], j["status"]) for j in jobs)
+        == [(0, "succeeded")] * 3 + [(1, "succeeded")] * 3
+    )
+    verdict = result["comparison"]
+    assert verdict["accepted"], verdict.get("refusals")
+    assert len(verdict["seeds"]) == 2 and all(r["seeds"] == 2 for r in verdict["rows"])
+    pairs = by_mixtures(verdict["pairs"])
+    twins = pairs.get(("code_a", "code_b")) or pairs[("code_b", "code_a")]
+    assert twins["decision"] == "cannot_tell", twins  # A/A: one distribution
+    lo, hi = twins["interval"]
+    assert lo < 0 < hi and "2 seeds" in twins["method"]
+
+    # A/B on the code held-out sets: training on code beats training on i18n, decided
+    command = [sys.executable, "-m", "orchestrator.cli", "compare", "--sweep", result["sweep"]]
+    process = subprocess.run(
+        [*command, "--decide-on", "code_a,code_b", "--json"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    on_code = json.loads(process.stdout)
+    assert on_code["decided_on"] == ["code_a", "code_b"]
+    for twin in ("code_a", "code_b"):
+        pair = by_mixtures(on_code["pairs"])[(twin, "i18n")]
+        assert pair["decision"] == "a_better" and pair["interval"][1] < 0, pair
+    assert (
+        on_code["rows"][-1]["mixture"].endswith("i18n=1.000") and on_code["rows"][-1]["tier"] == 2
+    )
+
+    # the decisions are in the markdown and in MLflow: the parent run's tags and artifact
+    assert "### Decisions" in paired["stdout"] and "**cannot_tell**" in paired["stdout"]
     client = MlflowClient(tracking_uri=resolve_uri(None, work))
     parent = client.get_run(result["parent_run_id"])
-    assert parent.info.status == "FAILED" and parent.data.tags[TAG_VERDICT] == "refused"
-    assert "comparison.md" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert "cannot_tell" in parent.data.tags[TAG_DECISIONS]
+    assert parent.data.tags[TAG_BEST] in {"none", *(r["mixture"] for r in verdict["rows"])}
+    assert "### Decisions" in parent.data.tags["mlflow.note.content"]
+    logged = json.loads(
+        Path(
+            client.download_artifacts(parent.info.run_id, "comparison.json", str(work / "dl"))
+        ).read_text()
+    )
+    assert logged["pairs"] == verdict["pairs"]
+    comparison_run = client.get_run(on_code["comparison_run_id"])
+    assert "a_better" in comparison_run.data.tags[TAG_DECISIONS]
 
 
 def test_invalid_sweeps_are_refused_before_anything_launches(

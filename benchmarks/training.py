@@ -18,7 +18,8 @@ the faster forced precision.
 ``--main-job`` also runs the main job (``zephon-run --config-name main``, what
 ``bash scripts/main.sh`` runs) in a scratch folder and reports its wall time and
 the user and system CPU time of its whole process tree, and from the guard's table each
-variant's replicate range across dp 1 and dp 2 next to the gaps between variants.
+variant's replicate range across dp 1 and dp 2 next to the gaps between variants, the
+guard's decision on every pair of variants and the seconds of every held-out evaluation.
 Targets: under 10 minutes; every replicate range below 1e-3 bits/byte.
 
 Before each measurement the benchmark waits for a quiet machine
@@ -152,7 +153,8 @@ def measure_main_job(work: Path, args: list[str]) -> dict[str, Any]:
         process = subprocess.Popen(command, cwd=work, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
     wall = time.monotonic() - start
-    rows = _comparison_rows(work)
+    comparison = _comparison(work)
+    rows = list(comparison.get("rows") or [])
     ranges = [row["aggregate_range"] for row in rows]
     scores = sorted(row["aggregate_bpb"] for row in rows)
     return {
@@ -172,17 +174,32 @@ def measure_main_job(work: Path, args: list[str]) -> dict[str, Any]:
         "smallest_variant_gap": min((b - a for a, b in itertools.pairwise(scores)), default=None),
         "replicate_range_target": REPLICATE_RANGE_TARGET,
         "replicate_range_target_met": bool(ranges) and max(ranges) < REPLICATE_RANGE_TARGET,
+        "decisions": [
+            {k: pair[k] for k in ("a_mixture", "b_mixture", "difference", "interval", "decision")}
+            for pair in comparison.get("pairs") or []
+        ],
+        "method": sorted({pair["method"] for pair in comparison.get("pairs") or []}),
+        "eval_seconds": _eval_seconds(work),
         "log": str(work / "main-job.log"),
     }
 
 
-def _comparison_rows(work: Path) -> list[dict[str, Any]]:
-    """The guard's rows of the main job's sweep (``multirun/*/*/sweep.json``); [] if none."""
+def _comparison(work: Path) -> dict[str, Any]:
+    """The guard's verdict on the main job's sweep (``multirun/*/*/sweep.json``); {} if none."""
     found = sorted(work.glob("multirun/*/*/sweep.json"))
     if not found:
-        return []
-    comparison = json.loads(found[-1].read_text()).get("comparison") or {}
-    return list(comparison.get("rows") or [])
+        return {}
+    return json.loads(found[-1].read_text()).get("comparison") or {}
+
+
+def _eval_seconds(work: Path) -> list[float]:
+    """Seconds of every held-out evaluation of the main job's runs."""
+    return [
+        float(record["seconds"])
+        for path in sorted(work.glob("runs/*/titan/zephon/eval.jsonl"))
+        for record in map(json.loads, path.read_text().splitlines())
+        if "seconds" in record
+    ]
 
 
 def to_markdown(report: dict[str, Any]) -> str:
@@ -235,6 +252,26 @@ def to_markdown(report: dict[str, Any]) -> str:
                 f"Largest replicate range **{m['largest_replicate_range']:.1e}** bits/byte "
                 f"(target < {m['replicate_range_target']:.0e}: {verdict}); smallest gap between "
                 f"variants {m['smallest_variant_gap']:.4f}.",
+            ]
+        if m.get("decisions"):
+            lines += [
+                "",
+                "| a | b | a - b | 95% interval | decision |",
+                "|---|---|---:|---|---|",
+                *(
+                    f"| {d['a_mixture']} | {d['b_mixture']} | {d['difference']:+.4f} | "
+                    f"[{d['interval'][0]:+.4f}, {d['interval'][1]:+.4f}] | {d['decision']} |"
+                    for d in m["decisions"]
+                ),
+                "",
+                f"Method: {'; '.join(m['method'])}.",
+            ]
+        if m.get("eval_seconds"):
+            evals = m["eval_seconds"]
+            lines += [
+                "",
+                f"Held-out evaluation: {len(evals)} evals, {min(evals):.1f}-{max(evals):.1f} s "
+                f"each (median {statistics.median(evals):.1f} s).",
             ]
     return "\n".join(lines) + "\n"
 

@@ -2,7 +2,8 @@
 # Benchmarks: set up (idempotent), install the `bench` extra (psutil) into .venv, then
 # run `python -m benchmarks.run` with the given arguments, e.g. `--quick` (~1 min smoke
 # run). Full run: < 15 min on 2 cores; results go to benchmarks/results/latest.{json,md}
-# (latest-quick.* with --quick). `--dp-spread [OPTIONS]` runs the dp-spread benchmark,
+# (latest-quick.* with --quick). `--decisions [OPTIONS]` runs the decisions-against-noise
+# benchmark (benchmarks/decisions.py). `--dp-spread [OPTIONS]` runs the dp-spread benchmark,
 # `python -m benchmarks.dp_spread [OPTIONS]`, instead. See benchmarks/README.md.
 # Safe to re-run: the install is skipped while .venv/.zephon-bench-installed holds the
 # sha256 of pyproject.toml.
@@ -28,6 +29,12 @@ if [[ "${1:-}" == "--training" ]]; then
     # CPU time (benchmarks/training.py): benchmarks/results/training.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.training "$@"
+fi
+if [[ "${1:-}" == "--decisions" ]]; then
+    # A/A and planted A/B sweeps under several seeds: how often a decision is noise
+    # (benchmarks/decisions.py; ~10 min on 2 cores): benchmarks/results/decisions.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.decisions "$@"
 fi
 if [[ "${1:-}" == "--dp-spread" ]]; then
     # Score spread across dp sizes, stock loader vs lanes (benchmarks/dp_spread/;

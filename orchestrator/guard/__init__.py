@@ -6,9 +6,13 @@
                                                                    │
                         rules.py: check / compare (refusals with reasons, or rows)
                                                                    │
+                        decisions.py: every pair of variants decided (paired t over
+                        held-out documents and seeds: a_better / b_better / cannot_tell)
+                                                                   │
     runs.py (log_comparison) <── plot.py (comparison.png) <── Comparison
 
-The rules themselves are in :mod:`orchestrator.guard.rules`.
+The rules themselves are in :mod:`orchestrator.guard.rules`, the statistics in
+:mod:`orchestrator.guard.decisions`.
 """
 
 from orchestrator.guard.plot import plot
@@ -19,6 +23,7 @@ from orchestrator.guard.rules import (
     NO_COMMON_EVAL,
     NO_DATA,
     TOO_FEW_RUNS,
+    UNPAIRED_SEEDS,
     Comparison,
     Refusal,
     RunSummary,
@@ -35,6 +40,7 @@ __all__ = [
     "NO_COMMON_EVAL",
     "NO_DATA",
     "TOO_FEW_RUNS",
+    "UNPAIRED_SEEDS",
     "Comparison",
     "Refusal",
     "RunSummary",

@@ -667,14 +667,18 @@ def seeded(name: str, mixture: dict[str, float], seed: int, base: float) -> RunS
     )
 
 
+def paired_runs(a: tuple[float, float], b: tuple[float, float]) -> list[RunSummary]:
+    """A and B under seeds 0 and 1, with these base scores per seed."""
+    return [
+        seeded(f"{name}-s{seed}", mixture, seed, bases[seed])
+        for name, mixture, bases in (("a", MIX_A, a), ("b", MIX_B, b))
+        for seed in (0, 1)
+    ]
+
+
 def test_paired_seeds_are_accepted_and_decided_over_seeds() -> None:
     # B is better than A under both seeds; the seed moves both alike (a shared seed effect).
-    runs = [
-        seeded("a-s0", MIX_A, 0, 1.00),
-        seeded("a-s1", MIX_A, 1, 1.05),
-        seeded("b-s0", MIX_B, 0, 0.80),
-        seeded("b-s1", MIX_B, 1, 0.86),
-    ]
+    runs = paired_runs((1.00, 1.05), (0.80, 0.86))
     result = compare(runs)
     assert result.accepted, result.refusals
     assert len(result.seeds) == 2 and "data 1, shuffle 1, init 1" in result.seeds
@@ -692,11 +696,7 @@ def test_paired_seeds_are_accepted_and_decided_over_seeds() -> None:
 
 
 def test_unpaired_seeds_are_refused_with_the_missing_blocks() -> None:
-    runs = [
-        seeded("a-s0", MIX_A, 0, 1.0),
-        seeded("a-s1", MIX_A, 1, 1.0),
-        seeded("b-s0", MIX_B, 0, 0.9),
-    ]
+    runs = paired_runs((1.0, 1.0), (0.9, 0.9))[:3]
     (refusal,) = check(runs)
     assert refusal.code == "unpaired_seeds"
     assert refusal.detail["missing"] == {mixture_label(MIX_B): ["data 1, shuffle 1, init 1"]}
@@ -711,24 +711,14 @@ def test_one_variant_under_two_seeds_is_not_a_pairing() -> None:
 
 
 def test_paired_seeds_still_check_the_initial_weights_within_a_seed() -> None:
-    runs = [
-        seeded("a-s0", MIX_A, 0, 1.0),
-        seeded("a-s1", MIX_A, 1, 1.0),
-        seeded("b-s0", MIX_B, 0, 0.9),
-        seeded("b-s1", MIX_B, 1, 0.9),
-    ]
+    runs = paired_runs((1.0, 1.0), (0.9, 0.9))
     runs[3].init_sha256 = "f" * 64
     (refusal,) = check(runs)
     assert refusal.code == "init_mismatch" and refusal.runs == ["id-a-s1", "id-b-s1"]
 
 
 def test_paired_seeds_do_not_excuse_another_field() -> None:
-    runs = [
-        seeded("a-s0", MIX_A, 0, 1.0),
-        seeded("a-s1", MIX_A, 1, 1.0),
-        seeded("b-s0", MIX_B, 0, 0.9),
-        seeded("b-s1", MIX_B, 1, 0.9),
-    ]
+    runs = paired_runs((1.0, 1.0), (0.9, 0.9))
     runs[3].recipe = {**runs[3].recipe, "optimizer.param_groups.0.optimizer_kwargs.lr": 1e-3}
     (refusal,) = check(runs)
     assert refusal.code == "recipe_mismatch"

@@ -1,0 +1,226 @@
+"""How often the guard's decisions are noise: A/A and planted A/B sweeps with real training.
+
+``bash scripts/bench.sh --decisions [--seeds K] [--steps N]`` (or ``python -m
+benchmarks.decisions``) builds a corpus whose variants are known in advance::
+
+    code_a, code_b   the local corpus's code records split in two alternately
+                     (one distribution, different documents)
+    docs             its docstrings and help topics
+    junk             code records with their characters shuffled (code's bytes, no code)
+
+and runs one mix sweep of three mixtures under seeds 0..K-1 (``replicate_seeds``;
+``zephon_mini``, N steps, dp 1, the zephon launcher: real TorchTitan training)::
+
+    A   code_a 0.5, docs 0.5
+    A'  code_b 0.5, docs 0.5                    A/A: A's twin, nothing to find
+    B   code_a 0.25, junk 0.25, docs 0.5        A/B: half of A's code planted as junk
+
+Then the guard (``orchestrator.guard.compare``, decided on the code_a, code_b and docs
+held-out sets: junk is not what anyone wants to model) judges every subset of m seeds,
+m = 1, 2, 3, of the A/A pair and of the A/B pair. Reported per m: the comparisons
+(C(K, m), overlapping when m > 1), the false-decision rate on A/A (anything but
+``cannot_tell``; goal <= 5%), the power on A/B (``A`` decided better) and the rate of
+decisions in the wrong direction. Results: ``benchmarks/results/decisions.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+FALSE_DECISION_GOAL = 0.05
+"""Largest acceptable share of A/A comparisons that are not ``cannot_tell``."""
+CORPUS_BYTES_PER_DOMAIN = 300_000
+DECIDE_ON = ["code_a", "code_b", "docs"]
+MIXES = {
+    "A": {"code_a": 0.5, "code_b": 0.0, "docs": 0.5, "junk": 0.0},
+    "A'": {"code_a": 0.0, "code_b": 0.5, "docs": 0.5, "junk": 0.0},
+    "B": {"code_a": 0.25, "code_b": 0.0, "docs": 0.5, "junk": 0.25},
+}
+
+
+def build_corpus(work: Path) -> dict[str, list[Path]]:
+    """The four datasets of the module docstring, as JSONL files under ``work``."""
+    from demo.local_corpus import build_local_corpus
+    from pipeline import Dataset
+
+    built = build_local_corpus(work / "corpus", max_bytes_per_domain=CORPUS_BYTES_PER_DOMAIN)
+    code = Dataset("code", built["code"])
+    texts = code.read_texts(list(range(code.num_records)))
+    shuffle = random.Random(0)
+    junk = ["".join(shuffle.sample(t, len(t))) for t in texts[::2]]
+    parts = {"code_a": texts[::2], "code_b": texts[1::2], "junk": junk}
+    out = {"docs": [Path(p) for p in built["docs"]]}
+    for name, records in parts.items():
+        path = work / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in records))
+        out[name] = [path]
+    return out
+
+
+def run_sweep(work: Path, corpus: dict[str, list[Path]], seeds: int, steps: int) -> str:
+    """The sweep of the module docstring; returns its name (MLflow tag ``zephon.sweep``)."""
+    datasets = ",".join(
+        f"{name}:[{','.join(repr(str(p)) for p in paths)}]"
+        for name, paths in sorted(corpus.items())
+    )
+    mixes = ",".join(
+        "{" + ",".join(f"{k}:{v}" for k, v in sorted(mix.items())) + "}" for mix in MIXES.values()
+    )
+    command = [
+        *(sys.executable, "-m", "sweeps.app", "-m"),
+        *("hydra/sweeper=zephon_mix", "hydra/launcher=zephon", f"hydra.sweep.dir={work}/sweep"),
+        f"data.datasets={{{datasets}}}",
+        *("model=mini", "train=smoke", f"train.steps={steps}", f"eval.interval={steps}"),
+        *("data.holdout_docs=16", "data.holdout_bytes=8192", "resources.dp=1"),
+        f"hydra.sweeper.mix.explicit=[{mixes}]",
+        f"hydra.sweeper.replicate_seeds=[{','.join(map(str, range(seeds)))}]",
+        "hydra.sweeper.compare=false",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with (work / "sweep.log").open("w") as log:
+        subprocess.run(command, cwd=work, stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
+    summary = json.loads((work / "sweep" / "sweep.json").read_text())
+    return str(summary["sweep"])
+
+
+def judge(work: Path, sweep: str, seeds: int, sizes: list[int]) -> list[dict[str, Any]]:
+    """Every subset of m seeds (m in ``sizes``) of the A/A and the A/B pair, judged."""
+    from orchestrator import guard
+    from orchestrator.guard.rules import mixture_label
+    from orchestrator.tracking.tracker import Tracker, resolve_uri, training_run_ids
+
+    uri = resolve_uri(None, work)
+    runs = guard.load_runs(Tracker(uri, "zephon"), training_run_ids(uri, sweep=sweep))
+    label = {mixture_label(mix): name for name, mix in MIXES.items()}
+    by_mix_seed = {(label[mixture_label(r.mixture)], r.contract["seed"]): r for r in runs}
+    judged = []
+    for m in sizes:
+        for subset in itertools.combinations(range(seeds), m):
+            for design, other in (("A/A", "A'"), ("A/B", "B")):
+                chosen = [by_mix_seed[(mix, s)] for mix in ("A", other) for s in subset]
+                comparison = guard.compare(chosen, decide_on=DECIDE_ON)
+                assert comparison.accepted, comparison.refusals
+                (pair,) = comparison.pairs
+                a_is_first = label[pair["a_mixture"]] == "A"
+                winner = {"a_better": pair["a_mixture"], "b_better": pair["b_mixture"]}.get(
+                    pair["decision"]
+                )
+                judged.append(
+                    {
+                        "design": design,
+                        "seeds": list(subset),
+                        "decision": pair["decision"],
+                        "winner": label[winner] if winner else None,
+                        "difference_other_minus_A": pair["difference"] * (-1 if a_is_first else 1),
+                        "interval_width": pair["interval"][1] - pair["interval"][0],
+                        "method": pair["method"],
+                    }
+                )
+    return judged
+
+
+def summarise(judged: list[dict[str, Any]], sizes: list[int]) -> list[dict[str, Any]]:
+    """Per number of seeds: the A/A false-decision rate and the A/B power."""
+    rows = []
+    for m in sizes:
+        aa = [j for j in judged if j["design"] == "A/A" and len(j["seeds"]) == m]
+        ab = [j for j in judged if j["design"] == "A/B" and len(j["seeds"]) == m]
+        rows.append(
+            {
+                "seeds": m,
+                "comparisons": len(aa),
+                "aa_false_decisions": sum(j["decision"] != "cannot_tell" for j in aa),
+                "aa_false_decision_rate": sum(j["decision"] != "cannot_tell" for j in aa) / len(aa),
+                "ab_power": sum(j["winner"] == "A" for j in ab) / len(ab),
+                "ab_wrong_direction": sum(j["winner"] == "B" for j in ab) / len(ab),
+                "ab_mean_difference": sum(j["difference_other_minus_A"] for j in ab) / len(ab),
+                "ab_median_interval_width": sorted(j["interval_width"] for j in ab)[len(ab) // 2],
+            }
+        )
+    return rows
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    """The table of ``report``."""
+    lines = [
+        f"Decisions against noise on {report['machine']}, {report['date']}: "
+        f"{report['runs']} training runs (3 mixtures x {report['seed_pool']} seeds, "
+        f"`zephon_mini`, {report['steps']} steps, dp 1) in {report['wall_s']:.0f} s; every "
+        "subset of m seeds judged (subsets overlap for m > 1, so their decisions are not "
+        "independent).",
+        "",
+        "| seeds per comparison | comparisons | A/A false decisions | A/B power (A decided "
+        "better) | A/B wrong direction | A/B mean B - A | A/B median interval width |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in report["rows"]:
+        lines.append(
+            f"| {row['seeds']} | {row['comparisons']} | {row['aa_false_decisions']} "
+            f"({row['aa_false_decision_rate']:.0%}) | {row['ab_power']:.0%} | "
+            f"{row['ab_wrong_direction']:.0%} | {row['ab_mean_difference']:+.4f} | "
+            f"{row['ab_median_interval_width']:.4f} |"
+        )
+    worst = max(row["aa_false_decision_rate"] for row in report["rows"])
+    verdict = "met" if worst <= FALSE_DECISION_GOAL else "missed"
+    lines += [
+        "",
+        f"Largest A/A false-decision rate **{worst:.0%}** (goal <= {FALSE_DECISION_GOAL:.0%}: "
+        f"{verdict}). Decided on the mean of {', '.join(DECIDE_ON)} bits per byte.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``benchmarks.decisions`` command (module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="benchmarks.decisions", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--seeds", type=int, default=6, help="seed pool K (3 runs a seed)")
+    parser.add_argument("--steps", type=int, default=4, help="training steps a run")
+    parser.add_argument("--work-dir", type=Path, help="scratch folder (default: a temp dir)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.seeds < 3 or args.steps < 1:
+        parser.error("--seeds must be >= 3 and --steps >= 1")
+    from benchmarks.machine import describe_machine
+
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="zephon-bench-decisions-"))
+    work.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    sweep = run_sweep(work, build_corpus(work), args.seeds, args.steps)
+    wall = time.monotonic() - start
+    sizes = [1, 2, 3]
+    judged = judge(work, sweep, args.seeds, sizes)
+    report = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": describe_machine(["torch", "torchtitan"], "cores"),
+        "seed_pool": args.seeds,
+        "steps": args.steps,
+        "runs": 3 * args.seeds,
+        "wall_s": round(wall, 1),
+        "rows": summarise(judged, sizes),
+        "comparisons": judged,
+        "work_dir": str(work),
+    }
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / "decisions.json").write_text(json.dumps(report, indent=2) + "\n")
+    markdown = to_markdown(report)
+    (args.results_dir / "decisions.md").write_text(markdown)
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -199,6 +199,35 @@ def aggregate(bits: dict[str, np.ndarray], doc_bytes: dict[str, np.ndarray]) -> 
     return total / len(n_bytes)
 
 
+def _document_variance(
+    values: dict[str, np.ndarray], n_bytes: dict[str, np.ndarray]
+) -> tuple[float, float]:
+    """``(v_doc, df_doc)`` of the module docstring for per-document ``values`` (seeds x
+    documents per dataset: a pair's differences, or one variant's bits), seed-averaged."""
+    k = len(n_bytes)  # |D|
+    parts: list[tuple[float, float]] = []  # (v_d, m_d - 1)
+    for d, n in n_bytes.items():
+        total, m = n.sum(), n.size  # N_d, m_d
+        mean = values[d].mean(axis=0)
+        e = mean - mean.sum() / total * n
+        parts.append((m / (m - 1) * float(np.sum(e**2)) / total**2 / k**2, m - 1))
+    v_doc = sum(v for v, _ in parts)
+    return v_doc, _welch(parts) if v_doc > 0 else float(sum(df for _, df in parts))
+
+
+def sampling_error(scores: Scores, doc_bytes: dict[str, np.ndarray]) -> float:
+    """Standard error of one variant's aggregate (mean over its seeds) from the held-out
+    sample alone: the document term of the module docstring with ``bits`` for ``delta``
+    (another draw of held-out documents would move the score by about this much)."""
+    n_bytes = _bytes_arrays(doc_bytes)
+    seeds = sorted(scores)
+    if not seeds or any(n.size < 2 for n in n_bytes.values()):
+        raise ValueError("a sampling error needs a seed and 2 held-out documents per dataset")
+    return math.sqrt(
+        _document_variance(_bits_matrix("variant", scores, seeds, n_bytes), n_bytes)[0]
+    )
+
+
 def _check_options(threshold: float, confidence: float) -> None:
     if not (threshold >= 0 and math.isfinite(threshold)):
         raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
@@ -258,23 +287,11 @@ def decide_pair(
     bits_a = _bits_matrix(a, a_scores, seeds, n_bytes)
     bits_b = _bits_matrix(b, b_scores, seeds, n_bytes)
 
-    k = len(n_bytes)  # |D|
     n_seeds = len(seeds)
-    per_seed = np.zeros(n_seeds)  # D_s
-    v_parts: list[tuple[float, float]] = []  # (v_d, m_d - 1)
-    for d, n in n_bytes.items():
-        delta = bits_a[d] - bits_b[d]  # seeds x documents
-        total = n.sum()  # N_d
-        m = n.size
-        per_seed += delta.sum(axis=1) / total / k
-        deltabar = delta.mean(axis=0)
-        r = deltabar.sum() / total
-        e = deltabar - r * n
-        v_d = m / (m - 1) * float(np.sum(e**2)) / total**2 / k**2
-        v_parts.append((v_d, m - 1))
-    difference = float(per_seed.mean())
-    v_doc = sum(v for v, _ in v_parts)
-    df_doc = _welch(v_parts) if v_doc > 0 else float(sum(df for _, df in v_parts))
+    delta = {d: bits_a[d] - bits_b[d] for d in n_bytes}  # seeds x documents
+    per_seed = sum(delta[d].sum(axis=1) / n.sum() for d, n in n_bytes.items()) / len(n_bytes)
+    difference = float(np.mean(per_seed))  # mean over seeds of D_s
+    v_doc, df_doc = _document_variance(delta, n_bytes)
 
     docs = [int(n.size) for n in n_bytes.values()]
     if n_seeds >= 2:

@@ -175,6 +175,7 @@ class Comparison:
     """Per variant: ``rank``, ``variant`` (12 hex), ``variant_id``, ``mixture`` (canonical
     text), ``shares``, ``replicates``, ``seeds`` (seed blocks), ``dp_sizes`` ("1,2"), ``bpb``
     (domain -> mean), ``aggregate_bpb``, ``vs_best`` (its difference to the first row's),
+    ``aggregate_se`` (the aggregate's standard error from the held-out sample of documents),
     ``aggregate_range``, ``aggregate_std``, ``tier`` (variants of one tier cannot be told
     apart), ``best`` (decided better than every other variant), ``runs`` (names),
     ``run_ids``."""
@@ -237,12 +238,13 @@ class Comparison:
             return "\n".join(lines) + "\n"
         header = ["rank", "tier", "variant", "mixture", "n", "seeds", "dp sizes"]
         header += [f"{d} bpb" for d in self.domains]
-        header += ["aggregate bpb", "vs best", "range", "std", "runs"]
+        header += ["aggregate bpb", "± docs", "vs best", "range", "std", "runs"]
         lines = [
             "## Comparison accepted",
             "",
             f"Held-out bits per byte (lower is better) at eval step {self.eval_step}, the last step "
-            "every run evaluated; means over replicates, spread of the aggregate across replicates"
+            "every run evaluated; means over replicates, the aggregate's standard error from the "
+            "held-out documents (± docs), spread of the aggregate across replicates"
             f"{self._aggregate_of()}. "
             "Variants of one tier cannot be told apart; **best** only if decided better than "
             "every other variant.",
@@ -263,6 +265,7 @@ class Comparison:
             cells += [f"{row['bpb'][d]:.4f}" for d in self.domains]
             cells += [
                 f"**{row['aggregate_bpb']:.4f}**",
+                _small(row["aggregate_se"]),
                 f"{row['vs_best']:+.4f}",
                 _small(row["aggregate_range"]),
                 _small(row["aggregate_std"]),
@@ -326,7 +329,7 @@ class Comparison:
 
 
 def _align(header: str) -> str:
-    numeric = ("rank", "n", "seeds", "vs best", "range", "std")
+    numeric = ("rank", "n", "seeds", "± docs", "vs best", "range", "std")
     return "---:" if header in numeric or header.endswith("bpb") else "---"
 
 
@@ -775,6 +778,10 @@ def compare(
     chosen = [d for d in domains if d in (decide_on or domains)]
     arms = _by_arm(runs)
     seeds = sorted({r.seed for r in runs})
+    first_run = ordered_runs(runs)[0]
+    doc_bytes = {
+        d: np.asarray(first_run.documents[step][d]["bytes"], dtype=np.float64) for d in chosen
+    }
     scores: dict[str, decisions.Scores] = {}
     rows = []
     for arm, group in arms.items():
@@ -814,6 +821,7 @@ def compare(
                     )
                     for block in blocks.values()
                 ),
+                "aggregate_se": decisions.sampling_error(scores[arm], doc_bytes),
                 "aggregate_range": max(aggregates) - min(aggregates),
                 "aggregate_std": statistics.stdev(aggregates) if len(aggregates) > 1 else 0.0,
                 "runs": [r.name for r in group],
@@ -822,10 +830,6 @@ def compare(
         )
     rows.sort(key=lambda row: (row["aggregate_bpb"], row["mixture"], row["variant_id"]))
     order = [row["arm"] for row in rows]
-    first_run = ordered_runs(runs)[0]
-    doc_bytes = {
-        d: np.asarray(first_run.documents[step][d]["bytes"], dtype=np.float64) for d in chosen
-    }
     decided = decisions.decide_all(
         order, scores, doc_bytes, threshold=threshold, confidence=confidence
     )

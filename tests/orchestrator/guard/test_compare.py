@@ -225,6 +225,7 @@ def test_accepted_rows_means_and_spread(tmp_path: Path) -> None:
     assert lo < pair["difference"] < hi < 0 and pair["decision"] == "a_better"
     assert "1 seed: training noise not measured" in pair["method"]
     assert best["best"] and not second["best"] and (best["tier"], second["tier"]) == (1, 2)
+    assert 0 < best["aggregate_se"] < 0.1 and "± docs" in md  # the held-out sample's error
     assert payload["best"] == best["variant"] and payload["smallest_detectable"] > 0
     assert "**a_better**" in md and "1 **best**" in md and "Smallest difference" in md
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -298,3 +300,19 @@ def test_bad_options_are_refused(threshold: float, confidence: float, message: s
         decide_all(
             ["a", "b"], {"a": a, "b": b}, doc_bytes, threshold=threshold, confidence=confidence
         )
+
+
+def test_sampling_error_is_the_ratio_estimators_over_documents() -> None:
+    from orchestrator.guard.decisions import sampling_error
+
+    rng = np.random.default_rng(3)
+    n = rng.integers(100, 1000, size=12).astype(np.float64)
+    bits = n * 2.0 + rng.normal(0, 40, size=12)
+    ratio = bits.sum() / n.sum()
+    want = math.sqrt(12 / 11 * np.sum((bits - ratio * n) ** 2) / n.sum() ** 2)
+    assert sampling_error({"s": {"d": bits}}, {"d": n}) == pytest.approx(want)
+    # bits proportional to bytes: every document agrees, nothing to sample
+    assert sampling_error({"s": {"d": n * 1.7}}, {"d": n}) == pytest.approx(0.0, abs=1e-12)
+    # two seeds: the seed-averaged bits are what is sampled
+    twice = {"s0": {"d": bits - 5.0}, "s1": {"d": bits + 5.0}}
+    assert sampling_error(twice, {"d": n}) == pytest.approx(want)

@@ -37,8 +37,13 @@ spread of the per-seed differences measures that training noise::
     v_seed  = (1/(|S| - 1)) sum_s (D_s - difference)^2 / |S|
     df_seed = |S| - 1
 
-With one seed ``v_seed = 0``: training noise is not measured, and the method
-text says so.
+With one seed ``v_seed = 0``: training noise is not measured, and nothing is
+decided (``cannot_tell``, the method text says why; the interval is still
+given). Measured, not assumed: on real training, A/A twins (code split in two
+halves, one distribution) under one seed had intervals from the documents alone
+that excluded 0 in 3 of 6 comparisons, because which records a run trained on
+moves its score more than which documents were held out; with 2 or 3 seeds,
+0 of 35 (``bash scripts/bench.sh --decisions``).
 
 Interval and decision, at confidence ``c`` and threshold ``h >= 0``::
 
@@ -47,8 +52,8 @@ Interval and decision, at confidence ``c`` and threshold ``h >= 0``::
                      (a term that is 0 drops out; both 0: df = df_doc)
     t              = t_{1 - (1 - c)/2, df}                          (Student t quantile)
     interval       = difference -/+ t * standard_error
-    decision       = A_BETTER     if hi < -h
-                     B_BETTER     if lo >  h
+    decision       = A_BETTER     if hi < -h and |S| >= 2
+                     B_BETTER     if lo >  h and |S| >= 2
                      CANNOT_TELL  otherwise                          (identical scores: [0, 0], cannot tell)
     detectable     = h + (t_{1 - (1 - c)/2, df} + t_{0.80, df}) * standard_error
 
@@ -88,6 +93,8 @@ CANNOT_TELL = "cannot_tell"
 
 POWER = 0.80
 """Power at which :attr:`PairDecision.detectable` is decided."""
+MIN_SEEDS = 2
+"""Seeds a decision needs (module docstring: one seed leaves training noise unmeasured)."""
 
 Scores = dict[str, dict[str, np.ndarray]]
 """Seed key -> dataset -> bits of each held-out document (float64, documents in one fixed order)."""
@@ -112,8 +119,9 @@ class PairDecision:
     seeds: int
     documents: int
     """Total held-out documents over the datasets."""
-    detectable: float
-    """Smallest true ``|difference|`` decided with 80% power."""
+    detectable: float | None
+    """Smallest true ``|difference|`` decided with 80% power (None: one seed, nothing is
+    decided)."""
 
     def to_json(self) -> dict[str, Any]:
         """The decision as plain JSON values (``interval`` as a list ``[lo, hi]``)."""
@@ -304,8 +312,8 @@ def decide_pair(
     else:
         v_seed, df_seed = 0.0, 1.0
         method = (
-            f"paired t over {_documents_text(docs)} (stratified by dataset); "
-            f"1 seed: training noise not measured"
+            f"paired t over {_documents_text(docs)} (stratified by dataset); 1 seed: training "
+            f"noise not measured, so not decided (run {MIN_SEEDS}+ seeds: replicate_seeds)"
         )
     standard_error = math.sqrt(v_doc + v_seed)
     df = _welch([(v_doc, df_doc), (v_seed, df_seed)])
@@ -313,13 +321,11 @@ def decide_pair(
         df = df_doc
     t = float(stats.t.ppf(1 - (1 - confidence) / 2, df))
     lo, hi = difference - t * standard_error, difference + t * standard_error
-    if hi < -threshold:
-        decision = A_BETTER
-    elif lo > threshold:
-        decision = B_BETTER
+    if n_seeds < MIN_SEEDS:
+        decision, detectable = CANNOT_TELL, None
     else:
-        decision = CANNOT_TELL
-    detectable = threshold + (t + float(stats.t.ppf(POWER, df))) * standard_error
+        decision = A_BETTER if hi < -threshold else B_BETTER if lo > threshold else CANNOT_TELL
+        detectable = threshold + (t + float(stats.t.ppf(POWER, df))) * standard_error
     return PairDecision(
         a=a,
         b=b,

@@ -203,8 +203,10 @@ class Comparison:
     @property
     def smallest_detectable(self) -> float | None:
         """The largest of the pairs' ``detectable``: a true difference this large would be
-        decided (with 80% power) in every pair of this design."""
-        return max((p["detectable"] for p in self.pairs), default=None)
+        decided (with 80% power) in every pair of this design (None: one seed, or one
+        variant, decides nothing)."""
+        detectable = [p["detectable"] for p in self.pairs]
+        return None if None in detectable else max(detectable, default=None)
 
     def to_json(self) -> dict[str, Any]:
         """The verdict as a JSON-serialisable dict."""
@@ -297,11 +299,13 @@ class Comparison:
                 f"{pair['difference']:+.4f} | [{lo:+.4f}, {hi:+.4f}] | **{pair['decision']}** |"
             )
         methods = sorted({pair["method"] for pair in self.pairs})
-        lines += [
-            "",
-            f"Method: {'; '.join(methods)}. Smallest difference this design detects (80% power, "
-            f"every pair): {self.smallest_detectable:.4f} bits/byte.",
-        ]
+        detectable = (
+            f"Smallest difference this design detects (80% power, every pair): "
+            f"{self.smallest_detectable:.4f} bits/byte."
+            if self.smallest_detectable is not None
+            else "One seed decides nothing: rerun with hydra.sweeper.replicate_seeds=[0,1,2]."
+        )
+        lines += ["", f"Method: {'; '.join(methods)}. {detectable}"]
         return lines
 
     def _checked(self) -> str:

@@ -35,6 +35,7 @@ def test_rates_count_what_each_design_decided() -> None:
             "winner": winner,
             "difference_other_minus_A": 0.1,
             "interval_width": 0.05,
+            "interval_excludes_zero": decision != "cannot_tell",
             "method": "m",
         }
 
@@ -53,4 +54,4 @@ def test_rates_count_what_each_design_decided() -> None:
     assert row["ab_power"] == 0.5 and row["ab_wrong_direction"] == 0.5
     report = {"machine": "m", "date": "d", "runs": 6, "seed_pool": 2, "steps": 4, "wall_s": 1.0}
     markdown = to_markdown({**report, "rows": rows})
-    assert "| 1 | 2 | 1 (50%) | 50% | 50% |" in markdown and "goal <= 5%: missed" in markdown
+    assert "| 1 | 2 | 1 (50%) | 1 | 50% | 50% |" in markdown and "goal <= 5%: missed" in markdown

@@ -91,8 +91,12 @@ def test_a_difference_proportional_to_bytes_has_no_document_spread() -> None:
     p = decide_pair("a", "b", a, b, doc_bytes)
     assert p.difference == pytest.approx(-0.5)
     assert p.standard_error == pytest.approx(0.0, abs=1e-12)
-    assert p.decision == A_BETTER
     assert p.degrees_of_freedom == pytest.approx(3 + 2)
+    # one seed leaves training noise unmeasured: however clear, not decided
+    assert p.decision == CANNOT_TELL and p.detectable is None
+    assert "1 seed: training noise not measured, so not decided" in p.method
+    twice = decide_pair("a", "b", {**a, "t": a["s"]}, {**b, "t": b["s"]}, doc_bytes)
+    assert twice.decision == A_BETTER
 
 
 def test_difference_is_the_difference_of_aggregates() -> None:

@@ -176,7 +176,8 @@ class Comparison:
     text), ``shares``, ``replicates``, ``seeds`` (seed blocks), ``dp_sizes`` ("1,2"), ``bpb``
     (domain -> mean), ``aggregate_bpb``, ``vs_best`` (its difference to the first row's),
     ``aggregate_se`` (the aggregate's standard error from the held-out sample of documents),
-    ``aggregate_range``, ``aggregate_std``, ``tier`` (variants of one tier cannot be told
+    ``aggregate_range``, ``aggregate_std`` (over all replicates), ``dp_range`` (the largest
+    range among replicates of one seed, which saw the same data: dp sizes), ``tier`` (variants of one tier cannot be told
     apart), ``best`` (decided better than every other variant), ``runs`` (names),
     ``run_ids``."""
     domains: list[str] = field(default_factory=list)
@@ -240,13 +241,15 @@ class Comparison:
             return "\n".join(lines) + "\n"
         header = ["rank", "tier", "variant", "mixture", "n", "seeds", "dp sizes"]
         header += [f"{d} bpb" for d in self.domains]
-        header += ["aggregate bpb", "± docs", "vs best", "range", "std", "runs"]
+        header += ["aggregate bpb", "± docs", "vs best", "dp range", "std", "runs"]
         lines = [
             "## Comparison accepted",
             "",
             f"Held-out bits per byte (lower is better) at eval step {self.eval_step}, the last step "
             "every run evaluated; means over replicates, the aggregate's standard error from the "
-            "held-out documents (± docs), spread of the aggregate across replicates"
+            "held-out documents (± docs), the largest range of the aggregate among replicates of "
+            "one seed (dp range: they saw the same data) and its standard deviation over all "
+            "replicates (std)"
             f"{self._aggregate_of()}. "
             "Variants of one tier cannot be told apart; **best** only if decided better than "
             "every other variant.",
@@ -269,7 +272,7 @@ class Comparison:
                 f"**{row['aggregate_bpb']:.4f}**",
                 _small(row["aggregate_se"]),
                 f"{row['vs_best']:+.4f}",
-                _small(row["aggregate_range"]),
+                _small(row["dp_range"]),
                 _small(row["aggregate_std"]),
                 ", ".join(row["runs"]),
             ]
@@ -333,7 +336,7 @@ class Comparison:
 
 
 def _align(header: str) -> str:
-    numeric = ("rank", "n", "seeds", "± docs", "vs best", "range", "std")
+    numeric = ("rank", "n", "seeds", "± docs", "vs best", "dp range", "std")
     return "---:" if header in numeric or header.endswith("bpb") else "---"
 
 
@@ -798,7 +801,7 @@ def compare(
             }
             for seed, block in blocks.items()
         }
-        aggregates = [statistics.fmean(float(r.evals[step][d]) for d in chosen) for r in group]
+        aggregates = [_mean_over(r, step, chosen) for r in group]
         variant = group[0].variant if len(blocks) == 1 else _arm_id(arm)
         rows.append(
             {
@@ -820,14 +823,16 @@ def compare(
                     for d in domains
                 },
                 "aggregate_bpb": statistics.fmean(
-                    statistics.fmean(
-                        statistics.fmean(float(r.evals[step][d]) for d in chosen) for r in block
-                    )
+                    statistics.fmean(_mean_over(r, step, chosen) for r in block)
                     for block in blocks.values()
                 ),
                 "aggregate_se": decisions.sampling_error(scores[arm], doc_bytes),
-                "aggregate_range": max(aggregates) - min(aggregates),
+                "aggregate_range": _spread(aggregates),
                 "aggregate_std": statistics.stdev(aggregates) if len(aggregates) > 1 else 0.0,
+                "dp_range": max(
+                    _spread([_mean_over(r, step, chosen) for r in block])
+                    for block in blocks.values()
+                ),
                 "runs": [r.name for r in group],
                 "run_ids": [r.run_id for r in group],
             }
@@ -875,6 +880,15 @@ def compare(
         confidence,
         chosen,
     )
+
+
+def _mean_over(run: RunSummary, step: int, domains: list[str]) -> float:
+    """``run``'s aggregate at ``step`` over ``domains``: the mean of their bits per byte."""
+    return statistics.fmean(float(run.evals[step][d]) for d in domains)
+
+
+def _spread(values: list[float]) -> float:
+    return max(values) - min(values)
 
 
 def _arm_id(arm: str) -> str:

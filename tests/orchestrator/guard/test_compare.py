@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import struct
@@ -770,3 +771,18 @@ def test_decide_on_some_domains_ranks_and_decides_their_mean() -> None:
     assert "mean over code, docs only" in result.to_markdown()
     with pytest.raises(ValueError, match=r"cannot decide on held-out domain\(s\) \['web'\]"):
         compare(runs, decide_on=["web"])
+
+
+def test_dp_range_is_within_a_seed_and_the_seeds_spread_is_apart() -> None:
+    runs = paired_runs((1.0, 1.3), (0.8, 1.1))
+    twins = [
+        seeded(f"{r.name}-dp2", r.mixture, s % 2, b + 0.001, dp=[2])
+        for r, s, b in zip(runs, range(4), (1.0, 1.3, 0.8, 1.1), strict=True)
+    ]
+    twins = [dataclasses.replace(t, digests=r.digests) for t, r in zip(twins, runs, strict=True)]
+    result = compare([*runs, *twins])
+    assert result.accepted, result.refusals
+    for row in result.rows:
+        assert row["replicates"] == 4 and row["dp_sizes"] == "1,2"
+        assert row["dp_range"] == pytest.approx(0.001)  # dp 1 vs dp 2 under one seed
+        assert row["aggregate_range"] == pytest.approx(0.301)  # the seeds apart

@@ -249,7 +249,9 @@ def _welch(terms: list[tuple[float, float]]) -> float:
     if not live:
         return math.nan
     total = sum(v for v, _ in live)
-    return total**2 / sum(v**2 / df for v, df in live)
+    # (sum v)^2 / sum(v^2 / df), with each v scaled by the total: tiny variances would
+    # underflow when squared (0 / 0)
+    return 1.0 / sum((v / total) ** 2 / df for v, df in live)
 
 
 def _documents_text(m: list[int]) -> str:

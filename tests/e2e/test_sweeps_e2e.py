@@ -192,6 +192,14 @@ def test_paired_seeds_decide_a_b_and_cannot_tell_a_a(work: Path, paired: dict[st
         sorted((j["seed"], j["status"]) for j in jobs)
         == [(0, "succeeded")] * 3 + [(1, "succeeded")] * 3
     )
+    for job in jobs:  # the held-out budget holds: 8 documents a dataset, 4096 bytes at most
+        (record,) = RunFolder(Path(job["folder"])).evals().values()
+        assert {d: len(v["bytes"]) for d, v in record["documents"].items()} == dict.fromkeys(
+            ("code_a", "code_b", "i18n"), 8
+        )
+        assert all(0 < sum(v["bytes"]) <= 4096 for v in record["documents"].values())
+        assert record["bytes"] == {d: sum(v["bytes"]) for d, v in record["documents"].items()}
+        assert record["seconds"] > 0
     verdict = result["comparison"]
     assert verdict["accepted"], verdict.get("refusals")
     assert len(verdict["seeds"]) == 2 and all(r["seeds"] == 2 for r in verdict["rows"])

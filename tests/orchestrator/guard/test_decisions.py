@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
@@ -155,6 +155,14 @@ _SWAP = {A_BETTER: B_BETTER, B_BETTER: A_BETTER, CANNOT_TELL: CANNOT_TELL}
 
 @settings(max_examples=150, deadline=None)
 @given(_case(), st.sampled_from([0.0, 0.01, 0.1]))
+@example(
+    case=(
+        {"code": np.array([1, 1])},
+        {"s0": {"code": np.array([0.0, 0.0])}},
+        {"s0": {"code": np.array([0.0, 3.16415861e-105])}},
+    ),
+    threshold=0.0,
+)  # variances so small that squaring them underflowed (the degrees of freedom were nan)
 def test_swapping_a_and_b_negates_and_swaps(case: tuple, threshold: float) -> None:
     doc_bytes, a, b = case
     ab = decide_pair("a", "b", a, b, doc_bytes, threshold=threshold)

@@ -672,32 +672,31 @@ def _eval_step(
 def _documents(runs: list[RunSummary], step: int, label: dict[str, str]) -> Refusal | None:
     """``no_common_eval`` unless every run scored the same held-out documents at ``step``."""
     without = [label[r.run_id] for r in runs if step not in r.documents]
-    if without:
-        return Refusal(
-            NO_COMMON_EVAL,
-            f"{', '.join(without)} {'has' if len(without) == 1 else 'have'} no per-document "
-            f"held-out scores at eval step {step} (recorded since Zephon decides between "
-            "variants), so no difference between variants can be tested; re-run them.",
-            [r.run_id for r in runs],
-            {"step": step, "runs_without_documents": without},
-        )
     ref = runs[0]
-    sizes = {d: v["bytes"] for d, v in ref.documents[step].items()}
+    sizes = {d: v["bytes"] for d, v in ref.documents.get(step, {}).items()}
     other = [
         label[r.run_id]
         for r in runs
-        if {d: v["bytes"] for d, v in r.documents[step].items()} != sizes
+        if not without and {d: v["bytes"] for d, v in r.documents[step].items()} != sizes
     ]
-    if other:
-        return Refusal(
-            NO_COMMON_EVAL,
-            f"{', '.join(other)} scored other held-out text than {label[ref.run_id]} at eval step "
-            f"{step} (document sizes differ), so their scores cannot be paired document by "
-            "document; evaluate all runs with the same held-out documents.",
-            [r.run_id for r in runs],
-            {"step": step, "runs_with_other_documents": other},
+    if not without and not other:
+        return None
+    if without:
+        message = (
+            f"{', '.join(without)} {'has' if len(without) == 1 else 'have'} no per-document "
+            f"held-out scores at eval step {step} (recorded since Zephon decides between "
+            "variants), so no difference between variants can be tested; re-run them."
         )
-    return None
+    else:
+        message = (
+            f"{', '.join(other)} scored other held-out text than {label[ref.run_id]} at eval "
+            f"step {step} (document sizes differ), so their scores cannot be paired document "
+            "by document; evaluate all runs with the same held-out documents."
+        )
+    detail = (
+        {"runs_without_documents": without} if without else {"runs_with_other_documents": other}
+    )
+    return Refusal(NO_COMMON_EVAL, message, [r.run_id for r in runs], {"step": step, **detail})
 
 
 def _checks(

@@ -750,6 +750,11 @@ def test_other_held_out_text_is_refused() -> None:
     b.documents[10]["code"]["bytes"] = [1] * len(DOC_BYTES)
     (refusal,) = check([a, b])
     assert refusal.code == "no_common_eval" and "other held-out text" in refusal.message
+    assert refusal.detail == {"step": 10, "runs_with_other_documents": ["b"]}
+    a.documents = {}  # recorded before per-document scores
+    (refusal,) = check([a, b])
+    assert refusal.detail == {"step": 10, "runs_without_documents": ["a"]}
+    assert "a has no per-document held-out scores at eval step 10" in refusal.message
 
 
 def test_decide_on_some_domains_ranks_and_decides_their_mean() -> None:

@@ -180,8 +180,6 @@ def _compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
     if not args.run_ids and not args.experiment and not args.sweep:
         raise ConfigError("name the runs: RUN_ID ..., --experiment NAME or --sweep NAME")
-    if not args.threshold >= 0:
-        raise ConfigError(f"--threshold must be >= 0 bits/byte, got {args.threshold}")
     verdict = api.compare(
         args.run_ids,
         experiment=args.experiment,

@@ -148,7 +148,8 @@ _MEASURED_LOCK = threading.Lock()
 def cut_to_budget(texts: Sequence[str], budget: int) -> list[str]:
     """Each text's first ``min(len_i, c)`` UTF-8 bytes, ``c`` the largest cap keeping the total
     within ``budget`` (module docstring); a cut never splits a character."""
-    lengths = np.array([len(t.encode()) for t in texts], dtype=np.int64)
+    encoded = [t.encode() for t in texts]
+    lengths = np.array([len(e) for e in encoded], dtype=np.int64)
     if int(lengths.sum()) <= budget:
         return list(texts)
     # sum_i min(len_i, c) is increasing in c: the largest c within budget, by bisection.
@@ -160,7 +161,8 @@ def cut_to_budget(texts: Sequence[str], budget: int) -> list[str]:
         else:
             high = cap - 1
     return [
-        t.encode()[:low].decode("utf-8", "ignore") if len(t.encode()) > low else t for t in texts
+        e[:low].decode("utf-8", "ignore") if len(e) > low else t
+        for t, e in zip(texts, encoded, strict=True)
     ]
 
 

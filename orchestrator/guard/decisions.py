@@ -236,7 +236,8 @@ def sampling_error(scores: Scores, doc_bytes: dict[str, np.ndarray]) -> float:
     )
 
 
-def _check_options(threshold: float, confidence: float) -> None:
+def check_options(threshold: float, confidence: float) -> None:
+    """``ValueError`` unless ``threshold >= 0`` (finite) and ``0 < confidence < 1``."""
     if not (threshold >= 0 and math.isfinite(threshold)):
         raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
     if not 0 < confidence < 1:
@@ -277,7 +278,7 @@ def decide_pair(
     the whole interval lies below ``-threshold``, worse only if above
     ``threshold``. Raises ``ValueError`` otherwise, naming what is wrong.
     """
-    _check_options(threshold, confidence)
+    check_options(threshold, confidence)
     n_bytes = _bytes_arrays(doc_bytes)
     small = [d for d, n in n_bytes.items() if n.size < 2]
     if small:
@@ -357,7 +358,7 @@ def decide_all(
     are those of :func:`decide_pair`. Each pair is decided at ``confidence`` on
     its own: no correction is made for the number of pairs.
     """
-    _check_options(threshold, confidence)
+    check_options(threshold, confidence)
     missing = [v for v in order if v not in scores]
     if missing:
         raise ValueError(f"no scores for variants {missing}")
@@ -415,11 +416,11 @@ def tiers(order: list[str], pairs: list[PairDecision]) -> dict[str, int]:
 def best(order: list[str], pairs: list[PairDecision]) -> dict[str, bool]:
     """``True`` only for ``order[0]`` and only if it is decided better than every other variant.
 
-    A single variant, with nothing to be compared with, is best.
+    A single variant has beaten nothing, so it is not best.
     """
     better = _better(pairs)
     out = dict.fromkeys(order, False)
-    if order:
+    if len(order) > 1:
         head = order[0]
         out[head] = all(_decided_better(better, head, v) for v in order[1:])
     return out

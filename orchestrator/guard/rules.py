@@ -393,7 +393,7 @@ def _by_arm(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
     return groups
 
 
-def _seed_design(runs: list[RunSummary], label: dict[str, str]) -> tuple[bool, Refusal | None]:
+def _seed_design(runs: list[RunSummary]) -> tuple[bool, Refusal | None]:
     """Whether the runs form a paired seed design (seeds may then differ), or why not.
 
     Paired: two or more variants, one of them run under two or more seed blocks, and
@@ -516,7 +516,7 @@ def _mismatch(
             [ref.run_id, run.run_id],
             {"fields": fields},
         )
-    if ref.contract_fingerprint != run.contract_fingerprint and not ignore:
+    if ref.contract_fingerprint != run.contract_fingerprint and ref.seed == run.seed:
         ca, cb = ref.contract_fingerprint[:SHORT], run.contract_fingerprint[:SHORT]
         return Refusal(
             CONTRACT_MISMATCH,
@@ -558,8 +558,7 @@ def _unfinished(run: RunSummary, label: dict[str, str]) -> Refusal | None:
 def _recipe_mismatch(
     ref: RunSummary, run: RunSummary, label: dict[str, str], ignore: tuple[str, ...]
 ) -> Refusal | None:
-    """``recipe_mismatch`` if two runs did not train alike (but for the ``ignore`` fields), or
-    ``init_mismatch`` if two runs of one recipe and seed started from different weights."""
+    """``recipe_mismatch`` if two runs did not train alike (but for the ``ignore`` fields)."""
     a, b = label[ref.run_id], label[run.run_id]
     fields = _differing(
         {k: v for k, v in ref.recipe.items() if k not in ignore},
@@ -699,9 +698,7 @@ def _documents(runs: list[RunSummary], step: int, label: dict[str, str]) -> Refu
     return Refusal(NO_COMMON_EVAL, message, [r.run_id for r in runs], {"step": step, **detail})
 
 
-def _checks(
-    runs: list[RunSummary],
-) -> tuple[list[Refusal], int | None, list[str], int, bool]:
+def _checks(runs: list[RunSummary]) -> tuple[list[Refusal], int | None, list[str], int]:
     label = _labels(runs)
     refusals: list[Refusal] = []
     if len(runs) < 2:
@@ -718,7 +715,7 @@ def _checks(
     no_data, usable = _no_data(ordered_runs(runs), label)
     refusals += no_data
     refusals += [r for r in (_unfinished(run, label) for run in usable) if r]
-    paired, unpaired = _seed_design(usable, label)
+    paired, unpaired = _seed_design(usable)
     refusals += [unpaired] if unpaired else []
     ignore = SEED_FIELDS if paired else ()
     groups = _by_variant(usable)
@@ -748,7 +745,7 @@ def _checks(
         refusal = _documents(scored, step, label)
     if refusal:
         refusals.append(refusal)
-    return refusals, step, domains, min(common_steps, default=0), paired
+    return refusals, step, domains, min(common_steps, default=0)
 
 
 def check(runs: list[RunSummary]) -> list[Refusal]:
@@ -768,11 +765,8 @@ def compare(
     counts only if its whole ``confidence`` interval is beyond ``threshold`` bits per byte.
     The aggregate (ranking and decisions) is the mean over the held-out domains
     ``decide_on`` (default: all of them)."""
-    if not threshold >= 0 or not 0 < confidence < 1:
-        raise ValueError(
-            f"threshold must be >= 0 and confidence in (0, 1), got {threshold}, {confidence}"
-        )
-    refusals, step, domains, common_steps, _ = _checks(runs)
+    decisions.check_options(threshold, confidence)
+    refusals, step, domains, common_steps = _checks(runs)
     if refusals or step is None:
         return Comparison(False, refusals, step, [], domains, common_steps)
     unknown = sorted(set(decide_on or []) - set(domains))
@@ -800,7 +794,8 @@ def compare(
             }
             for seed, block in blocks.items()
         }
-        aggregates = [_mean_over(r, step, chosen) for r in group]
+        aggregate = {r.run_id: _mean_over(r, step, chosen) for r in group}
+        aggregates = list(aggregate.values())
         variant = group[0].variant if len(blocks) == 1 else _arm_id(arm)
         rows.append(
             {
@@ -822,15 +817,14 @@ def compare(
                     for d in domains
                 },
                 "aggregate_bpb": statistics.fmean(
-                    statistics.fmean(_mean_over(r, step, chosen) for r in block)
+                    statistics.fmean(aggregate[r.run_id] for r in block)
                     for block in blocks.values()
                 ),
                 "aggregate_se": decisions.sampling_error(scores[arm], doc_bytes),
                 "aggregate_range": _spread(aggregates),
                 "aggregate_std": statistics.stdev(aggregates) if len(aggregates) > 1 else 0.0,
                 "dp_range": max(
-                    _spread([_mean_over(r, step, chosen) for r in block])
-                    for block in blocks.values()
+                    _spread([aggregate[r.run_id] for r in block]) for block in blocks.values()
                 ),
                 "runs": [r.name for r in group],
                 "run_ids": [r.run_id for r in group],
@@ -860,7 +854,7 @@ def compare(
             **{k: v for k, v in row.items() if k != "arm"},
             "vs_best": row["aggregate_bpb"] - top,
             "tier": tier[row["arm"]],
-            "best": best[row["arm"]] and len(rows) > 1,
+            "best": best[row["arm"]],
         }
         for rank, row in enumerate(rows, 1)
     ]

@@ -522,6 +522,7 @@ def compare(
     from orchestrator import guard
     from orchestrator.tracking.tracker import Tracker, resolve_uri, training_run_ids
 
+    guard.decisions.check_options(threshold, 0.95)  # before any run is read
     uri = resolve_uri(tracking_uri, Path.cwd())
     tracker = Tracker(uri, experiment or "zephon")
     if not run_ids:

@@ -146,7 +146,7 @@ class HeldOutEvaluator(Validator):
                 row_nll = -compute_logprobs(out, labels_).double().sum(dim=1)
             batch_rows = mine[start : start + n]
             real = batch_rows >= 0  # padding rows are -1
-            nll[batch_rows[real]] = row_nll[: len(batch_rows)][real.to(row_nll.device)]
+            nll[batch_rows[real]] = row_nll[real.to(row_nll.device)]
         if group is not None or self.dp_world_size > 1:
             dist.all_reduce(nll, group=group)
         model.train()
@@ -162,6 +162,8 @@ class HeldOutEvaluator(Validator):
         run_dir: Path,
     ) -> None:
         """Per-document bits, per-dataset bits per byte (module docstring), written by rank 0."""
+        if not self._is_rank0:
+            return
         bits = np.zeros(len(rows.document_bytes))
         np.add.at(bits, rows.row_document, nll / math.log(2))
         tokens = np.zeros(len(rows.document_bytes), dtype=np.int64)
@@ -176,20 +178,19 @@ class HeldOutEvaluator(Validator):
             bpb[name] = float(bits[of_d].sum()) / max(1, int(rows.document_bytes[of_d].sum()))
             counted[name] = int(tokens[of_d].sum())
         aggregate = sum(bpb.values()) / len(bpb)
-        if self._is_rank0:
-            record = {
-                "step": step,
-                "bpb": bpb,
-                "aggregate_bpb": aggregate,
-                "tokens": counted,
-                "bytes": {name: sum(documents[name]["bytes"]) for name in rows.names},
-                "seconds": round(seconds, 3),
-                "documents": documents,
-            }
-            with (run_dir / EVAL_FILE).open("a") as f:
-                f.write(json.dumps(record) + "\n")
-            scores = {f"eval/{name}_bpb": v for name, v in bpb.items()}
-            metrics.log({**scores, "eval/aggregate_bpb": aggregate, "eval/seconds": seconds}, step)
+        record = {
+            "step": step,
+            "bpb": bpb,
+            "aggregate_bpb": aggregate,
+            "tokens": counted,
+            "bytes": {name: sum(documents[name]["bytes"]) for name in rows.names},
+            "seconds": round(seconds, 3),
+            "documents": documents,
+        }
+        with (run_dir / EVAL_FILE).open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        scores = {f"eval/{name}_bpb": v for name, v in bpb.items()}
+        metrics.log({**scores, "eval/aggregate_bpb": aggregate, "eval/seconds": seconds}, step)
 
     def _rank_rows(self, rows: _HeldOutRows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """This rank's row indexes (-1: padding), inputs and labels, padded to ceil(rows / dp)."""

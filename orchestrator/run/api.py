@@ -52,7 +52,6 @@ from orchestrator.run.launch import (
 from orchestrator.run.launch import torchrun_command as build_torchrun_command
 from orchestrator.run.precision import resolve_precision
 from orchestrator.run.recipe import Recipe, recipe_of
-from orchestrator.tracking.names import TAG_DEVICE, TAG_SWEEP
 
 SYNC_EVERY_S = 10.0
 
@@ -367,11 +366,8 @@ def _train(
     )
     tracking = "off" if tracker is None else "synced"
     if tracker is not None:
-        tags = {TAG_DEVICE: devices.label}
-        if state.get("sweep"):
-            tags[TAG_SWEEP] = state["sweep"]
         try:
-            tracker.start(folder, tags=tags, parent_run_id=state.get("parent_run_id"))
+            tracker.start(folder)  # tags and parent from the folder, as `zephon sync` does
         except TrackingError as e:
             messages.append(f"tracking unavailable, training continues: {e}")
             tracker, tracking = None, "pending"

@@ -364,6 +364,39 @@ def git_revision(cwd: Path | None = None) -> str:
     return revision if done.returncode == 0 and revision else "unknown"
 
 
+def run_start_tags(folder: RunFolder) -> dict[str, str]:
+    """The tags a training run's MLflow run starts with, from its run folder alone.
+
+    Fingerprints (contract, variant, recipe, initial checkpoint), precision and the
+    folder from ``experiment.json``; the device of the latest launch segment and the sweep
+    from ``run.json``; versions and git revision of this checkout. A run
+    tracked from its launch and one trained offline and created later by ``zephon sync``
+    get the same tags, so ``compare --sweep`` finds both.
+    """
+    experiment = folder.experiment()
+    state = folder.state()
+    segments = state.get("segments") or []
+    precision = _precision(experiment)
+    return {
+        TAG_KIND: "run",
+        TAG_CONTRACT: str(experiment.get("contract_fingerprint", "")),
+        TAG_VARIANT: str(experiment.get("variant", "")),
+        TAG_RECIPE: str(experiment.get("recipe_fingerprint", "")),
+        TAG_INIT: str((experiment.get("init_checkpoint") or {}).get("sha256", "")),
+        TAG_RUN_FOLDER: str(folder.path.resolve()),
+        TAG_VERSIONS: json.dumps(package_versions(), sort_keys=True),
+        TAG_GIT: git_revision(),
+        TAG_DEVICE: str(segments[-1].get("device") or "cpu") if segments else "cpu",
+        **({TAG_PRECISION: precision} if precision else {}),
+        **({TAG_SWEEP: str(state["sweep"])} if state.get("sweep") else {}),
+    }
+
+
+def run_parent(folder: RunFolder) -> str | None:
+    """The MLflow run a training run is a child of (its sweep's parent run), from ``run.json``."""
+    return folder.state().get("parent_run_id") or None
+
+
 # -- the tracker ------------------------------------------------------------------------------
 
 
@@ -402,12 +435,14 @@ class Tracker:
     ) -> str:
         """Create (or, on a resume, reopen) the MLflow run of ``folder``; return its id.
 
-        The URI, experiment, ``tags`` and ``parent_run_id`` are written to ``run.json``
-        first, so if the store is unreachable (:class:`TrackingUnavailable`) a later
-        :meth:`sync` or ``zephon sync`` can still create the run. A ``run.json`` that
-        already names an MLflow run found in this store reuses it and marks it
-        RUNNING again; one not found there (another store, a deleted run) gets a new
-        run and everything is sent to it from the start.
+        The run gets :func:`run_start_tags` and :func:`run_parent` of the folder (what a
+        run created later by ``zephon sync`` gets too); ``tags`` and ``parent_run_id`` add
+        to or replace them. The URI, experiment, ``tags`` and ``parent_run_id`` are
+        written to ``run.json`` first, so if the store is unreachable
+        (:class:`TrackingUnavailable`) a later :meth:`sync` or ``zephon sync`` can still
+        create the run. A ``run.json`` that already names an MLflow run found in this
+        store reuses it and marks it RUNNING again; one not found there (another store,
+        a deleted run) gets a new run and everything is sent to it from the start.
         """
         state = folder.state()
         tracking = dict(state.get("tracking") or {})
@@ -437,7 +472,9 @@ class Tracker:
                         self.uri,
                     )
                 run_id = self.new_run(
-                    folder.name, kind="run", parent_run_id=tracking.get("parent_run_id")
+                    folder.name,
+                    kind="run",
+                    parent_run_id=tracking.get("parent_run_id") or run_parent(folder),
                 )
                 tracking = {
                     "tags": tracking.get("tags") or {},
@@ -595,20 +632,7 @@ class Tracker:
             self.client.log_batch(run_id, params=chunk, synchronous=True)
 
     def _start_tags(self, folder: RunFolder, tags: dict[str, str]) -> dict[str, str]:
-        experiment = folder.experiment()
-        return {
-            TAG_KIND: "run",
-            TAG_CONTRACT: str(experiment.get("contract_fingerprint", "")),
-            TAG_VARIANT: str(experiment.get("variant", "")),
-            TAG_RECIPE: str(experiment.get("recipe_fingerprint", "")),
-            TAG_INIT: str((experiment.get("init_checkpoint") or {}).get("sha256", "")),
-            TAG_RUN_FOLDER: str(folder.path.resolve()),
-            TAG_VERSIONS: json.dumps(package_versions(), sort_keys=True),
-            TAG_GIT: git_revision(),
-            TAG_DEVICE: "cpu",
-            **({TAG_PRECISION: _precision(experiment)} if _precision(experiment) else {}),
-            **{str(k): str(v) for k, v in tags.items()},
-        }
+        return {**run_start_tags(folder), **{str(k): str(v) for k, v in tags.items()}}
 
     def _log_tags(self, run_id: str, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag

@@ -46,6 +46,7 @@ from orchestrator.tracking.names import (
     TAG_RUN_FOLDER,
     TAG_STATUS,
     TAG_STEPS,
+    TAG_SWEEP,
     TAG_VARIANT,
     TAG_VERSIONS,
     eval_metric,
@@ -467,6 +468,40 @@ def test_offline_from_launch_is_created_by_zephon_sync(
     assert run.info.status == "FINISHED"
     assert run.data.tags[TAG_DEVICE] == "cuda:X"  # the launch's tags were kept for later
     assert run.data.params["mix.code"] == "0.5"
+
+
+def test_offline_from_the_start_keeps_its_sweep_parent_and_device_on_sync(
+    db_uri: str, experiment_name: str, tmp_path: Path
+) -> None:
+    """What ``api.run`` leaves when the store was unreachable at launch (``offline_ok``): no
+    Tracker.start at all, only run.json's sweep, parent and segment device. ``zephon sync``
+    creates the run as an online launch would have: same tags, same parent."""
+    client = MlflowClient(tracking_uri=db_uri)
+    sweep_id = client.create_experiment(experiment_name)
+    parent = client.create_run(sweep_id, tags={TAG_KIND: "sweep"}).info.run_id
+    online, offline = make_folder(tmp_path, "online"), make_folder(tmp_path, "offline")
+    for folder in (online, offline):
+        folder.update_state(
+            sweep="mix-7",
+            parent_run_id=parent,
+            segments=[{"dp_size": 2, "start_step": 0, "device": "cuda:X"}],
+            tracking_uri=closed_port_uri(),
+            mlflow_experiment=experiment_name,
+        )
+    Tracker(db_uri, experiment_name).start(online)
+    offline.update_state(tracking_uri=db_uri, status="succeeded")  # the store is back
+    sync_folder(offline)
+    runs = {f.name: client.get_run(f.state()["mlflow_run_id"]).data.tags for f in (online, offline)}
+    assert runs["offline"][TAG_SWEEP] == "mix-7" and runs["offline"][TAG_DEVICE] == "cuda:X"
+    assert runs["offline"]["mlflow.parentRunId"] == parent
+    different = {
+        k: (v, runs["offline"].get(k))
+        for k, v in runs["online"].items()
+        if runs["offline"].get(k) != v and k not in (TAG_RUN_FOLDER, TAG_STATUS, "mlflow.runName")
+    }
+    assert not different  # the same start tags as the run tracked from its launch
+    found = tracking.training_run_ids(db_uri, experiment=experiment_name, sweep="mix-7")
+    assert set(found) == {f.state()["mlflow_run_id"] for f in (online, offline)}
 
 
 def test_failure_between_batches_resends_only_the_rest(

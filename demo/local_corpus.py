@@ -1,50 +1,64 @@
-"""Build a small, real, multi-domain text corpus from files every Python machine has.
+"""Build a small, real, multi-domain text corpus from what Python itself ships.
 
-The demo, the tests and the benchmarks need real text whose domains differ in
-how many gpt2 tokens a byte costs, without downloading anything. Sources:
+The main job, the demo, the tests and the benchmarks need real text whose domains
+differ in how many gpt2 tokens a byte costs, without downloading anything and
+without anything outside Python's own installation: no ``/usr/share`` (slim
+images strip it), no network. Every byte comes from one root, the standard
+library's folder (``sysconfig``'s ``stdlib`` path, also for a venv: its base
+interpreter's), or from the Unicode database compiled into ``unicodedata``:
 
 ``code`` (JSONL.zst shards of ~6 MB, field ``text``)
-    The ``.py`` files of Python's standard library (``sysconfig`` ``stdlib``
-    path, ``site-packages`` skipped, ``test/`` kept), one source per file;
-    files that are empty or not UTF-8 are skipped.
+    The standard library's ``.py`` files, one source per file, in sorted path
+    order; files that are empty or not UTF-8 are skipped.
 ``docs`` (JSONL.gz)
-    The help topics of ``pydoc_data.topics`` (sorted by key), then, per stdlib
-    source file outside test directories, its module/class/function docstrings
-    joined by blank lines (read with ``ast``, nothing is imported).
-``i18n`` (Parquet)
-    The translated messages of the ``/usr/share/locale/*/LC_MESSAGES/*.mo``
-    gettext catalogs of non-Latin-script languages (``NON_LATIN_LANGS``), one
-    message per line. Byte-level BPE trained on English text is at its most
-    expensive here, which gives the widest bytes/token gap to ``docs``.
-``licenses`` (Parquet; fallback for ``i18n``)
-    Slim images strip ``/usr/share/locale``. Where no such catalog exists, the
-    third domain is ``licenses`` instead: ``/usr/share/common-licenses/*`` then
-    ``/usr/share/doc/*/copyright`` (both kept on Debian slim images), exact
-    duplicates and symlinks skipped; where neither exists either (non-Debian),
-    Python's own ``LICENSE.txt``. The returned dict and ``corpus.json`` name the
-    domains actually built.
+    The help topics of ``pydoc_data/topics.py`` (read with ``ast``, sorted by
+    key), then, per source file of ``code``, its module, class and function
+    docstrings joined by blank lines (read with ``ast``; nothing is imported).
+``unicode`` (Parquet)
+    The graphic characters (general categories L, N, P and S: letters, numbers,
+    punctuation, symbols; no marks, spaces, controls, surrogates, private use or
+    unassigned code points) of the Unicode database of ``unicodedata``, one
+    record per 128 code points (id ``unicode/U+XXXX``, its first code point)
+    with a line per 32, records with none skipped. Byte-level BPE trained on
+    English is at its most expensive on text outside ASCII: about one token per
+    byte, so this domain sits far from the other two.
 
-Sources longer than ``MAX_RECORD_BYTES`` (4 KB; gettext catalogs
-``I18N_RECORD_BYTES``, 2 KB) are cut at line boundaries into several records
-(see ``_split`` for why). Every record has an ``id``: its source, relative to
-its root, plus ``#part`` when cut. Measured with gpt2 (r50k_base, tiktoken
-0.14) on the full corpus of a Debian 12 machine with Python 3.11.7 (pyenv)::
+Not walked under the root, so that every install of one Python version gives the
+same text: third-party packages (``site-packages``, ``dist-packages``), test
+suites (``test``, ``tests``, ``idle_test``: Docker's python images delete them,
+Debian ships them apart) and files describing this machine's build
+(``config-*/``, ``_sysconfigdata*``). What remains can still differ where a
+distribution splits packages off (Debian: ``idlelib``, ``lib2to3``, ``tkinter``,
+``ensurepip``, ``venv``, ``distutils``) or patches modules; ``unicode`` depends on
+the Python version only (its Unicode version).
 
-    domain    records   text bytes      tokens   bytes/token   shards   on disk
-    code        8,919   31,512,085  15,314,618          2.06        6    5.7 MB
-    docs        1,093    2,269,790     643,156          3.53        1    0.7 MB
-    i18n       18,246   34,483,337  24,036,923          1.43        6    8.4 MB
-    (licenses   1,600    5,527,373   1,846,398          2.99        1    1.1 MB)
+Sources longer than ``MAX_RECORD_BYTES`` (4 KB) are cut at line boundaries into
+several records (see ``_split`` for why). Every record has an ``id``: its source,
+relative to its root, plus ``#part`` when cut. Measured with gpt2 (r50k_base,
+tiktoken 0.14; ``pipeline.load_tokenizer("gpt2")`` over every record) with
+CPython 3.11.7 (pyenv, Unicode 14.0) on Debian 12, ``python -m demo.local_corpus
+OUT --max-mb 3 --tokens`` (the main job's build) and without ``--max-mb``::
 
-so ``docs`` has 2.5x the bytes per token of ``i18n`` (2.3x with a 3 MB cap per
-domain: code 2.20, docs 3.53, i18n 1.57). With the ``licenses`` fallback the
-widest gap is ``docs`` vs ``code``, 1.7x (common licenses alone: ~4.1). The full
-build takes ~10 s; the sizes depend on the installed packages.
+    3 MB a domain   records   text bytes      tokens   bytes/token   on disk
+    code                848    2,999,995   1,338,168          2.24   0.65 MB
+    docs              1,093    2,269,790     643,156          3.53   0.69 MB
+    unicode           1,181      517,122     502,899          1.03   0.36 MB
+
+    everything      records   text bytes      tokens   bytes/token   on disk
+    code              3,438   12,079,736   5,636,480          2.14   2.39 MB
+    (docs and unicode as above: all there is)
+
+so ``docs`` has 3.4x the bytes per token of ``unicode`` and 1.6x those of
+``code``. Every domain has hundreds of records, so the main job's held-out documents
+(``data.holdout_docs`` = 64, at most a quarter of a domain's records:
+``pipeline.source``) are held out in full. A build takes ~4 s on one core (``docs``
+parses every source).
 
 The build is deterministic (sorted traversal, fixed compression settings, gzip
 mtime 0) and idempotent: ``corpus.json``, written last, records the build
-parameters, the shards and per-domain sizes; a later call with the same
-parameters whose shards all exist returns at once.
+parameters, the shards and, per domain, its sizes and the SHA-256 of its records
+(as JSONL, so independent of the shard formats and compression libraries); a
+later call with the same parameters whose shards all exist returns at once.
 """
 
 from __future__ import annotations
@@ -56,9 +70,10 @@ import hashlib
 import json
 import os
 import platform
-import struct
+import sys
 import sysconfig
 import tempfile
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -71,153 +86,121 @@ import zstandard
 from pipeline.errors import ConfigError
 
 #: Bump when the corpus content or layout changes, so old builds are redone.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: A shard is closed once its records reach this many (uncompressed) bytes.
 SHARD_TARGET_BYTES = 6_000_000
 MANIFEST_NAME = "corpus.json"
 #: Longer sources are cut at line boundaries into records of at most this many
-#: bytes (~2k gpt2 tokens of code); gettext catalogs, at ~1.5 bytes/token, finer.
+#: bytes (~2k gpt2 tokens of code).
 MAX_RECORD_BYTES = 4_000
-I18N_RECORD_BYTES = 2_000
-#: Languages (locale prefix before ``_``/``@``) written in non-Latin scripts, by script.
-_NON_LATIN_SCRIPTS = {
-    "Cyrillic": "be bg kk ky mk mn ru sr tg uk",
-    "Greek, Armenian, Georgian": "el hy ka",
-    "Arabic, Hebrew": "ar fa he ps ug ur",
-    "Brahmic": "as bn gu hi km kn lo ml mr my ne or pa si ta te th",
-    "CJK, Ethiopic": "am ja ko zh",
-}
-NON_LATIN_LANGS = frozenset(lang for langs in _NON_LATIN_SCRIPTS.values() for lang in langs.split())
-
-_TEST_DIRS = frozenset({"test", "tests", "idle_test"})
+#: Code points per ``unicode`` record, and per line of it.
+UNICODE_RECORD_CODE_POINTS = 128
+UNICODE_LINE_CODE_POINTS = 32
+#: Unicode general categories (first letter) kept: letters, numbers, punctuation, symbols.
+_GRAPHIC_CATEGORIES = frozenset("LNPS")
+#: Folders never walked: third-party packages, and test suites that installs drop.
+_SKIPPED_DIRS = frozenset(
+    {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
+)
 
 Record = dict[str, str]
 Writer = Callable[[Path, list[Record]], None]
-Source = Callable[[], Iterable[Record]]
+Source = Callable[[Path], Iterable[Record]]
 
 
-def _stdlib_root() -> Path:
+def default_stdlib_root() -> Path:
+    """The standard library folder of the running Python (a venv's: its base interpreter's)."""
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def _stdlib_sources() -> Iterator[tuple[str, str]]:
-    """Yield ``(relative path, text)`` of the stdlib's ``.py`` files, sorted."""
-    root = _stdlib_root()
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root)
-        if "site-packages" in rel.parts or not path.is_file():
-            continue
+def _stdlib_sources(root: Path) -> Iterator[tuple[str, str]]:
+    """Yield ``(path relative to root, text)`` of the ``.py`` files under ``root``, sorted.
+
+    Skipped: the folders of ``_SKIPPED_DIRS``, ``config-*`` folders and
+    ``_sysconfigdata*`` files (this machine's build), symlinked folders, files
+    that are empty or not UTF-8.
+    """
+    found: list[str] = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith("config-")]
+        rel_folder = Path(folder).relative_to(root)
+        found += [
+            (rel_folder / f).as_posix()
+            for f in files
+            if f.endswith(".py") and not f.startswith("_sysconfigdata")
+        ]
+    for rel in sorted(found):
         try:
-            text = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError:
+            text = (root / rel).read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
             continue
         if text.strip():
-            yield rel.as_posix(), text
+            yield rel, text
 
 
-def _code_records() -> Iterator[Record]:
-    for rel, text in _stdlib_sources():
+def _code_records(root: Path) -> Iterator[Record]:
+    for rel, text in _stdlib_sources(root):
         yield {"id": f"stdlib/{rel}", "text": text}
+
+
+def _parse(source: str | bytes) -> ast.Module | None:
+    """``source``'s syntax tree; None where it does not parse."""
+    # Some stdlib files hold invalid escapes: warnings, not our concern.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(source)
+        except (SyntaxError, ValueError):
+            return None
 
 
 def _docstrings(source: str) -> list[str]:
     """Module, class and function docstrings of ``source``, in ``ast.walk`` order."""
-    # Some stdlib test files hold invalid escapes or deliberate syntax errors.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError):
-            return []
+    tree = _parse(source)
+    if tree is None:
+        return []
     kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
     return [d for n in ast.walk(tree) if isinstance(n, kinds) and (d := ast.get_docstring(n))]
 
 
-def _docs_records() -> Iterator[Record]:
-    from pydoc_data.topics import topics
+def _help_topics(root: Path) -> dict[str, str]:
+    """The ``topics`` dict literal of ``root/pydoc_data/topics.py``; {} where there is none.
 
+    Read, not imported, so that the corpus comes from ``root`` only."""
+    try:
+        tree = _parse((root / "pydoc_data" / "topics.py").read_bytes())
+    except OSError:
+        return {}
+    for node in tree.body if tree else []:
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["topics"]:
+            topics = ast.literal_eval(node.value)
+            return {k: v for k, v in topics.items() if isinstance(v, str)}
+    return {}
+
+
+def _docs_records(root: Path) -> Iterator[Record]:
+    topics = _help_topics(root)
     for key in sorted(topics):
         if topics[key].strip():
             yield {"id": f"pydoc-topics/{key}", "text": topics[key]}
     # The topics alone are under 1 MB; docstrings add prose of the same kind.
-    for rel, source in _stdlib_sources():
-        if _TEST_DIRS.intersection(rel.split("/")):
-            continue  # test docstrings are terse and would halve the parse speed
+    for rel, source in _stdlib_sources(root):
         docs = _docstrings(source)
         if docs:
             yield {"id": f"docstrings/{rel}", "text": "\n\n".join(docs)}
 
 
-def _read_text_files(paths: Iterable[tuple[str, Path]]) -> Iterator[Record]:
-    """Records of the UTF-8, non-empty, non-symlink files; exact duplicates skipped."""
-    seen: set[bytes] = set()
-    for rid, path in paths:
-        if path.is_symlink() or not path.is_file():
-            continue
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        digest = hashlib.sha256(text.encode()).digest()
-        if text.strip() and digest not in seen:
-            seen.add(digest)
-            yield {"id": rid, "text": text}
-
-
-def _license_records() -> Iterator[Record]:
-    common = Path("/usr/share/common-licenses")
-    docs = Path("/usr/share/doc")
-    paths = [(f"common-licenses/{p.name}", p) for p in sorted(common.glob("*"))]
-    paths += [(f"copyright/{p.parent.name}", p) for p in sorted(docs.glob("*/copyright"))]
-    if not paths:
-        # Non-Debian system: Python's own licence text always ships with it.
-        paths = [("python/LICENSE.txt", _stdlib_root() / "LICENSE.txt")]
-    yield from _read_text_files(paths)
-
-
-def _mo_messages(data: bytes) -> list[str] | None:
-    """Translated messages of a GNU ``.mo`` catalog; None if it is not UTF-8 or malformed."""
-    for order in ("<", ">"):
-        try:
-            magic, _, count, orig_off, trans_off = struct.unpack_from(f"{order}5I", data)
-        except struct.error:
-            return None
-        if magic == 0x950412DE:
-            break
-    else:
-        return None
-    messages = []
-    try:
-        for i in range(count):
-            msgid_len, _ = struct.unpack_from(f"{order}2I", data, orig_off + 8 * i)
-            if msgid_len == 0:
-                continue  # the catalog header (metadata), not a message
-            length, offset = struct.unpack_from(f"{order}2I", data, trans_off + 8 * i)
-            # Plural forms are NUL-separated.
-            raw = data[offset : offset + length].decode("utf-8")
-            messages.extend(m for m in raw.split("\x00") if m)
-    except (struct.error, UnicodeDecodeError):
-        return None
-    return messages
-
-
-def _i18n_records() -> Iterator[Record]:
-    for path in sorted(Path("/usr/share/locale").glob("*/LC_MESSAGES/*.mo")):
-        locale = path.parts[-3]
-        if "@latin" in locale or locale.split("@")[0].split("_")[0] not in NON_LATIN_LANGS:
-            continue
-        try:
-            messages = _mo_messages(path.read_bytes())
-        except OSError:
-            continue
-        if messages:
-            yield {"id": f"{locale}/{path.name}", "text": "\n".join(messages)}
-
-
-def _domain_names() -> list[str]:
-    """The domains to build: ``i18n`` as the third where gettext catalogs exist."""
-    third = "i18n" if next(_i18n_records(), None) is not None else "licenses"
-    return ["code", "docs", third]
+def _unicode_records() -> Iterator[Record]:
+    """The graphic characters of ``unicodedata``, a record per 128 code points, a line per 32."""
+    for start in range(0, sys.maxunicode + 1, UNICODE_RECORD_CODE_POINTS):
+        lines = []
+        for row in range(start, start + UNICODE_RECORD_CODE_POINTS, UNICODE_LINE_CODE_POINTS):
+            chars = (chr(c) for c in range(row, row + UNICODE_LINE_CODE_POINTS))
+            line = "".join(c for c in chars if unicodedata.category(c)[0] in _GRAPHIC_CATEGORIES)
+            if line:
+                lines.append(line + "\n")
+        if lines:
+            yield {"id": f"unicode/U+{start:04X}", "text": "".join(lines)}
 
 
 def _split(records: Iterable[Record], max_bytes: int) -> Iterator[Record]:
@@ -226,10 +209,9 @@ def _split(records: Iterable[Record], max_bytes: int) -> Iterator[Record]:
     Why: the pipeline's mixer and packer work per record, and test-sized runs
     (a few thousand tokens per lane, 2M tokens in all) need many records. Whole
     files measured badly: one 230 KB stdlib file (~100k tokens) is 5% of a
-    2M-token window and skewed realised token shares by 2-3 points, and whole
-    gettext catalogs (languages differ 2x in bytes/token) did the same; 16 KB
+    2M-token window and skewed realised token shares by 2-3 points; 16 KB
     records still left flush windows larger than short runs ever close. With
-    4 KB / 2 KB records, shares land within ~0.4 point. A longer line stays whole.
+    4 KB records, shares land within ~0.4 point. A longer line stays whole.
     """
     for rec in records:
         text = rec["text"]
@@ -298,21 +280,23 @@ def _write_parquet(path: Path, records: list[Record]) -> None:
     _write_atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
-#: domain -> (shard file suffix, shard writer, record source, max record bytes)
-_DOMAINS: dict[str, tuple[str, Writer, Source, int]] = {
-    "code": (".jsonl.zst", _write_zst, _code_records, MAX_RECORD_BYTES),
-    "docs": (".jsonl.gz", _write_gz, _docs_records, MAX_RECORD_BYTES),
-    "i18n": (".parquet", _write_parquet, _i18n_records, I18N_RECORD_BYTES),
-    "licenses": (".parquet", _write_parquet, _license_records, MAX_RECORD_BYTES),
+#: domain -> (shard file suffix, shard writer, record source reading the stdlib root)
+_DOMAINS: dict[str, tuple[str, Writer, Source]] = {
+    "code": (".jsonl.zst", _write_zst, _code_records),
+    "docs": (".jsonl.gz", _write_gz, _docs_records),
+    "unicode": (".parquet", _write_parquet, lambda _root: _unicode_records()),
 }
+DOMAINS = tuple(_DOMAINS)
+"""The corpus's domains (dataset names), in build order."""
 
 
-def _build_domain(out_dir: Path, name: str, max_bytes: int | None) -> dict:
+def _build_domain(out_dir: Path, name: str, root: Path, max_bytes: int | None) -> dict:
     """Write one domain's shards; return its manifest entry."""
-    suffix, write, source, max_record_bytes = _DOMAINS[name]
+    suffix, write, source = _DOMAINS[name]
     shards: list[str] = []
     records = 0
     text_bytes = 0
+    content = hashlib.sha256()
     batch: list[Record] = []
     batch_bytes = 0
 
@@ -321,8 +305,9 @@ def _build_domain(out_dir: Path, name: str, max_bytes: int | None) -> dict:
         write(out_dir / rel, batch)
         shards.append(rel)
 
-    for rec in _capped(_split(source(), max_record_bytes), max_bytes):
+    for rec in _capped(_split(source(root), MAX_RECORD_BYTES), max_bytes):
         batch.append(rec)
+        content.update(_jsonl([rec]))
         size = len(rec["text"].encode())
         batch_bytes += size
         text_bytes += size
@@ -339,15 +324,15 @@ def _build_domain(out_dir: Path, name: str, max_bytes: int | None) -> dict:
         "records": records,
         "bytes": text_bytes,
         "disk_bytes": disk,
+        "sha256": content.hexdigest(),
     }
 
 
 def _remove_stale(out_dir: Path, keep: set[str]) -> None:
-    """Delete shard files of an earlier build with other parameters (ours only)."""
-    for name in _DOMAINS:
-        for path in sorted((out_dir / name).glob("shard-*")):
-            if path.relative_to(out_dir).as_posix() not in keep:
-                path.unlink()
+    """Delete shard files of an earlier build (other parameters, other domains; ours only)."""
+    for path in sorted(out_dir.glob("*/shard-*")):
+        if path.relative_to(out_dir).as_posix() not in keep:
+            path.unlink()
 
 
 def _load_manifest(out_dir: Path, params: dict) -> dict | None:
@@ -362,32 +347,42 @@ def _load_manifest(out_dir: Path, params: dict) -> dict | None:
 
 
 def build_local_corpus(
-    out_dir: Path, max_bytes_per_domain: int | None = None
+    out_dir: Path,
+    max_bytes_per_domain: int | None = None,
+    stdlib_root: Path | None = None,
 ) -> dict[str, list[Path]]:
     """Build (or reuse) the local corpus in ``out_dir``; return ``{domain: [shard paths]}``.
 
     ``max_bytes_per_domain`` caps each domain's text bytes: records are taken in
     sorted order until the next one would pass the cap (the first is always
-    taken). Same parameters and same machine give byte-identical files; a build
-    whose ``corpus.json`` matches the parameters is not redone.
+    taken). ``stdlib_root`` is the one folder read (default: this Python's
+    standard library, :func:`default_stdlib_root`). Same parameters and same
+    Python give byte-identical files; a build whose ``corpus.json`` matches the
+    parameters is not redone.
 
     Raises:
-        ConfigError: ``max_bytes_per_domain`` is not positive.
+        ConfigError: ``max_bytes_per_domain`` is not positive, or ``stdlib_root``
+            is not a folder.
     """
     if max_bytes_per_domain is not None and max_bytes_per_domain <= 0:
         raise ConfigError(f"max_bytes_per_domain must be positive, got {max_bytes_per_domain}")
+    root = default_stdlib_root() if stdlib_root is None else Path(stdlib_root)
+    if not root.is_dir():
+        raise ConfigError(f"stdlib_root {str(root)!r} is not a folder")
     out_dir = Path(out_dir)
     params = {
         "format_version": FORMAT_VERSION,
         "max_bytes_per_domain": max_bytes_per_domain,
         "python": platform.python_version(),
+        "stdlib_root": str(root.absolute()),
+        "unicode": unicodedata.unidata_version,
     }
     manifest = _load_manifest(out_dir, params)
     if manifest is None:
         out_dir.mkdir(parents=True, exist_ok=True)
         # No manifest during the build: an interrupted build is redone, not trusted.
         (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
-        domains = {n: _build_domain(out_dir, n, max_bytes_per_domain) for n in _domain_names()}
+        domains = {n: _build_domain(out_dir, n, root, max_bytes_per_domain) for n in DOMAINS}
         _remove_stale(out_dir, {s for d in domains.values() for s in d["shards"]})
         manifest = {"params": params, "domains": domains}
         text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
@@ -395,25 +390,40 @@ def build_local_corpus(
     return {n: [out_dir / s for s in d["shards"]] for n, d in manifest["domains"].items()}
 
 
+def _count_tokens(shards: list[Path]) -> int:
+    """gpt2 tokens of a domain's records (for ``--tokens``)."""
+    from pipeline import Dataset, load_tokenizer
+
+    dataset = Dataset("count", [str(p) for p in shards])
+    texts = dataset.read_texts(list(range(dataset.num_records)))
+    return sum(len(ids) for ids in load_tokenizer("gpt2").encode_batch(texts))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """CLI: ``python -m demo.local_corpus OUT_DIR [--max-mb N]``."""
+    """CLI: ``python -m demo.local_corpus OUT_DIR [--max-mb N] [--stdlib-root DIR] [--tokens]``."""
     parser = argparse.ArgumentParser(
         prog="python -m demo.local_corpus", description=__doc__.split("\n")[0]
     )
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--max-mb", type=float, default=None, help="cap per domain, in MB")
+    parser.add_argument("--stdlib-root", type=Path, default=None, help="the folder read")
+    parser.add_argument("--tokens", action="store_true", help="count gpt2 tokens per domain")
     args = parser.parse_args(argv)
     cap = None if args.max_mb is None else int(args.max_mb * 1_000_000)
     try:
-        build_local_corpus(args.out_dir, cap)
+        shards = build_local_corpus(args.out_dir, cap, args.stdlib_root)
     except ConfigError as e:
         parser.error(str(e))
     manifest = json.loads((args.out_dir / MANIFEST_NAME).read_text())
     for name, d in manifest["domains"].items():
-        print(
+        line = (
             f"{name:10s} {d['files']:3d} shards {d['records']:7,d} records "
-            f"{d['bytes'] / 1e6:8.2f} MB text {d['disk_bytes'] / 1e6:8.2f} MB on disk"
+            f"{d['bytes']:12,d} text bytes {d['disk_bytes'] / 1e6:8.2f} MB on disk"
         )
+        if args.tokens:
+            tokens = _count_tokens(shards[name])
+            line += f" {tokens:12,d} tokens {d['bytes'] / tokens:6.2f} bytes/token"
+        print(line)
     print(f"written to {args.out_dir}")
     return 0
 

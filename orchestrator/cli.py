@@ -4,7 +4,7 @@
 
     zephon plan    [-c FILE] [key=value ...] [--dp N]          dry run: resolved plan + fingerprints
     zephon run     [-c FILE] [key=value ...] [--dp N] [--name NAME]
-    zephon resume  RUN_FOLDER [--dp N] [--steps N]
+    zephon resume  RUN_FOLDER [--dp N] [--steps N] [resources.key=value ...]
     zephon compare [RUN_ID ...] [--experiment NAME | --sweep NAME] [--tracking-uri URI]
                    [--threshold BITS_PER_BYTE] [--decide-on DOMAIN,...]
     zephon verify-elastic [-c FILE] [key=value ...] --dp A --resume-dp B [--split-step S]
@@ -13,10 +13,14 @@
 The job service (``--root DIR``, default ``./zephon-service``; see orchestrator/service/client.py)::
 
     zephon serve   [--data-root DIR ...] [--capacity N] [--device D] [--until-idle]
-    zephon submit  (-c FILE | --spec JSON) --key KEY [--submitter NAME] [--kind run|plan]
+    zephon submit  (-c FILE | --spec JSON) --key KEY [--kind run|plan|verify]
     zephon status JOB | wait JOB [--timeout S] | cancel JOB | logs JOB [--tail N]
-    zephon jobs    [--state S ...] [--submitter NAME] [--kind run|plan] [--limit N]
+    zephon jobs    [--state S ...] [--submitter NAME] [--kind K] [--limit N]
     zephon mcp     the MCP server (stdio) over the same functions, for LLM agents
+    zephon attempt JOB ...   one attempt of a job on its lease (the scheduler starts it)
+
+The submitter of ``submit`` (and the only one who may ``cancel`` the job) is the OS user
+running the command; there is no option to name another.
 
 ``--json`` prints exactly one JSON object on stdout (errors too:
 ``{"error": {"kind", "message", "problems"}}``); progress goes to stderr.
@@ -40,7 +44,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import signal
 import sys
 import traceback
@@ -56,6 +59,7 @@ from orchestrator.errors import (
     EXIT_TIMED_OUT,
 )
 from orchestrator.run import interrupts
+from orchestrator.service.queue import KINDS
 from pipeline import ConfigError, ZephonError
 
 
@@ -82,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("folder", help="run folder")
     p.add_argument("--dp", type=int, help="data-parallel size (any divisor of the lanes)")
     p.add_argument("--steps", type=int, help="train to this step instead of the planned end")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        help="where it trains now: resources.key=value, e.g. resources.launcher=local "
+        "resources.nodes=1 (what it trains cannot change)",
+    )
     p = command("compare", "compare runs' eval scores, or refuse with the reason")
     p.add_argument("run_ids", nargs="*", help="MLflow run ids")
     p.add_argument("--experiment", help="all runs of this MLflow experiment")
@@ -127,8 +137,12 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("-c", "--config", help="experiment file (YAML or JSON)")
     p.add_argument("--spec", help="experiment as a JSON object")
     p.add_argument("--key", required=True, help="idempotency key: a retry returns the same job")
-    p.add_argument("--submitter", default=os.environ.get("USER", "anonymous"))
-    p.add_argument("--kind", default="run", choices=["run", "plan"], help="plan: dry run only")
+    p.add_argument(
+        "--kind",
+        default="run",
+        choices=KINDS,
+        help='plan: dry run; verify: elasticity check, spec {"experiment", "first_dp", "second_dp"}',
+    )
     for name, text in (
         ("status", "a job's state, history and result"),
         ("cancel", "cancel a job"),
@@ -144,9 +158,15 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = service("jobs", "list jobs")
     p.add_argument("--state", action="append", help="queued, running, succeeded, ...")
     p.add_argument("--submitter")
-    p.add_argument("--kind", choices=["run", "plan"])
+    p.add_argument("--kind", choices=KINDS)
     p.add_argument("--limit", type=int, default=100)
     service("mcp", "serve Zephon's tools to an MCP client on stdin/stdout")
+    p = service("attempt", "one attempt of a job on the devices leased to it (the scheduler's)")
+    p.add_argument("job_id")
+    p.add_argument("--device", required=True, choices=["cpu", "cuda"])
+    p.add_argument("--devices", type=int, required=True, help="cores or GPUs leased")
+    p.add_argument("--gpu-ids", default="", help="the leased GPUs, comma-separated")
+    p.add_argument("--dp", type=int, required=True, help="data-parallel size on the lease")
 
 
 def _plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -172,7 +192,10 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def _resume(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.run import api
 
-    return _run_result(api.resume(args.folder, dp=args.dp, steps=args.steps, progress=sys.stderr))
+    result = api.resume(
+        args.folder, dp=args.dp, steps=args.steps, overrides=args.overrides, progress=sys.stderr
+    )
+    return _run_result(result)
 
 
 def _compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -249,7 +272,6 @@ def _submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         service.load_service(args.root),
         spec,
         key=args.key,
-        submitter=args.submitter,
         kind=args.kind,
     )
 
@@ -284,6 +306,19 @@ def _jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     )
 
 
+def _attempt(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator.run.devices import Devices
+    from orchestrator.service import attempt
+    from orchestrator.service.client import load_service
+    from orchestrator.service.pool import Lease
+
+    gpus = tuple(int(i) for i in args.gpu_ids.split(",") if i)
+    lease = Lease(Devices(args.device, args.devices, args.device, gpus), args.dp)
+    result = attempt.run(load_service(args.root), args.job_id, lease)
+    code = {"succeeded": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(result["status"])
+    return (EXIT_FAILED if code is None else code), result
+
+
 def _mcp(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.service.mcp_server import serve_stdio
 
@@ -306,10 +341,11 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], tuple[int, dict[str, Any]]]] 
     "logs": _job_command,
     "jobs": _jobs,
     "mcp": _mcp,
+    "attempt": _attempt,
 }
 
 
-TRAINING = ("run", "resume", "verify-elastic")
+TRAINING = ("run", "resume", "verify-elastic", "attempt")
 """Commands that train here (and so handle SIGINT/SIGTERM by stopping their launch)."""
 
 

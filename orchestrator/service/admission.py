@@ -13,6 +13,11 @@ object, validated like any experiment, plus the service's own rules:
   name folders) is refused, ``runs_root``, ``data.cache_dir`` and
   ``tracking.uri`` are the service's, the launcher is the local one on one node.
 
+A job of kind ``verify`` (an elasticity check, ``api.verify_elastic``) submits
+``{"experiment": <spec>, "first_dp": A, "second_dp": B, "split_step": S or null}``
+(:func:`verify_request`): the experiment is admitted as above, and both dp sizes must
+divide its lanes.
+
 Nothing here runs a shell: a job becomes an argument list (``orchestrator/service/scheduler.py``).
 """
 
@@ -26,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment import ExperimentConfig, load_experiment, validate
+from orchestrator.experiment import ExperimentConfig, dp_problems, load_experiment, validate
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,72 @@ class Rules:
     """The service's MLflow tracking URI."""
     limits: Limits = field(default_factory=Limits)
     allowed_model_modules: tuple[str, ...] = ("orchestrator.titan.configs",)
+
+
+@dataclass(frozen=True)
+class ElasticCheck:
+    """What a ``verify`` job checks: train on ``first_dp`` ranks, checkpoint at
+    ``split_step`` (None: half-way), resume on ``second_dp``, compare every digest."""
+
+    first_dp: int
+    second_dp: int
+    split_step: int | None = None
+
+
+@dataclass(frozen=True)
+class AdmittedJob:
+    """A job the service may run: its experiment (with the service's runs root, cache and
+    tracking URI) and, for a ``verify`` job, the check."""
+
+    config: ExperimentConfig
+    check: ElasticCheck | None = None
+
+
+VERIFY_KEYS = ("experiment", "first_dp", "second_dp", "split_step")
+
+
+def verify_request(
+    experiment: Any, first_dp: int, second_dp: int, split_step: int | None = None
+) -> dict[str, Any]:
+    """The spec of a ``verify`` job (module docstring)."""
+    return {
+        "experiment": experiment,
+        "first_dp": first_dp,
+        "second_dp": second_dp,
+        "split_step": split_step,
+    }
+
+
+def admit_job(kind: str, spec: Any, rules: Rules) -> AdmittedJob:
+    """:func:`admit` for a job of ``kind`` (``run``, ``plan`` or ``verify``); ExperimentError
+    listing every reason if the service may not run it."""
+    if kind != "verify":
+        return AdmittedJob(admit(spec, rules))
+    if not isinstance(spec, dict) or set(spec) - set(VERIFY_KEYS) or "experiment" not in spec:
+        raise ExperimentError(
+            [f"a verify job's spec is a JSON object with the keys {list(VERIFY_KEYS)}"]
+        )
+    config = admit(spec["experiment"], rules)
+    check = ElasticCheck(spec.get("first_dp"), spec.get("second_dp"), spec.get("split_step"))
+    problems = []
+    for name in ("first_dp", "second_dp"):
+        value = getattr(check, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{name} must be an integer >= 1, got {value!r}")
+        else:
+            problems += [f"{name}={value}: {p}" for p in dp_problems(config, value)]
+    split, steps = check.split_step, config.train.steps
+    if split is not None and (isinstance(split, bool) or not isinstance(split, int)):
+        problems.append(f"split_step must be an integer or null, got {split!r}")
+    elif not 1 <= (max(1, steps // 2) if split is None else split) < steps:
+        problems.append(
+            f"split_step must be in [1, {steps}) (train.steps), got {split}"
+            if split is not None
+            else "a verify job needs train.steps >= 2 (it checkpoints half-way)"
+        )
+    if problems:
+        raise ExperimentError(problems)
+    return AdmittedJob(config, check)
 
 
 def admit(spec: Any, rules: Rules) -> ExperimentConfig:

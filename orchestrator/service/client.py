@@ -11,6 +11,11 @@ Agents and people submit experiments to a *service root*, a folder holding::
 Submitting needs no running scheduler: jobs wait in the queue until ``zephon serve``
 (:mod:`orchestrator.service.scheduler`) starts them. Every function here is what the CLI
 and the MCP server call, and returns plain JSON-able data.
+
+Identity: the submitter of a job is :func:`caller`, the OS user running the calling
+process (the CLI's, the Python program's, the MCP server's), never a field of the
+request; the per-submitter limit counts by it and only that user may cancel the job.
+The trust model is in :mod:`orchestrator.service`.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import QueueError
-from orchestrator.service.admission import Limits, Rules, admit
-from orchestrator.service.queue import FINAL, JobQueue
+from orchestrator.service.admission import Limits, Rules, admit_job
+from orchestrator.service.queue import FINAL, KINDS, JobQueue
 
 SERVICE_FILE = "service.json"
 DEFAULT_ROOT = "zephon-service"
@@ -100,16 +105,27 @@ def load_service(root: str | Path = DEFAULT_ROOT) -> ServiceConfig:
     return ServiceConfig(**data, limits=limits)
 
 
-def submit(
-    service: ServiceConfig, spec: Any, *, key: str, submitter: str, kind: str = "run"
-) -> dict[str, Any]:
-    """Queue ``spec`` (an experiment) once per ``key``: a retry returns the same job.
+def caller() -> str:
+    """Who is calling: the name of the OS user running this process (its real uid's, not
+    ``$USER``, which the caller sets)."""
+    import psutil
 
-    The spec is admitted first (:func:`orchestrator.service.admission.admit`): a refused spec
-    raises ExperimentError listing every reason, and nothing is queued.
+    return psutil.Process().username()
+
+
+def submit(service: ServiceConfig, spec: Any, *, key: str, kind: str = "run") -> dict[str, Any]:
+    """Queue ``spec`` once per ``key`` as a job of :func:`caller`: a retry returns the same job.
+
+    ``kind``: ``run`` (an experiment), ``plan`` (its dry run) or ``verify`` (an elasticity
+    check, :func:`orchestrator.service.admission.verify_request`). The spec is admitted
+    first (:func:`orchestrator.service.admission.admit_job`): a refused spec raises
+    ExperimentError listing every reason, and nothing is queued; QueueFull when the
+    caller already has its limit of pending jobs.
     """
-    admit(spec, service.rules())
-    job, created = service.queue().submit(spec, key=key, submitter=submitter, kind=kind)
+    if kind not in KINDS:
+        raise QueueError(f"unknown job kind {kind!r}; use one of {', '.join(KINDS)}")
+    admit_job(kind, spec, service.rules())
+    job, created = service.queue().submit(spec, key=key, submitter=caller(), kind=kind)
     return {"job": job.to_dict(), "created": created}
 
 
@@ -137,8 +153,15 @@ def wait(
 
 
 def cancel(service: ServiceConfig, job_id: str) -> dict[str, Any]:
-    """Cancel a queued job now, or ask the scheduler to stop a running one."""
-    return {"job": service.queue().request_cancel(job_id).to_dict()}
+    """Cancel a queued job now, or ask the scheduler to stop a running one; only the job's
+    submitter (:func:`caller`) may."""
+    queue = service.queue()
+    owner, me = queue.get(job_id).submitter, caller()
+    if owner != me:
+        raise QueueError(
+            f"job {job_id} was submitted by {owner!r}, not {me!r}: only they can cancel it"
+        )
+    return {"job": queue.request_cancel(job_id).to_dict()}
 
 
 def logs(service: ServiceConfig, job_id: str, *, tail: int = 50) -> dict[str, Any]:

@@ -5,10 +5,17 @@ guard; their JSON schemas come from the type hints below. A refused request
 (invalid spec, unknown job, full queue, a key reused for another spec) is a
 tool error whose text says what is wrong; nothing is queued or changed then.
 
-    submit(spec, key, submitter, kind)    queue an experiment, idempotent per key
+    submit(spec, key, kind)               queue an experiment, idempotent per key
     status(job_id) / wait(job_id, timeout_s) / cancel(job_id) / list_jobs(...)
     compare(run_ids | sweep | experiment) the guard's verdict (table, or refusal)
-    verify_elastic(spec, dp, resume_dp)   train, resume on another dp, check digests
+    verify_elastic(spec, dp, resume_dp, key, wait_s)
+                                          queue a job that trains, resumes on another dp
+                                          and checks the digests; optionally wait for it
+
+Every tool that trains queues a job: nothing trains in this process, so the scheduler's
+device pool and the per-submitter limit apply to all of it. The submitter of every job
+is the OS user who started this server (fixed at its start); no tool argument names
+another (an unknown argument such as ``submitter`` is ignored).
 """
 
 from __future__ import annotations
@@ -18,21 +25,22 @@ from typing import Any
 from mcp.server.fastmcp import FastMCP
 
 from orchestrator.service import client as service
-from orchestrator.service.admission import admit
+from orchestrator.service.admission import verify_request
 
 
 def build_server(root: str) -> FastMCP:
-    """An MCP server over the job service rooted at ``root``."""
-    mcp = FastMCP("zephon", instructions=__doc__)
+    """An MCP server over the job service rooted at ``root``, submitting as :func:`caller`."""
+    submitter = service.caller()
+    mcp = FastMCP("zephon", instructions=f"{__doc__}\nThis server submits as {submitter!r}.")
 
     def svc() -> service.ServiceConfig:
         return service.load_service(root)
 
     @mcp.tool()
-    def submit(spec: dict[str, Any], key: str, submitter: str, kind: str = "run") -> dict[str, Any]:
+    def submit(spec: dict[str, Any], key: str, kind: str = "run") -> dict[str, Any]:
         """Queue an experiment (a Zephon experiment as a JSON object: data, train, eval, ...).
         A retry with the same key returns the same job; kind "plan" only plans it."""
-        return service.submit(svc(), spec, key=key, submitter=submitter, kind=kind)
+        return service.submit(svc(), spec, key=key, kind=kind)
 
     @mcp.tool()
     def status(job_id: str) -> dict[str, Any]:
@@ -87,12 +95,24 @@ def build_server(root: str) -> FastMCP:
         )
 
     @mcp.tool()
-    def verify_elastic(spec: dict[str, Any], dp: int, resume_dp: int) -> dict[str, Any]:
-        """Train the experiment on dp ranks, checkpoint half-way, resume on resume_dp ranks,
-        and report whether every step's global batch digest matches an uninterrupted run."""
-        from orchestrator.run import api
-
-        return api.verify_elastic(admit(spec, svc().rules()), first_dp=dp, second_dp=resume_dp)
+    def verify_elastic(
+        spec: dict[str, Any],
+        dp: int,
+        resume_dp: int,
+        key: str,
+        split_step: int | None = None,
+        wait_s: float = 0,
+    ) -> dict[str, Any]:
+        """Queue an elasticity check (a job of kind "verify", idempotent per key): train the
+        experiment on dp ranks, checkpoint at split_step (default half-way), resume on
+        resume_dp ranks, and check every step's global batch digest against an
+        uninterrupted run. Returns the job; with wait_s > 0, waits like `wait` and returns
+        its status: result.ok, first_mismatch, matched_steps."""
+        request = verify_request(spec, dp, resume_dp, split_step)
+        submitted = service.submit(svc(), request, key=key, kind="verify")
+        if wait_s <= 0:
+            return submitted
+        return service.wait(svc(), submitted["job"]["id"], timeout_s=wait_s)
 
     return mcp
 

@@ -9,7 +9,7 @@ Schema (``PRAGMA user_version`` = 1)::
 
     jobs    id TEXT PRIMARY KEY            "j-" + 12 random hex digits
             key TEXT NOT NULL UNIQUE       the client's idempotency key
-            submitter, kind                who asked; "run" or "plan"
+            submitter, kind                who asked; "run", "plan" or "verify"
             spec, spec_hash                canonical JSON of the experiment; its SHA-256
             state                          see the state machine below
             created_at, updated_at         time.time()
@@ -83,7 +83,7 @@ TRANSITIONS = {
     "preempted": {"running", "cancelled"},
 }
 """Allowed state changes; final states have none."""
-KINDS = ("run", "plan")
+KINDS = ("run", "plan", "verify")
 NOT_FINAL = tuple(s for s in STATES if s not in FINAL)
 """States that count against a submitter's limit: queued, running, preempted."""
 SCHEMA_VERSION = 1
@@ -145,7 +145,7 @@ class Job:
     submitter: str
     """Who submitted it (the per-submitter limit counts by this)."""
     kind: str
-    """``run`` (train) or ``plan`` (dry run)."""
+    """``run`` (train), ``plan`` (dry run) or ``verify`` (elasticity check, trains)."""
     spec: dict[str, Any]
     """The experiment, as its canonical JSON read back."""
     spec_hash: str

@@ -1,9 +1,10 @@
 """``zephon serve``: start queued experiments when devices are free; lose no job on a crash.
 
-Each training job runs as its own process (``python -m orchestrator.cli run|resume
-... --json``, an argument list, never a shell string) in its own session, its
-JSON result written to ``<root>/jobs/<id>/attempt-<n>.json``. So the job does not
-depend on the scheduler: the scheduler only starts, watches and records.
+Each attempt of a training job (kinds ``run`` and ``verify``) runs as its own process
+(``python -m orchestrator.cli attempt ...``, :mod:`orchestrator.service.attempt`, an
+argument list, never a shell string) in its own session, on the lease the pool gave
+it, its JSON result written to ``<root>/jobs/<id>/attempt-<n>.json``. So the job does
+not depend on the scheduler: the scheduler only starts, watches and records.
 
 Loop, every ``poll_s``::
 
@@ -11,20 +12,26 @@ Loop, every ``poll_s``::
         plan jobs  -> a thread: admit, api.plan, log an MLflow run (kind=plan)
         run jobs   -> the device pool (orchestrator/service/pool.py): dp = the spec's
                       resources.dp, else the largest divisor of its lanes now free;
-                      `run` (or `resume`, when its run folder exists) on that lease
+                      an attempt on that lease: `run`, or `resume` when its run folder
+                      exists, with the cores or GPUs of this lease, not the last one's
+        verify     -> the device pool: max(first_dp, second_dp) devices, or 2 x first_dp
+                      when free (its two first runs then train side by side)
     a watched job that asked to be cancelled -> SIGTERM to its process
 
 When a job process ends, its result file decides::
 
     status succeeded          -> succeeded (result, MLflow run id)
     interrupted (SIGTERM)     -> cancelled if cancel was asked, else preempted
+      (also an error of kind "interrupted": stopped before training began)
     failed / invalid          -> failed (error)
     no result (SIGKILL, OOM)  -> preempted; failed after max_attempts attempts
 
 Recovery at start: a job recorded as running whose process is still alive (the
-scheduler died, the job did not) is adopted: watched on a lease of its dp size;
-one whose process is gone is recorded from its result file (it may have
-finished meanwhile) or preempted. A preempted job resumes from its last
+scheduler died, the job did not) is adopted: watched on a lease of its last dp size.
+Alive means (psutil, on any OS): the recorded pid exists and is no zombie, its
+command line names the job, and it was created no later than the attempt went to
+running (a pid reused since is another process). One whose process is gone is
+recorded from its result file (it may have finished meanwhile) or preempted. A preempted job resumes from its last
 checkpoint on whatever dp size is free; the lane pipeline makes its data, and so
 its digests, continue unchanged. ``resume`` stops a leftover torchrun first.
 """
@@ -36,18 +43,19 @@ import json
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from orchestrator.errors import ExperimentError, TransitionError
 from orchestrator.experiment import ExperimentConfig, divisors, dp_problems
-from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run.devices import discover
-from orchestrator.service.admission import admit
+from orchestrator.service import attempt
+from orchestrator.service.admission import AdmittedJob, admit, admit_job
 from orchestrator.service.client import ServiceConfig
 from orchestrator.service.pool import DevicePool, Lease
 from orchestrator.service.queue import Job
@@ -55,6 +63,9 @@ from orchestrator.service.queue import Job
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
+CREATE_TIME_SLACK_S = 2.0
+"""How much later than its attempt's start a job process's creation time may read: Linux
+derives it from the boot time in whole seconds."""
 
 
 class Scheduler:
@@ -103,13 +114,13 @@ class Scheduler:
         if job.kind == "plan":
             return self.plans.submit(self._plan, job)
         try:
-            config = admit(job.spec, self.rules)
+            admitted = admit_job(job.kind, job.spec, self.rules)
         except ExperimentError as e:
             self._fail(job.id, str(e))
             done: Future[Any] = Future()
             done.set_result(None)
             return done
-        return self.pool.submit(_sizes(config), lambda lease: self._train(job, lease))
+        return self.pool.submit(_sizes(admitted), lambda lease: self._train(job, lease))
 
     # -- plan jobs ------------------------------------------------------------------------
 
@@ -144,56 +155,32 @@ class Scheduler:
     # -- training jobs --------------------------------------------------------------------
 
     def _train(self, job: Job, lease: Lease) -> None:
-        """Start job's process on ``lease`` and watch it to the end."""
-        folder = RunFolder(self.service.runs_root / job.id)
+        """Start an attempt of ``job`` on ``lease`` (its own process) and watch it to the end."""
         job_dir = self.service.job_dir(job.id)
         job_dir.mkdir(parents=True, exist_ok=True)
-        attempt = job.attempts + 1
-        size = lease.size
-        pin = (
-            [f"resources.gpu_ids=[{','.join(map(str, lease.devices.gpu_ids))}]"]
-            if lease.devices.kind == "cuda"
-            else [f"resources.max_procs={size}"]
-        )
-        cli = [sys.executable, "-m", "orchestrator.cli"]
-        if folder.exists():
-            argv = [*cli, "resume", str(folder.path), "--dp", str(size), "--json"]
-        else:
-            spec_path = job_dir / "experiment.json"
-            spec_path.write_text(json.dumps(job.spec))
-            argv = [
-                *cli,
-                "run",
-                "-c",
-                str(spec_path),
-                "--name",
-                job.id,
-                "--dp",
-                str(size),
-                "--json",
-                f"runs_root={self.service.runs_root}",
-                f"tracking.uri={self.rules.tracking_uri}",
-                *pin,
-            ]
+        number = job.attempts + 1
         with (
-            (job_dir / f"attempt-{attempt}.json").open("wb") as out,
-            (job_dir / f"attempt-{attempt}.log").open("wb") as err,
+            (job_dir / f"attempt-{number}.json").open("wb") as out,
+            (job_dir / f"attempt-{number}.log").open("wb") as err,
         ):
-            process = _spawn(argv, self.service.path, out, err)
+            process = _spawn(
+                attempt.command(self.service, job.id, lease), self.service.path, out, err
+            )
+        folder = self.service.runs_root / job.id if job.kind == "run" else None
         try:
             self.queue.transition(
                 job.id,
                 "running",
                 expect={"queued", "preempted"},
-                dp=size,
+                dp=lease.dp,
                 pid=process.pid,
-                run_folder=str(folder.path),
+                run_folder=folder,
             )
         except TransitionError:  # cancelled between the pick and the start
             _terminate(process.pid)
             process.wait()
             return
-        self._watch(job.id, process.pid, attempt, process.poll)
+        self._watch(job.id, process.pid, number, process.poll)
 
     def _watch(self, job_id: str, pid: int, attempt: int, exited: Any) -> None:
         """Wait for job ``job_id``'s process; pass on a cancel; record the outcome."""
@@ -211,7 +198,7 @@ class Scheduler:
         """Set the state of a job whose process ended, from its result file."""
         job = self.queue.get(job_id)
         result = _read_result(self.service.job_dir(job_id) / f"attempt-{attempt}.json")
-        status = (result or {}).get("status")
+        status = _status(result)
         fields = {"result": result, "mlflow_run_id": (result or {}).get("mlflow_run_id")}
         if status == "succeeded":
             self.queue.transition(job_id, "succeeded", expect={"running"}, **fields)
@@ -246,21 +233,29 @@ class Scheduler:
         for job in self.queue.list(states=["running"]):
             if job.kind == "plan":  # in-process work: it died with the old scheduler
                 self.queue.transition(job.id, "preempted", detail="scheduler restarted")
-            elif job.pid is not None and _is_job_process(job.pid, job.id):
-                size = job.dp_sizes[-1] if job.dp_sizes else 1
-                log.info("adopting %s (pid %d, dp %d)", job.id, job.pid, size)
-                self.active[job.id] = self.pool.submit(
-                    [size],
-                    lambda lease, j=job: self._watch(
-                        j.id, j.pid, j.attempts, lambda: None if _is_job_process(j.pid, j.id) else 0
-                    ),
-                )
-            else:
+                continue
+            started = [e.at for e in self.queue.events(job.id) if e.state == "running"][-1]
+            process = None if job.pid is None else job_process(job.pid, job.id, started)
+            if process is None:
                 self._record(job.id, job.attempts)
+                continue
+            size = job.dp_sizes[-1] if job.dp_sizes else 1
+            log.info("adopting %s (pid %d, dp %d)", job.id, process.pid, size)
+            self.active[job.id] = self.pool.submit(
+                [size],
+                lambda lease, j=job, p=process: self._watch(
+                    j.id, p.pid, j.attempts, lambda: 0 if _ended(p) else None
+                ),
+            )
 
 
-def _sizes(config: ExperimentConfig) -> list[int]:
-    """The dp sizes a job accepts: its own, or every divisor of its lanes that fits."""
+def _sizes(admitted: AdmittedJob) -> list[int]:
+    """The lease sizes a job accepts. A run: its own dp, or every divisor of its lanes that
+    fits. A verify job: enough for its larger dp, or for its two first runs side by side."""
+    config, check = admitted.config, admitted.check
+    if check is not None:
+        least = max(check.first_dp, check.second_dp)
+        return sorted({least, max(least, 2 * check.first_dp)})
     if config.resources.dp is not None:
         return [config.resources.dp]
     return [k for k in divisors(config.data.lanes) if not dp_problems(config, k)]
@@ -277,14 +272,38 @@ def _terminate(pid: int) -> None:
         os.kill(pid, signal.SIGTERM)
 
 
-def _is_job_process(pid: int, job_id: str) -> bool:
-    """Whether ``pid`` is alive and is job ``job_id``'s process (not a reused pid)."""
+def job_process(pid: int, job_id: str, started_at: float) -> psutil.Process | None:
+    """The live process ``pid`` if it is the attempt of job ``job_id`` that went to running
+    at ``started_at`` (module docstring: the pid exists, is no zombie, its command line
+    names the job, it was created by then); None otherwise."""
     try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return job_id.encode() in command and ") Z " not in stat  # a zombie has ended
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE or job_id not in process.cmdline():
+            return None
+        if process.create_time() > started_at + CREATE_TIME_SLACK_S:
+            return None  # the pid was reused after the attempt started
+    except psutil.Error:  # gone, or not ours to inspect
+        return None
+    return process
+
+
+def _ended(process: psutil.Process) -> bool:
+    """Whether an adopted job process has ended (``is_running`` also sees a reused pid)."""
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _status(result: dict[str, Any] | None) -> str | None:
+    """succeeded, failed or interrupted from a job process's result; None without one.
+    An attempt stopped before it trained prints an error of kind ``interrupted``."""
+    if result is None:
+        return None
+    error = result.get("error")
+    if "status" not in result and isinstance(error, dict) and error.get("kind") == "interrupted":
+        return "interrupted"
+    return result.get("status")
 
 
 def _read_result(path: Path) -> dict[str, Any] | None:

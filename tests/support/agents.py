@@ -34,7 +34,8 @@ def spec(
 def retrying_submitter(
     root: str, worker: int, data: dict[str, list[str]]
 ) -> list[tuple[str, str, bool]]:
-    """One agent: 10 experiments, each submitted 3 times (retries), in a random order;
+    """One agent process (all of them the same submitter, the OS user): 10 experiments,
+    each submitted 3 times (retries), in a random order;
     (key, job id, created) per submission. Worker 0 and 1's first experiment trains
     (2 steps at dp 1: both at once on 2 cores), the rest are dry runs."""
     svc = service.load_service(root)
@@ -46,9 +47,7 @@ def retrying_submitter(
         i = int(key.rsplit("e", 1)[1])
         real = worker < 2 and i == 0
         body = spec(data, seed=worker * 10 + i, dp=1 if real else None)  # trainings side by side
-        got = service.submit(
-            svc, body, key=key, submitter=f"agent-{worker}", kind="run" if real else "plan"
-        )
+        got = service.submit(svc, body, key=key, kind="run" if real else "plan")
         out.append((key, got["job"]["id"], got["created"]))
         time.sleep(rng.random() * 0.01)
     return out

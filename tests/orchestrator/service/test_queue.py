@@ -262,7 +262,7 @@ def test_bad_input(queue: JobQueue) -> None:
         (dict(spec={"x": float("nan")}, key="k", submitter="a"), "spec is not JSON-serialisable"),
         (
             dict(spec=SPEC, key="k", submitter="a", kind="train"),
-            "unknown job kind 'train'; use one of run, plan",
+            "unknown job kind 'train'; use one of run, plan, verify",
         ),
     ]
     for kwargs, message in cases:

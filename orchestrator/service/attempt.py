@@ -1,0 +1,105 @@
+"""One attempt of one job of the job service: what its process does on the lease it got.
+
+The scheduler (:mod:`orchestrator.service.scheduler`) leases devices for a job and starts
+the attempt as its own process, an argument list (:func:`command`)::
+
+    python -m orchestrator.cli attempt --root ROOT JOB_ID --device cpu|cuda --devices N
+                                       [--gpu-ids I,J,...] --dp K --json
+
+The attempt reads the job from the queue and admits its spec again (the queue file can be
+written by anyone who can write it), puts the experiment on *this* lease
+(:func:`on_lease`: the device kind, and the cores, ``resources.max_procs``, or the GPUs,
+``resources.gpu_ids``, are the lease's; what it trains is unchanged), and runs it:
+
+    run     ``api.run`` into ``<root>/runs/<job id>``; if that folder exists (an earlier
+            attempt was preempted), ``api.resume`` of it on this lease (``like=``: the
+            recorded resources are replaced, the rest must match)
+    verify  ``api.verify_elastic`` on this lease (its runs untracked, in ``<root>/runs``)
+
+It returns (and the CLI prints as one JSON line) an object with ``status``: succeeded,
+failed or interrupted, which the scheduler records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from orchestrator.errors import LaunchError
+from orchestrator.experiment import ExperimentConfig
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.run import interrupts
+from orchestrator.service.admission import admit_job
+from orchestrator.service.client import ServiceConfig
+from orchestrator.service.pool import Lease
+
+
+def command(service: ServiceConfig, job_id: str, lease: Lease) -> list[str]:
+    """The argument list of an attempt of ``job_id`` on ``lease`` (module docstring)."""
+    import sys
+
+    devices = lease.devices
+    gpus = ["--gpu-ids", ",".join(map(str, devices.gpu_ids))] if devices.gpu_ids else []
+    return [
+        sys.executable,
+        "-m",
+        "orchestrator.cli",
+        "attempt",
+        "--root",
+        str(service.path),
+        job_id,
+        "--device",
+        devices.kind,
+        "--devices",
+        str(devices.count),
+        *gpus,
+        "--dp",
+        str(lease.dp),
+        "--json",
+    ]
+
+
+def on_lease(config: ExperimentConfig, lease: Lease) -> ExperimentConfig:
+    """``config`` placed on ``lease``: its device kind and its cores (CPU) or GPUs (CUDA)."""
+    devices = lease.devices
+    cuda = devices.kind == "cuda"
+    resources = replace(
+        config.resources,
+        device=devices.kind,
+        max_procs=None if cuda else devices.count,
+        gpu_ids=list(devices.gpu_ids) if cuda else None,
+    )
+    return replace(config, resources=resources)
+
+
+def run(service: ServiceConfig, job_id: str, lease: Lease) -> dict[str, Any]:
+    """Run one attempt of ``job_id`` on ``lease`` (module docstring); its result object."""
+    from orchestrator.run import api
+
+    job = service.queue().get(job_id)
+    admitted = admit_job(job.kind, job.spec, service.rules())
+    config = on_lease(admitted.config, lease)
+    if admitted.check is None:
+        folder = RunFolder(service.runs_root / job.id)
+        if folder.exists():
+            return api.resume(folder, dp=lease.dp, like=config).to_dict()
+        return api.run(config, dp=lease.dp, run_name=job.id).to_dict()
+    check = admitted.check
+    try:
+        report = api.verify_elastic(
+            config,
+            first_dp=check.first_dp,
+            second_dp=check.second_dp,
+            split_step=check.split_step,
+        )
+    except LaunchError as e:  # one of its trainings did not succeed
+        return {"status": "interrupted" if interrupts.requested() else "failed", "error": str(e)}
+    if report["ok"]:
+        return {"status": "succeeded", **report}
+    mismatch = report["first_mismatch"]
+    error = (
+        f"the digests differ from step {mismatch} on"
+        if mismatch is not None
+        else "the resumed run did not finish: " + "; ".join(report["messages"])
+    )
+    return {"status": "failed", "error": error, **report}

@@ -29,11 +29,7 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         for pattern in paths:
             if "://" not in pattern and not glob.glob(os.path.expanduser(pattern), recursive=True):
                 problems.append(f"data.datasets.{name}: {pattern!r} matches no file")
-    unknown = sorted(set(d.mixture) - set(d.datasets))
-    if unknown:
-        problems.append(
-            f"data.mixture names unknown datasets {unknown}; known: {sorted(d.datasets)}"
-        )
+    problems += _mixture_coverage(d.mixture, sorted(d.datasets))
     weights = list(d.mixture.values())
     if any(not math.isfinite(w) or w < 0 for w in weights):
         problems.append(f"data.mixture weights must be finite and >= 0, got {d.mixture}")
@@ -83,6 +79,29 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         problems += dp_problems(config, dp)
     if problems:
         raise ExperimentError(problems)
+
+
+def _mixture_coverage(mixture: dict[str, float], datasets: list[str]) -> list[str]:
+    """Why ``mixture`` does not weigh exactly ``datasets`` ([] if it does, or if it is empty:
+    equal shares). The pipeline refuses such a mixture too, but only once it has indexed
+    the data; presets (``conf/mix/``) written for other datasets are caught here."""
+    if not mixture:
+        return []
+    problems = []
+    unknown = sorted(set(mixture) - set(datasets))
+    if unknown:
+        problems.append(
+            f"data.mixture names unknown datasets {unknown}; known: {datasets}: remove their "
+            "weights or add the datasets to data.datasets"
+        )
+    missing = [name for name in datasets if name not in mixture]
+    if missing:
+        problems.append(
+            f"data.mixture gives no weight to datasets {missing}: give every dataset a weight "
+            f"(0 leaves it out, e.g. data.mixture.{missing[0]}=0) or leave data.mixture empty "
+            "for equal shares"
+        )
+    return problems
 
 
 OWNED_FLAGS = {

@@ -61,8 +61,9 @@ def test_every_problem_is_reported_at_once(base: dict) -> None:
     assert "unknown datasets ['web']" in text
     assert "global_batch_size (8) must be a multiple of data.lanes (3)" in text
     assert "'/no/such/*.jsonl' matches no file" in text
+    assert "gives no weight to datasets ['extra']" in text
     assert "dp=2 does not divide data.lanes=3" in text
-    assert len(found) == 4
+    assert len(found) == 5
 
 
 @pytest.mark.parametrize(
@@ -100,6 +101,28 @@ def test_zero_weights_are_refused(base: dict) -> None:
     assert problems(base, zero) == [
         "data.mixture weights sum to zero; give at least one dataset a share"
     ]
+
+
+def test_the_mixture_weighs_exactly_the_datasets(base: dict) -> None:
+    """A mixture written for other datasets (a preset, a renamed domain) is refused before
+    anything starts, saying what to change; an empty one means equal shares."""
+    *named, left_out = sorted(base["data"]["datasets"])
+
+    def with_mixture(mixture: dict[str, float]) -> dict:
+        return {**base, "data": {**base["data"], "mixture": mixture}}
+
+    assert problems(with_mixture(dict.fromkeys(named, 1.0)), []) == [
+        f"data.mixture gives no weight to datasets ['{left_out}']: give every dataset a weight "
+        f"(0 leaves it out, e.g. data.mixture.{left_out}=0) or leave data.mixture empty for "
+        "equal shares"
+    ]
+    renamed = problems(with_mixture({**dict.fromkeys(named, 1.0), "i18n": 1.0}), [])
+    assert [p.split(":")[0] for p in renamed] == [
+        "data.mixture names unknown datasets ['i18n']; known",
+        f"data.mixture gives no weight to datasets ['{left_out}']",
+    ]
+    validate(load_experiment(with_mixture({})))
+    validate(load_experiment(with_mixture({**dict.fromkeys(named, 1.0), left_out: 0.0})))
 
 
 def test_fingerprints_separate_the_mixture_from_the_contract(base: dict) -> None:

@@ -31,8 +31,9 @@ from orchestrator.run import interrupts
 from pipeline import ZephonError
 from sweeps.config import split
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-"""The config tree (``conf/`` next to ``sweeps/``; Zephon is installed editable)."""
+CONFIG_PATH = "pkg://zephon_conf"
+"""The config tree: the repository's ``conf/``, installed as the package ``zephon_conf``
+(pyproject.toml), so that wheel and editable installs find it wherever they run."""
 
 
 class RunFailed(ZephonError):
@@ -72,7 +73,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     return result.to_dict()
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def hydra_main(cfg: DictConfig) -> dict[str, Any]:
     """Hydra's app: one job."""
     return run_job(cfg)

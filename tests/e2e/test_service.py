@@ -1,5 +1,6 @@
-"""The job service for agents: admission, 20 concurrent submitters, a scheduler and a job
-killed with SIGKILL mid-run, and a real MCP client session.
+"""The job service for agents: admission and identity, 20 concurrent agent processes, a
+scheduler and a job killed with SIGKILL mid-run that resumes on a larger lease, and a real
+MCP client session whose elasticity check is a queued job.
 
 Real parts: SQLite (WAL) queue, `zephon serve` as a process, `torchrun` training
 (``zephon_mini``, a 6.6 M-parameter llama3, CPU), the embedded MLflow store, the
@@ -22,9 +23,10 @@ from typing import Any
 import pytest
 from mlflow import MlflowClient
 
-from orchestrator.errors import ExperimentError, QueueFull
+from orchestrator.errors import ExperimentError, QueueError, QueueFull
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.service import client as service
+from orchestrator.service.admission import verify_request
 from orchestrator.service.scheduler import Scheduler
 from tests.support import REPO
 from tests.support.agents import retrying_submitter, spec
@@ -75,9 +77,24 @@ def test_bad_requests_are_refused_with_reasons_and_change_nothing(
     }
     for expected, bad in cases.items():
         with pytest.raises(ExperimentError, match=expected.strip().replace("(", r"\(")):
-            service.submit(svc, bad, key=f"k-{expected}", submitter="agent")
-    # Malformed JSON and a missing key through the CLI: exit 2, a message, nothing queued.
-    for args in (["--spec", "{not json", "--key", "a"], ["--spec", "{}"]):
+            service.submit(svc, bad, key=f"k-{expected}")
+    checks = {
+        "second_dp=3: dp=3 does not divide data.lanes=4": verify_request(good, 1, 3),
+        "split_step must be in": verify_request(good, 1, 2, split_step=2),
+        "a verify job's spec is a JSON object with the keys": {"experiment": good, "dp": 1},
+        "first_dp must be an integer": verify_request(good, True, 1),
+        "outside the data roots": verify_request(outside, 1, 2),
+    }
+    for expected, bad in checks.items():
+        with pytest.raises(ExperimentError, match=expected):
+            service.submit(svc, bad, key=f"v-{expected}", kind="verify")
+    # Malformed JSON, a missing key, another submitter named through the CLI: exit 2, a
+    # message, nothing queued.
+    for args in (
+        ["--spec", "{not json", "--key", "a"],
+        ["--spec", "{}"],
+        ["--spec", json.dumps(good), "--key", "b", "--submitter", "someone-else"],
+    ):
         cli = subprocess.run(
             [
                 sys.executable,
@@ -98,22 +115,30 @@ def test_bad_requests_are_refused_with_reasons_and_change_nothing(
         if cli.stdout:
             assert json.loads(cli.stdout)["error"]["kind"] == "invalid"
     assert sum(svc.queue().counts().values()) == 0
-    # Limits: a third pending job of one submitter is refused, another submitter's is not.
+    # Identity and limits: jobs are the calling OS user's; a third pending one is refused,
+    # whatever its kind; another user's job (written to the queue as that user) is not
+    # counted, and cannot be cancelled by this one.
     for i in range(2):
-        service.submit(svc, spec(data, seed=i), key=f"ok-{i}", submitter="agent")
-    with pytest.raises(QueueFull, match="limit"):
-        service.submit(svc, spec(data, seed=9), key="ok-9", submitter="agent")
-    service.submit(svc, spec(data, seed=9), key="other-9", submitter="other")
+        job = service.submit(svc, spec(data, seed=i), key=f"ok-{i}")["job"]
+        assert job["submitter"] == service.caller() != "someone-else"
+    for kind, body in (("run", spec(data, seed=9)), ("verify", verify_request(good, 2, 1))):
+        with pytest.raises(QueueFull, match="limit"):
+            service.submit(svc, body, key=f"full-{kind}", kind=kind)
+    theirs, _ = svc.queue().submit(spec(data, seed=9), key="other-9", submitter="someone-else")
+    with pytest.raises(QueueError, match="only they can cancel it"):
+        service.cancel(svc, theirs.id)
+    assert svc.queue().get(theirs.id).state == "queued"
     assert sum(svc.queue().counts().values()) == 3
 
 
 # -- many submitters -------------------------------------------------------------------------
 
 
-def test_twenty_submitters_two_hundred_jobs_none_lost_none_twice(
+def test_twenty_agents_two_hundred_jobs_none_lost_none_twice(
     tmp_path: Path, data: dict[str, list[str]], data_root: str
 ) -> None:
-    svc = make_service(tmp_path / "svc", data_root)
+    # 20 agent processes of one OS user: one submitter, allowed 200 pending jobs here
+    svc = make_service(tmp_path / "svc", data_root, max_queued_per_submitter=200)
     with multiprocessing.get_context("spawn").Pool(20) as pool:
         results = pool.starmap(retrying_submitter, [(str(svc.path), w, data) for w in range(20)])
     submitted = [r for worker in results for r in worker]
@@ -158,13 +183,13 @@ def serve(svc: service.ServiceConfig, *extra: str) -> subprocess.Popen[str]:
     )
 
 
-def test_sigkill_of_scheduler_and_job_then_restart_finishes_with_the_same_digests(
+def test_sigkill_of_scheduler_and_job_then_restart_on_a_larger_lease_same_digests(
     tmp_path: Path, data: dict[str, list[str]], data_root: str
 ) -> None:
     svc = make_service(tmp_path / "svc", data_root)
     body = spec(data, steps=4, checkpoint_interval=2)
-    victim = service.submit(svc, body, key="victim", submitter="agent")["job"]["id"]
-    scheduler = serve(svc)
+    victim = service.submit(svc, body, key="victim")["job"]["id"]
+    scheduler = serve(svc, "--capacity", "1")  # the first attempt gets a 1-core lease
     folder = RunFolder(svc.runs_root / victim)
     deadline = time.monotonic() + 600
     while max(folder.steps(), default=0) < 3 and time.monotonic() < deadline:
@@ -177,13 +202,13 @@ def test_sigkill_of_scheduler_and_job_then_restart_finishes_with_the_same_digest
     os.kill(job.pid, signal.SIGKILL)
     scheduler.wait()
 
-    # the victim resumes on both cores; then these two run side by side, a core each
+    # the victim resumes on a 2-core lease, at dp 2; then these two run side by side, a core each
     reference = service.submit(
-        svc, spec(data, steps=4, dp=1) | {"name": "reference"}, key="reference", submitter="agent"
+        svc, spec(data, steps=4, dp=1) | {"name": "reference"}, key="reference"
     )["job"]["id"]
-    doomed = service.submit(
-        svc, spec(data, steps=500, dp=1) | {"name": "doomed"}, key="doomed", submitter="agent"
-    )["job"]["id"]
+    doomed = service.submit(svc, spec(data, steps=500, dp=1) | {"name": "doomed"}, key="doomed")[
+        "job"
+    ]["id"]
     restarted = serve(svc, "--until-idle")
     while not RunFolder(svc.runs_root / doomed).steps() and restarted.poll() is None:
         time.sleep(0.5)  # cancelled mid-training
@@ -194,11 +219,12 @@ def test_sigkill_of_scheduler_and_job_then_restart_finishes_with_the_same_digest
     assert cancelled.state == "cancelled" and cancelled.result["status"] == "interrupted"
     done = svc.queue().get(victim)
     assert done.state == "succeeded" and done.attempts == 2, done
+    assert done.dp_sizes == [1, 2] and done.result["dp_sizes"] == [1, 2]  # each on its lease
     states = [e.state for e in svc.queue().events(victim)]
     assert states == ["queued", "running", "preempted", "running", "succeeded"]
     digests = RunFolder(svc.runs_root / victim).digests()
     assert len(digests) == 4
-    assert digests == RunFolder(svc.runs_root / reference).digests()  # 2 dp sizes vs dp 1
+    assert digests == RunFolder(svc.runs_root / reference).digests()  # dp 1 then 2 vs dp 1
 
 
 # -- MCP ---------------------------------------------------------------------------------------
@@ -217,6 +243,7 @@ async def _mcp_session(root: str, body: dict) -> dict[str, Any]:
         out["tools"] = {t.name: t for t in (await session.list_tools()).tools}
         calls = {}
         for key in ("a", "b"):
+            # "submitter" is no tool argument: a request naming someone is ignored
             result = await session.call_tool(
                 "submit",
                 {"spec": body | {"name": key}, "key": key, "submitter": "llm", "kind": "plan"},
@@ -224,17 +251,18 @@ async def _mcp_session(root: str, body: dict) -> dict[str, Any]:
             calls[key] = json.loads(result.content[0].text)
         out["submitted"] = calls
         out["bad"] = await session.call_tool(
-            "submit",
-            {
-                "spec": {"data": {"datasets": {"x": ["/etc/passwd"]}}},
-                "key": "bad",
-                "submitter": "llm",
-            },
+            "submit", {"spec": {"data": {"datasets": {"x": ["/etc/passwd"]}}}, "key": "bad"}
         )
-        # the scheduler runs the two dry runs in this process meanwhile
+        check = {"spec": body | {"name": "elastic"}, "dp": 1, "resume_dp": 2, "key": "check"}
+        verify = await session.call_tool("verify_elastic", check)
+        out["verify_queued"] = json.loads(verify.content[0].text)
+        # the scheduler runs the two dry runs and the check meanwhile (the MCP server trains
+        # nothing itself)
         await asyncio.to_thread(
             Scheduler(service.load_service(root), poll_s=0.2).serve, until_idle=True
         )
+        waited = await session.call_tool("verify_elastic", check | {"wait_s": 60})
+        out["verify_done"] = json.loads(waited.content[0].text)
         status = await session.call_tool("status", {"job_id": calls["a"]["job"]["id"]})
         out["status"] = json.loads(status.content[0].text)
         run_ids = [out["status"]["job"]["mlflow_run_id"]]
@@ -254,8 +282,19 @@ def test_mcp_client_session_submits_reads_status_and_compares(
     expected = {"submit", "status", "wait", "cancel", "list_jobs", "compare", "verify_elastic"}
     assert expected <= set(out["tools"])
     schema = out["tools"]["submit"].inputSchema
-    assert {"spec", "key", "submitter"} <= set(schema["required"])
+    assert {"spec", "key"} <= set(schema["required"]) and "submitter" not in schema["properties"]
     assert all(c["created"] for c in out["submitted"].values())
+    assert {c["job"]["submitter"] for c in out["submitted"].values()} == {service.caller()}
+    queued = out["verify_queued"]["job"]
+    assert queued["kind"] == "verify" and queued["state"] == "queued"
+    assert queued["submitter"] == service.caller()
+    done = out["verify_done"]
+    assert not done["timed_out"] and done["job"]["id"] == queued["id"]
+    assert done["job"]["state"] == "succeeded", done["job"]["error"]
+    assert done["job"]["dp_sizes"] == [2]  # leased enough cores for its larger dp
+    result = done["job"]["result"]
+    assert result["ok"] and result["matched_steps"] == 2 and result["first_mismatch"] is None
+    assert (result["first_dp"], result["second_dp"]) == (1, 2)
     assert out["bad"].isError and "outside the data roots" in out["bad"].content[0].text
     assert out["status"]["job"]["state"] == "succeeded"
     assert [e["state"] for e in out["status"]["events"]] == ["queued", "running", "succeeded"]

@@ -163,6 +163,10 @@ def _docstrings(source: str) -> list[str]:
     return [d for n in ast.walk(tree) if isinstance(n, kinds) and (d := ast.get_docstring(n))]
 
 
+_TOPICS = ast.dump(ast.Name("topics", ast.Store()))
+"""The assignment target ``topics =`` as ``ast.dump`` writes it."""
+
+
 def _help_topics(root: Path) -> dict[str, str]:
     """The ``topics`` dict literal of ``root/pydoc_data/topics.py``; {} where there is none.
 
@@ -172,7 +176,7 @@ def _help_topics(root: Path) -> dict[str, str]:
     except OSError:
         return {}
     for node in tree.body if tree else []:
-        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["topics"]:
+        if isinstance(node, ast.Assign) and [ast.dump(t) for t in node.targets] == [_TOPICS]:
             topics = ast.literal_eval(node.value)
             return {k: v for k, v in topics.items() if isinstance(v, str)}
     return {}

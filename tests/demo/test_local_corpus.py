@@ -17,16 +17,16 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-import sweeps.config  # noqa: F401  (registers the resolver conf/data/stdlib.yaml names)
 from demo import local_corpus
 from demo.local_corpus import DOMAINS, MANIFEST_NAME, build_local_corpus
 from orchestrator.experiment.config import load_data_section
 from orchestrator.experiment.fingerprints import build_pipeline
 from pipeline import load_tokenizer
 from pipeline.errors import ConfigError
+from sweeps.app import CONFIG_PATH
 from tests.support import REPO
 from tests.support.sweeps import datasets_override
 
@@ -106,7 +106,8 @@ def test_main_job_domains_differ_in_bytes_per_token_and_hold_out_in_full(
     """conf/main.yaml's data section on the corpus: the plan's calibration tells the
     domains apart, and every domain holds out ``holdout_docs`` documents (a quarter of
     its records at most) without ConfigError."""
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    conf_module = CONFIG_PATH.removeprefix("pkg://")  # zephon-run's config tree
+    with initialize_config_module(config_module=conf_module, version_base="1.3"):
         cfg = compose(config_name="main", overrides=[datasets_override(hidden_usr_share)])
     data = load_data_section(
         {**OmegaConf.to_container(cfg.data, resolve=True), "cache_dir": str(zephon_cache)}

@@ -1,25 +1,28 @@
 """Every preset of ``conf/`` plans on the local corpus: each option of each config group
-and each primary config (found by listing ``conf/``, never written down here), composed
-with Hydra's compose API as ``zephon-run`` composes them, then planned as a dry run
+and each primary config (found by listing the config tree ``zephon-run`` reads, never
+written down here), composed with Hydra's compose API from that tree, then planned as a dry run
 (nothing trains): validation passes, the plan carries the composed experiment, weighs
 every domain and sets each domain's held-out documents aside in full."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 
 from orchestrator.experiment import load_experiment
 from orchestrator.experiment.fingerprints import build_pipeline
 from orchestrator.run import api
+from sweeps.app import CONFIG_PATH
 from sweeps.config import split
-from tests.support import REPO
 from tests.support.sweeps import datasets_override
 
-CONF_DIR = REPO / "conf"
+CONF_MODULE = CONFIG_PATH.removeprefix("pkg://")
+"""The package holding ``zephon-run``'s config tree (``conf/``, installed as ``zephon_conf``)."""
+CONF_DIR = Path(importlib.import_module(CONF_MODULE).__file__).parent
 GROUP_OPTIONS = [
     f"{group.name}={option.stem}"
     for group in sorted(CONF_DIR.iterdir())
@@ -53,7 +56,7 @@ def test_every_preset_plans_on_the_local_corpus(
 ) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", SERVER_URI)
     overrides = [datasets_override(corpus), f"data.cache_dir={zephon_cache}"]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with initialize_config_module(config_module=CONF_MODULE, version_base="1.3"):
         cfg = compose(config_name=config_name, overrides=[*overrides, *presets])
     experiment = load_experiment(split(cfg)[0])
 

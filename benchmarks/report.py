@@ -6,6 +6,10 @@ Medians are taken over its *undisturbed* runs (other processes used at most
 successful runs, and the row says so ("runs used"). A ratio is a ratio of medians;
 its range is the smallest and largest ratio of the runs of the same round (rounds
 interleave all variants, so such a pair ran close together in time).
+
+The headline table lists every ratio the benchmarks measure against a target, met or
+missed (and the others, marked "no target"), each with the undisturbed runs it rests on:
+those of the one of its two measurements that has fewer.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from benchmarks.plan import Family, Variant
 
 RESTORE_TARGET = 1.2
 """Most restore late/early time ratio the team wants."""
+RESTORE_BASES = ("early", "matched")
+"""The restore states the late state's time is divided by, each against the target."""
 
 Row = dict[str, Any]
 
@@ -49,6 +55,10 @@ def _runs_used(used: int, total: int, disturbed: bool) -> str:
     return f"{used} of {total}" + (" (all disturbed)" if disturbed else "")
 
 
+def _evidence(undisturbed_runs: int, successful_runs: int) -> dict[str, int]:
+    return {"undisturbed_runs": undisturbed_runs, "successful_runs": successful_runs}
+
+
 @dataclass
 class Summary:
     """The runs a variant's medians are taken over, and the errors of failed runs."""
@@ -65,6 +75,11 @@ class Summary:
     def ok(self) -> bool:
         """At least one run succeeded."""
         return bool(self.runs)
+
+    @property
+    def evidence(self) -> dict[str, int]:
+        """How many undisturbed runs the medians rest on, of the successful runs."""
+        return _evidence(0 if self.disturbed else len(self.runs), self.successful)
 
     def median(self, name: str) -> float | None:
         """Median of a ``Throughput`` field over the runs used (None if absent)."""
@@ -109,7 +124,7 @@ def ratio(numerator: Summary, denominator: Summary) -> dict[str, float | None] |
 
 def throughput_row(variant: Variant, summary: Summary, versus: dict[str, float] | None) -> Row:
     """A table row: a variant's medians and its ratio (or the errors of its runs)."""
-    row: Row = {"key": variant.key, "variant": variant.label}
+    row: Row = {"key": variant.key, "variant": variant.label, **summary.evidence}
     if not summary.ok:
         return {**row, "error": "; ".join(sorted(set(summary.errors)))}
     tokens_per_s = summary.median("tokens_per_s")
@@ -153,32 +168,39 @@ def family_section(family: Family, summaries: dict[str, Summary]) -> dict[str, A
 
 
 def family_headlines(family: Family, section: dict[str, Any]) -> list[Row]:
-    """The family's headline ratios (see ``Family.headline``)."""
-    rows = [r for r in section["rows"] if r["key"] != family.baseline.key]
-    if family.headline == "none":
+    """Each variant's ratio to the baseline, against the family's target (``Family.headline``)."""
+    if not family.headline:
         return []
-    if family.headline == "best":
-        ok = [r for r in rows if "error" not in r]
-        rows = [max(ok, key=lambda r: r["M_tokens_per_s"])] if ok else []
+    (base,) = [r for r in section["rows"] if r["key"] == family.baseline.key]
     headlines = []
-    for row in rows:
+    for row in section["rows"]:
+        if row is base:
+            continue
         value = None if row.get("ratio") is None else row["ratio"]["ratio"]
         pair = (family.baseline.label, row["variant"])
         name = " ÷ ".join(pair if family.inverted else pair[::-1])
-        headlines.append(_headline(name, value, family.target, at_least=True))
+        headlines.append(_headline(name, value, family.target, at_least=True, sides=(row, base)))
     return headlines
 
 
-def _headline(name: str, value: float | None, target: float | None, at_least: bool) -> Row:
+def _headline(
+    name: str, value: float | None, target: float | None, at_least: bool, sides: Sequence[Row]
+) -> Row:
+    """A headline ratio of the measurements ``sides`` (rows with their run counts; none when
+    nothing was measured)."""
     met = None
     if value is not None and target is not None:
         met = value >= target if at_least else value <= target
     sign = ">=" if at_least else "<="
+    weakest = min(sides, key=lambda side: side["undisturbed_runs"], default=None)
     return {
         "metric": name,
         "value": value,
         "target": None if target is None else f"{sign} {target}",
         "met": met,
+        "undisturbed_runs": None
+        if weakest is None
+        else f"{weakest['undisturbed_runs']} of {weakest['successful_runs']}",
     }
 
 
@@ -206,6 +228,7 @@ def restore_section(restore: dict[str, Any]) -> dict[str, Any]:
                 "batch_matches": all(r["matches"] for r in point["runs"]),
                 "other_load_percent": statistics.median(loads) if loads else None,
                 "runs": _runs_used(len(runs), len(point["runs"]), disturbed),
+                **_evidence(0 if disturbed else len(runs), len(point["runs"])),
             }
         )
     for row in rows:
@@ -219,9 +242,12 @@ def restore_section(restore: dict[str, Any]) -> dict[str, Any]:
 
 
 def restore_headlines(section: dict[str, Any]) -> list[Row]:
-    """late/early and late/matched restore time ratios."""
+    """late/early and late/matched restore time ratios (not measured: the restore failed)."""
     if "error" in section:
-        return [_headline("restore late ÷ early", None, RESTORE_TARGET, at_least=False)]
+        return [
+            _headline(f"restore late ÷ {other}", None, RESTORE_TARGET, at_least=False, sides=())
+            for other in RESTORE_BASES
+        ]
     by_state = {r["state"]: r for r in section["rows"]}
     late = by_state["late"]
     return [
@@ -230,8 +256,9 @@ def restore_headlines(section: dict[str, Any]) -> list[Row]:
             late["median_s"] / by_state[other]["median_s"],
             RESTORE_TARGET,
             at_least=False,
+            sides=(late, by_state[other]),
         )
-        for other in ("early", "matched")
+        for other in RESTORE_BASES
     ]
 
 
@@ -266,6 +293,14 @@ def _fmt(value: Any, digits: int = 2) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def _verdict(headline: Row) -> str:
+    if headline["target"] is None:
+        return "no target"
+    if headline["met"] is None:
+        return "not measured"
+    return "met" if headline["met"] else "missed"
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -363,10 +398,18 @@ def to_markdown(report: dict[str, Any]) -> str:
         + f"; Zephon budget {meta['zephon_tokens'] / 1e6:.1f}M label tokens per run "
         f"(mixture = natural token shares), sequence length {meta['seq_len']}, gpt2.",
         "## Headline ratios",
+        "Every ratio the benchmarks measure, its target met or missed. Undisturbed runs: those of "
+        "the one of its two measurements that has fewer (its medians rest on them).",
         _table(
-            ["metric", "value", "target", "met"],
+            ["metric", "value", "target", "target met", "undisturbed runs"],
             [
-                [h["metric"], _fmt(h["value"]), _fmt(h["target"]), _fmt(h["met"])]
+                [
+                    h["metric"],
+                    _fmt(h["value"]),
+                    _fmt(h["target"]),
+                    _verdict(h),
+                    _fmt(h["undisturbed_runs"]),
+                ]
                 for h in report["headlines"]
             ],
         ),

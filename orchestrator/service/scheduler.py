@@ -31,9 +31,11 @@ scheduler died, the job did not) is adopted: watched on a lease of its last dp s
 Alive means (psutil, on any OS): the recorded pid exists and is no zombie, its
 command line names the job, and it was created no later than the attempt went to
 running (a pid reused since is another process). One whose process is gone is
-recorded from its result file (it may have finished meanwhile) or preempted. A preempted job resumes from its last
-checkpoint on whatever dp size is free; the lane pipeline makes its data, and so
-its digests, continue unchanged. ``resume`` stops a leftover torchrun first.
+recorded from its result file (it may have finished meanwhile) or preempted. A
+preempted run job resumes from its last checkpoint on the lease it gets then, of any
+size; the lane pipeline makes its data, and so its digests, continue unchanged.
+``resume`` stops a leftover torchrun first. A preempted verify job starts its check
+again.
 """
 
 from __future__ import annotations

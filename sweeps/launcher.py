@@ -15,6 +15,10 @@ then runs through Hydra's ``run_job`` in a thread (the training itself is a
 ``torchrun`` subprocess). Job configs are composed one at a time; Hydra's
 per-job logging setup is skipped, since it is process-global. A job that can
 never fit fails at once with the reason; the others go on.
+
+Each job is logged once: when it starts (its overrides and lease) or, if it can never
+fit, when it is submitted. Failed jobs are reported by the sweeper, from their
+``JobReturn``s (Hydra's basic sweeper raises the first; the mix sweeper lists them all).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
+from orchestrator.errors import NoFit
 from orchestrator.experiment import divisors, dp_problems
 from orchestrator.run import interrupts
 from orchestrator.run.devices import discover
@@ -95,7 +100,6 @@ class ZephonLauncher(Launcher):
         )
         runs: list[tuple[list[int], Callable[[Lease], JobReturn]]] = []
         for number, overrides in enumerate(job_overrides, start=initial_job_idx):
-            log.info("\t#%d : %s", number, " ".join(filter_overrides(overrides)))
             with self._compose:
                 experiment = experiment_from(
                     self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
@@ -112,6 +116,9 @@ class ZephonLauncher(Launcher):
         order = sorted(range(len(runs)), key=lambda i: -min(runs[i][0], default=0))
         started = pool.submit_all([runs[i] for i in order])
         futures: list[Future[JobReturn]] = [started[order.index(i)] for i in range(len(runs))]
+        for number, future in enumerate(futures, start=initial_job_idx):
+            if future.done() and isinstance(future.exception(), NoFit):
+                log.error("\t#%d cannot start: %s", number, future.exception())
         with interrupts.handling():
             while wait(futures, timeout=POLL_S).not_done:
                 if interrupts.requested():  # running jobs stop their own launches
@@ -119,13 +126,18 @@ class ZephonLauncher(Launcher):
         if interrupts.requested():
             raise interrupts.Interrupted()
         returns = []
-        for number, future in enumerate(futures, start=initial_job_idx):
+        for overrides, future in zip(job_overrides, futures, strict=True):
             error = future.exception()
             if error is None:
                 returns.append(future.result())
             else:  # never started (no fit) or Hydra itself failed: a failed job all the same
-                log.error("job #%d failed: %s", number, error)
-                returns.append(JobReturn(status=JobStatus.FAILED, _return_value=error))
+                returns.append(
+                    JobReturn(
+                        overrides=list(overrides),  # Hydra's error names the job by them
+                        status=JobStatus.FAILED,
+                        _return_value=error,
+                    )
+                )
         return returns
 
     def _run(self, number: int, overrides: list[str], lease: Lease) -> JobReturn:
@@ -144,11 +156,12 @@ class ZephonLauncher(Launcher):
                 config.hydra.job.id = number
                 config.hydra.job.num = number
         log.info(
-            "\t#%d started: dp %d on %d %s device(s)",
+            "\t#%d started: dp %d on %d %s device(s): %s",
             number,
             lease.dp,
             lease.size,
             lease.devices.kind,
+            " ".join(filter_overrides(overrides)),
         )
         return run_job(
             hydra_context=self.hydra_context,

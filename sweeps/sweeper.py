@@ -141,6 +141,10 @@ class MixSweeper(Sweeper):
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
+        if type(self.launcher).__name__ == "SlurmLauncher":  # hydra-submitit-launcher's
+            from orchestrator.run.slurm import use_squeue_without_accounting
+
+            use_squeue_without_accounting()  # else a job Slurm cancels is waited on for ever
 
     # -- planning -------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ data (``to_dict()`` is what the CLI prints as JSON)::
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 import shlex
 import shutil
@@ -34,7 +36,7 @@ from orchestrator.experiment import (
     write_data_spec,
 )
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.run import interrupts
+from orchestrator.run import interrupts, slurm
 from orchestrator.run.devices import Devices, choose_dp, discover
 from orchestrator.run.init_checkpoint import (
     InitCheckpoint,
@@ -46,8 +48,8 @@ from orchestrator.run.launch import (
     Progress,
     launch_env,
     run_local,
-    run_slurm,
     stop_leftover_launch,
+    trainer_args,
 )
 from orchestrator.run.launch import torchrun_command as build_torchrun_command
 from orchestrator.run.precision import resolve_precision
@@ -136,27 +138,15 @@ def plan(
     if not isinstance(config, ExperimentConfig) or overrides:
         config = load_experiment(config, overrides)
     validate(config, dp)
-    devices = discover(config.resources.device, config.resources.gpu_ids)
-    chosen = choose_dp(config, devices, dp)
+    devices, chosen = _placement(config, dp)
+    as_written = config
     # Resolved here, on the machine that trains, and stored in the config: a resume keeps it.
     precision = resolve_precision(config.train.precision, devices.kind)
     config = replace(config, train=replace(config.train, precision=precision))
     prints = fingerprints(config, chosen)
     recipe = recipe_of(config)
-    name = (
-        run_name
-        or f"{config.name}-{prints.variant[:8]}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-    )
+    name = run_name or _default_run_name(as_written, prints.variant)
     folder = RunFolder(Path(config.runs_root) / name)
-    command = build_torchrun_command(
-        config,
-        folder,
-        chosen,
-        nodes=config.resources.nodes,
-        node_rank=config.resources.node_rank,
-        rdzv_endpoint=_endpoint(config),
-        init_path=init_checkpoint_path(recipe),
-    )
     return Plan(
         config,
         chosen,
@@ -167,15 +157,55 @@ def plan(
         prints.variant,
         recipe,
         name,
-        command,
+        _command(config, folder, chosen, init_checkpoint_path(recipe)),
     )
 
 
-def _endpoint(config: ExperimentConfig) -> str | None:
+def _placement(config: ExperimentConfig, dp: int | None) -> tuple[Devices, int]:
+    """The devices ``config`` trains on and its dp size: this machine's free devices, or on
+    Slurm the allocation's (:func:`orchestrator.run.slurm.allocation`)."""
     r = config.resources
-    if r.launcher == "multinode":
-        return r.rdzv_endpoint
-    return "localhost:0" if r.nodes > 1 else None  # slurm: the job sets the real one
+    if r.launcher == "slurm":
+        allocation = slurm.allocation(config, dp)
+        return allocation.devices, allocation.dp
+    if r.launcher == "local" and r.nodes > 1:
+        raise ExperimentError(
+            [f"resources.nodes={r.nodes} needs resources.launcher=multinode or slurm"]
+        )
+    devices = discover(config.resources.device, config.resources.gpu_ids)
+    return devices, choose_dp(config, devices, dp)
+
+
+def _default_run_name(as_written: ExperimentConfig, variant: str) -> str:
+    """``<name>-<variant>-<time>-<random>``; for a multi-node run, a name every node derives
+    alike from the experiment as written (before this machine resolves anything) and its
+    rendezvous, not from the time: all nodes meet under one rendezvous id (the name) and
+    agree on the run folder."""
+    if as_written.resources.launcher != "multinode":
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        return f"{as_written.name}-{variant[:8]}-{stamp}"
+    shared = as_written.to_dict()
+    del shared["resources"]["node_rank"]
+    digest = hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()
+    return f"{as_written.name}-{variant[:8]}-nodes-{digest[:8]}"
+
+
+def _command(
+    config: ExperimentConfig, folder: RunFolder, dp: int, init_path: str | Path | None
+) -> list[str]:
+    """This machine's command for ``folder``: torchrun, or on Slurm one task's trainer."""
+    r = config.resources
+    if r.launcher == "slurm":
+        return slurm.task_command(trainer_args(config, folder, init_path))
+    return build_torchrun_command(
+        config,
+        folder,
+        dp,
+        nodes=r.nodes,
+        node_rank=r.node_rank,
+        rdzv_endpoint=r.rdzv_endpoint if r.launcher == "multinode" else None,
+        init_path=init_path,
+    )
 
 
 def run(
@@ -199,8 +229,25 @@ def run(
     if interrupts.requested():  # stopped while planning: nothing was created
         raise interrupts.Interrupted()
     folder = RunFolder(Path(the_plan.config.runs_root) / the_plan.run_name)
+    if _follows(the_plan.config):
+        init = ensure_init_checkpoint(the_plan.config, the_plan.recipe)
+        record = {
+            "contract_fingerprint": the_plan.contract_fingerprint,
+            "variant": the_plan.variant,
+        }
+        record.update(the_plan.recipe.to_dict())
+        return _follow(
+            folder, the_plan.config, the_plan.dp, the_plan.devices, progress, init, record
+        )
     if folder.exists():
-        raise ExperimentError([f"run folder {folder.path} exists; resume it or pick another name"])
+        again = (
+            " (a multi-node run: pass the same --name on every node)"
+            if (the_plan.config.resources.launcher == "multinode")
+            else ""
+        )
+        raise ExperimentError(
+            [f"run folder {folder.path} exists; resume it or pick another name{again}"]
+        )
     tracker = _tracker(the_plan.config) if tracking else None
     init = ensure_init_checkpoint(the_plan.config, the_plan.recipe)
     folder.write_experiment(
@@ -224,6 +271,74 @@ def run(
     return _train(folder, the_plan.config, the_plan.dp, the_plan.devices, tracker, progress, init)
 
 
+def _follows(config: ExperimentConfig) -> bool:
+    """Whether this machine is node k > 0 of a multi-node run (node 0 keeps the records)."""
+    return config.resources.launcher == "multinode" and config.resources.node_rank > 0
+
+
+def _follow(
+    folder: RunFolder,
+    config: ExperimentConfig,
+    dp: int,
+    devices: Devices,
+    progress: TextIO | None,
+    init: InitCheckpoint | None,
+    record: dict[str, Any],
+) -> RunResult:
+    """Train node ``node_rank`` > 0 of a multi-node run alongside node 0; keep no records.
+
+    Node 0 owns the run folder's records (``experiment.json``, ``run.json``, the digests,
+    tracking). On a file system the nodes share, this node trains in the same folder (its
+    ranks' checkpoint shards land beside node 0's, so the run can resume on any nodes);
+    otherwise in a local folder of the same name that holds its ranks' files and its log.
+    """
+    r = config.resources
+    folder.path.mkdir(parents=True, exist_ok=True)
+    write_data_spec(folder.data_spec_path, config.data)  # the same bytes as node 0's
+    command = _command(config, folder, dp, None if init is None else init.path)
+    bar = Progress(config.train.steps, progress, label=f"{folder.name} node {r.node_rank} ")
+    launch = Launch(
+        [command],
+        launch_env(folder, devices, dp // r.nodes, r.max_procs),
+        folder,
+        timeout_s=r.timeout_s,
+        on_tick=bar.update,
+        leader=False,
+        node_rank=r.node_rank,
+    )
+    try:
+        code = run_local(launch)
+    finally:
+        bar.close()
+    status = _status(code, code == 0)
+    messages = [f"node {r.node_rank} of {r.nodes}: node 0 keeps this run's records and tracking"]
+    if status != "succeeded":
+        messages.append(f"training {status} (exit status {code}); log {launch.log_path}")
+    return RunResult(
+        run_name=folder.name,
+        folder=str(folder.path.absolute()),
+        status=status,
+        returncode=code,
+        dp_sizes=[dp],
+        steps=max(folder.steps(), default=0),
+        data_fingerprint=folder.data_fingerprint(),
+        contract_fingerprint=record["contract_fingerprint"],
+        variant=record["variant"],
+        recipe_fingerprint=record.get("recipe_fingerprint"),
+        eval=None,
+        mlflow_run_id=None,
+        tracking="off",
+        messages=messages,
+    )
+
+
+def _status(code: int, finished: bool) -> str:
+    """A segment's status from its exit status (negative: stopped by a signal)."""
+    if code < 0:
+        return "interrupted"
+    return "succeeded" if code == 0 and finished else "failed"
+
+
 def resume(
     folder: str | Path | RunFolder,
     *,
@@ -231,11 +346,14 @@ def resume(
     progress: TextIO | None = None,
     steps: int | None = None,
     like: ExperimentConfig | None = None,
+    overrides: list[str] | None = None,
 ) -> RunResult:
     """Continue a run from its last checkpoint on ``dp`` ranks (any divisor of its lanes),
     in the same MLflow run. ``steps`` extends the schedule. ``like``: the experiment the
     caller means (a re-run sweep job): it must be the recorded one but for
     ``resources``, which it replaces (where the run trains now, not what it trains).
+    ``overrides``: ``resources.*=value`` changes to the recorded experiment, e.g.
+    ``resources.launcher=local resources.nodes=1`` to resume a multi-node run on one node.
     A run that already succeeded (and is not extended) is returned as it is."""
     folder = folder if isinstance(folder, RunFolder) else RunFolder(folder)
     if not folder.exists():
@@ -244,9 +362,17 @@ def resume(
     config = load_experiment(record["config"])
     if "precision" not in record["config"]["train"]:  # recorded before it: TorchTitan's default
         config = replace(config, train=replace(config.train, precision="bfloat16"))
+    if overrides:
+        like = load_experiment((like or config).to_dict(), overrides)
     if like is not None:
         _check_same_experiment(folder, config, like)
         config = replace(config, resources=like.resources)
+    if steps is not None:
+        config = replace(config, train=replace(config.train, steps=steps))
+    if _follows(config):  # node 0 resumes the records; this node only trains beside it
+        validate(config, dp)
+        devices, chosen = _placement(config, dp)
+        return _follow(folder, config, chosen, devices, progress, _init_of(folder, config), record)
     state = folder.state()
     if state.get("status") == "succeeded" and steps is None:
         return _result(folder, 0, "synced" if state.get("mlflow_run_id") else "off", [])
@@ -257,14 +383,13 @@ def resume(
             f"{stopped}): its zephon process had died",
             file=sys.stderr,
         )
-    extended = steps is not None and steps != config.train.steps
-    if extended:
-        config = replace(config, train=replace(config.train, steps=steps))
+    segments = state.get("segments", [])
+    if dp is None and config.resources.launcher == "slurm" and segments:
+        dp = segments[-1]["dp_size"]  # Slurm: the allocation it had, unless told otherwise
     validate(config, dp)
-    if extended:
+    if config.train.steps != record["config"]["train"]["steps"]:
         _record_extension(folder, config)
-    devices = discover(config.resources.device, config.resources.gpu_ids)
-    chosen = choose_dp(config, devices, dp)
+    devices, chosen = _placement(config, dp)
     tracker = _tracker(config) if folder.state().get("tracking_enabled", True) else None
     return _train(folder, config, chosen, devices, tracker, progress, _init_of(folder, config))
 
@@ -391,35 +516,30 @@ def _train(
                 tracking = "pending"
 
     r = config.resources
-    per_node = dp // r.nodes
-    command = build_torchrun_command(
-        config,
-        folder,
-        dp,
-        nodes=r.nodes,
-        node_rank=r.node_rank,
-        rdzv_endpoint=_endpoint(config),
-        init_path=None if init is None else init.path,
-    )
-    launch = Launch(
-        [command],
-        launch_env(folder, devices, per_node, r.max_procs),
-        folder,
-        timeout_s=r.timeout_s,
-        on_tick=tick,
-    )
+    init_path = None if init is None else init.path
     try:
-        code = run_slurm(launch, r.nodes, r.slurm) if r.launcher == "slurm" else run_local(launch)
+        if r.launcher == "slurm":
+            code = slurm.run_slurm(
+                folder,
+                trainer_args(config, folder, init_path),
+                slurm.allocation(config, dp),
+                r.slurm,
+                timeout_s=r.timeout_s,
+                on_tick=tick,
+            )
+        else:
+            launch = Launch(
+                [_command(config, folder, dp, init_path)],
+                launch_env(folder, devices, dp // r.nodes, r.max_procs),
+                folder,
+                timeout_s=r.timeout_s,
+                on_tick=tick,
+            )
+            code = run_local(launch)
     finally:
         bar.close()
     done = max(folder.steps(), default=0)
-    status = (
-        "interrupted"
-        if code < 0
-        else "succeeded"
-        if code == 0 and done >= config.train.steps
-        else "failed"
-    )
+    status = _status(code, done >= config.train.steps)
     segments[-1].update(ended_at=time.time(), returncode=code, end_step=done)
     state = folder.update_state(status=status, segments=segments)
     if status == "interrupted":

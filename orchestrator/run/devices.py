@@ -4,7 +4,7 @@ CUDA: every visible GPU whose memory is less than ``BUSY_MEMORY_FRACTION`` used
 (``torch.cuda.mem_get_info``; another job's allocation shows up there) counts
 as free; torch is not even imported where no GPU can be visible (no GPU device
 files on Linux, ``CUDA_VISIBLE_DEVICES=""``). CPU: one process per usable core
-(``os.sched_getaffinity``). The dp size of a run is the one requested, if the
+(``os.sched_getaffinity``, within a Slurm job its cores on this node). The dp size of a run is the one requested, if the
 devices allow it, else the largest divisor of the lane count that fits: data is
 identical on every dp size, so the choice only changes speed.
 """
@@ -40,10 +40,15 @@ class Devices:
 
 
 def usable_cores() -> int:
+    """Cores this process may use: its CPU affinity, within a Slurm job no more than the
+    job's cores on this node (``SLURM_CPUS_ON_NODE``; Slurm without a task plugin that
+    binds CPUs leaves the affinity at every core)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    allocated = os.environ.get("SLURM_CPUS_ON_NODE") if os.environ.get("SLURM_JOB_ID") else None
+    return min(cores, int(allocated)) if allocated else cores
 
 
 def discover(device: str = "auto", gpu_ids: list[int] | None = None) -> Devices:

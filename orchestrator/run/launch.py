@@ -7,7 +7,7 @@
                      --torchrun_command(dp, node)--> [python -m torch.distributed.run ...]
     launcher: local      one torchrun on this machine, dp processes
               multinode  this machine's torchrun of a c10d rendezvous (run it on every node)
-              slurm      submitit submits a job whose tasks run torchrun, one per node
+              slurm      a submitit job, one task per rank (orchestrator.run.slurm)
     monitor:  follows <run>/titan/zephon/steps.jsonl while the launch runs:
               progress (a bar on a terminal, plain lines otherwise) and periodic callbacks
 
@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+import psutil
+
 from orchestrator.experiment import ExperimentConfig
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import interrupts
@@ -49,8 +51,6 @@ same pages in again: measured on 2 AVX2 cores (dp 2, 8 steps), 55 s of 140 s CPU
 system time and a step took 6.8 s; with these, 17 s and 4.1 s. Memory stays mapped
 at its peak instead."""
 POLL_S = 1.0
-SLURM_CANCEL_WAIT_S = 30.0
-"""How long an interrupted Slurm launch waits for its cancelled job to end."""
 
 
 def trainer_args(
@@ -150,7 +150,11 @@ def launch_env(
         PYTHONUNBUFFERED="1",
     )
     if devices.kind == "cuda":
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in devices.gpu_ids[:procs_per_node])
+        # gpu_ids index the GPUs torch sees: those CUDA_VISIBLE_DEVICES (a scheduler's, or
+        # Slurm's) names, if set, else all.
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+        ids = [visible[i] if visible != [""] else str(i) for i in devices.gpu_ids]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(ids[:procs_per_node])
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
         env.update({k: v for k, v in CPU_MALLOC_ENV.items() if k not in os.environ})
@@ -226,6 +230,16 @@ class Launch:
     on_tick: Callable[[RunFolder], None] | None = None
     """Called about once a second while training runs (progress, tracking sync)."""
     tick_every_s: float = POLL_S
+    leader: bool = True
+    """Whether this launch keeps the run folder's records (``run.json``, ``launch.log``);
+    the other nodes of a multi-node run (node rank > 0) only log, to ``launch-node<k>.log``."""
+    node_rank: int = 0
+
+    @property
+    def log_path(self) -> Path:
+        if self.leader:
+            return self.folder.log_path
+        return self.folder.path / f"launch-node{self.node_rank}.log"
 
 
 def run_local(launch: Launch) -> int:
@@ -240,7 +254,7 @@ def run_local(launch: Launch) -> int:
     folder.path.mkdir(parents=True, exist_ok=True)
     if interrupts.requested():
         return -interrupts.signal_received()
-    with folder.log_path.open("ab") as log:
+    with launch.log_path.open("ab") as log:
         log.write(f"\n=== launch {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
         log.flush()
         agents = [
@@ -251,12 +265,12 @@ def run_local(launch: Launch) -> int:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_parent_death_signal(),
+                preexec_fn=parent_death_signal(),
             )
             for command in launch.commands
         ]
-    # Recorded so that a later resume can stop them if this process dies without cleanup.
-    folder.update_state(launch_process_groups=[a.pid for a in agents])
+    if launch.leader:  # so that a later resume can stop them if this process dies without cleanup
+        folder.update_state(launch_process_groups=[a.pid for a in agents])
     deadline = None if launch.timeout_s is None else time.monotonic() + launch.timeout_s
     with interrupts.handling():
         try:
@@ -266,7 +280,7 @@ def run_local(launch: Launch) -> int:
                 if interrupts.requested() or failed or late:
                     _kill(agents)
                     if late:
-                        with folder.log_path.open("a") as log:
+                        with launch.log_path.open("a") as log:
                             log.write(f"\n[zephon] killed after {launch.timeout_s} s\n")
                     break
                 if launch.on_tick is not None:
@@ -281,7 +295,7 @@ def run_local(launch: Launch) -> int:
     return next((a.returncode for a in agents if a.returncode != 0), 0)
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
+def parent_death_signal() -> Callable[[], None] | None:
     """A ``preexec_fn`` making the kernel SIGTERM the child when the thread that started it
     dies (Linux ``prctl(PR_SET_PDEATHSIG)``), so not even a SIGKILLed Zephon leaves torchrun
     behind: torchrun stops its workers on SIGTERM. Resolved here, in the parent: after a
@@ -311,10 +325,10 @@ def stop_leftover_launch(folder: RunFolder) -> list[int]:
     stopped = []
     for pgid in folder.state().get("launch_process_groups", []):
         try:
-            command = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue  # gone (or not Linux: nothing to check against)
-        if str(folder.path.absolute()).encode() in command:
+            command = " ".join(psutil.Process(pgid).cmdline())
+        except psutil.Error:
+            continue  # gone, or not ours to read
+        if str(folder.path.absolute()) in command:
             _signal_group(pgid, signal.SIGKILL)
             stopped.append(pgid)
     return stopped
@@ -353,68 +367,3 @@ def _group_alive(agent: subprocess.Popen[bytes]) -> bool:
 def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)
-
-
-def run_slurm(launch: Launch, nodes: int, parameters: dict[str, object]) -> int:
-    """Submit the launch to Slurm through submitit (``cluster="local"`` runs it here, for tests)
-    and wait for it; each of ``nodes`` tasks runs this node's torchrun."""
-    import submitit
-
-    cluster = str(parameters.get("cluster", "slurm"))
-    executor = submitit.AutoExecutor(folder=launch.folder.path / "submitit", cluster=cluster)
-    settings = {k: v for k, v in parameters.items() if k != "cluster"}
-    if cluster != "local":
-        settings.setdefault("nodes", nodes)
-        settings.setdefault("tasks_per_node", 1)
-    executor.update_parameters(**settings)
-    job = executor.submit(_slurm_task, launch.commands[0], launch.env, str(launch.folder.path))
-    with launch.folder.log_path.open("a") as log:
-        log.write(f"\n=== submitit job {job.job_id} ({cluster})\n")
-    with interrupts.handling():
-        while not job.done():
-            if interrupts.requested():
-                job.cancel(check=False)
-                _wait_done(job, SLURM_CANCEL_WAIT_S)
-                return -interrupts.signal_received()
-            if launch.on_tick is not None:
-                launch.on_tick(launch.folder)
-            interrupts.STOP.wait(launch.tick_every_s)
-    if launch.on_tick is not None:
-        launch.on_tick(launch.folder)
-    try:
-        return int(job.result())
-    except Exception as error:  # submitit re-raises the task's failure here
-        with launch.folder.log_path.open("a") as log:
-            log.write(f"\n[zephon] submitit job {job.job_id} failed: {error}\n")
-        return 1
-
-
-def _wait_done(job: object, limit_s: float) -> None:
-    end = time.monotonic() + limit_s
-    while not job.done() and time.monotonic() < end:  # type: ignore[attr-defined]
-        time.sleep(0.2)
-
-
-def _slurm_task(command: list[str], env: dict[str, str], cwd: str) -> int:
-    """Inside the Slurm job: this node's torchrun, rendezvous on the job's first node."""
-    import submitit
-
-    job = submitit.JobEnvironment()
-    if job.num_nodes > 1:
-        endpoint = f"{job.hostnames[0]}:29512"
-        command = [
-            c
-            for c in command
-            if not c.startswith(("--master-port", "--nnodes", "--node-rank", "--rdzv"))
-        ]
-        command[3:3] = [
-            f"--nnodes={job.num_nodes}",
-            f"--node-rank={job.node}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}",
-            f"--rdzv-id={job.job_id}",
-        ]
-    with open(Path(cwd) / "launch.log", "ab") as log:
-        return subprocess.run(
-            command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, check=False
-        ).returncode

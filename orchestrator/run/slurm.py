@@ -1,0 +1,344 @@
+"""Training on a Slurm cluster through submitit: the allocation, not the submitting machine,
+decides the devices, dp and rendezvous.
+
+::
+
+    submitting machine (a login node, maybe without GPUs)
+        allocation(config, dp)    dp = nodes x tasks per node; one Slurm task per rank
+        run_slurm(...)            submits a SlurmTask, follows progress, scancels on Ctrl-C,
+                                  reports how the job ended (completed / ended by Slurm)
+                 │ sbatch (submitit pickles the task; its folder must be shared)
+                 ▼
+    each task on a compute node (SlurmTask.__call__)
+        rank, local rank, world   from the job (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS)
+        devices                   discovered there: the GPUs Slurm made visible, else the
+                                  job's cores on the node, shared out as threads
+        rendezvous                the first node's NodeAddr (``scontrol show node``) and a
+                                  port rank 0 found free there, published in the run folder
+                                  (``slurm/rendezvous-<job>-<restart>``) for the other ranks
+        python -m orchestrator.titan.train ...   (env:// rendezvous, like torchrun's)
+
+A job that Slurm cancels (``scancel``), preempts or times out leaves its checkpoints:
+``zephon resume <run folder>`` submits it again and it continues from the last one with
+the same global batches. A job Slurm requeues (preemption with requeue, ``scontrol
+requeue``, or submitit's own requeue on its time-limit signal) runs the same task again,
+which resumes the same way: TorchTitan loads the run folder's last checkpoint.
+
+Job states come from ``sacct``, as submitit reads them, where the cluster has
+accounting; where it has none (``sacct`` fails), submitit would see every job as
+UNKNOWN for ever and wait on a job that died without a result. :class:`SqueueWatcher`
+then asks ``squeue --states=all``, which lists ended jobs for the controller's
+``MinJobAge`` (300 s by default).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import submitit
+from submitit.slurm.slurm import SlurmInfoWatcher
+
+from orchestrator.errors import ExperimentError
+from orchestrator.experiment import ExperimentConfig, dp_problems
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.run import interrupts
+from orchestrator.run.devices import Devices, discover
+from orchestrator.run.launch import POLL_S, TRAIN_MODULE, launch_env, parent_death_signal
+
+OWNED_PARAMETERS = ("nodes", "tasks_per_node", "ntasks_per_node", "slurm_ntasks_per_node")
+"""submitit parameters Zephon sets from ``resources`` (``nodes`` and ``dp``)."""
+GPU_PARAMETERS = ("gpus_per_node", "gpus_per_task", "slurm_gpus_per_task", "slurm_gres")
+CANCEL_WAIT_S = 30.0
+"""How long an interrupted launch waits for its cancelled job to end."""
+RENDEZVOUS_WAIT_S = 300.0
+"""How long a rank waits for rank 0 to publish the rendezvous port."""
+STATE_CHECK_S = 10.0
+"""How often a running job's state is asked for (its result file is seen at once)."""
+UNSETTLED = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING")
+ENDED_BY_SLURM = ("CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE")
+
+
+@dataclass(frozen=True)
+class SlurmAllocation:
+    """What a run asks Slurm for: ``nodes`` x ``tasks_per_node`` ranks, one device each."""
+
+    nodes: int
+    tasks_per_node: int
+    kind: str
+    """``cuda`` (a GPU per task) or ``cpu``."""
+
+    @property
+    def dp(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    @property
+    def devices(self) -> Devices:
+        """The devices as the plan records them (the node's own are found there)."""
+        return Devices(self.kind, self.dp, "slurm")
+
+
+def allocation(config: ExperimentConfig, requested_dp: int | None = None) -> SlurmAllocation:
+    """The allocation of ``config`` on Slurm: dp is ``requested_dp``, else ``resources.dp``,
+    else ``resources.nodes`` x ``resources.slurm.tasks_per_node``; ExperimentError before
+    anything is submitted when it does not split into nodes or divide the lanes."""
+    r = config.resources
+    params = r.slurm
+    owned = [k for k in params if k in OWNED_PARAMETERS]
+    dp = requested_dp or r.dp
+    per_node = params.get("tasks_per_node")
+    problems = []
+    if owned and not (owned == ["tasks_per_node"] and dp is None):
+        problems.append(
+            f"resources.slurm sets {owned}: Zephon sets the job's nodes and tasks from "
+            "resources.nodes and the dp size (one task per rank); set those instead"
+        )
+    if dp is None and per_node is None:
+        problems.append(
+            "resources.launcher=slurm needs resources.dp (or resources.slurm.tasks_per_node): "
+            "the allocation, not this machine, decides the dp size"
+        )
+    else:
+        dp = dp if dp is not None else r.nodes * int(per_node)
+        if dp % r.nodes:
+            problems.append(f"dp={dp} does not split into resources.nodes={r.nodes} equal nodes")
+        problems += dp_problems(config, dp)
+    if problems:
+        raise ExperimentError(problems)
+    gpus = r.device == "cuda" or any(k in params for k in GPU_PARAMETERS)
+    return SlurmAllocation(r.nodes, dp // r.nodes, "cuda" if gpus else "cpu")
+
+
+def run_slurm(
+    folder: RunFolder,
+    trainer_args: list[str],
+    alloc: SlurmAllocation,
+    params: dict[str, Any],
+    *,
+    timeout_s: float | None = None,
+    on_tick: Callable[[RunFolder], None] | None = None,
+) -> int:
+    """Submit ``trainer_args`` as a job of ``alloc`` (submitit ``params`` added) and wait for
+    it, calling ``on_tick`` about once a second; the first failing rank's exit status, or a
+    negative one when the job did not finish: minus the signal when this process was
+    interrupted (the job is cancelled), ``-SIGTERM`` when Slurm ended it (the launch log
+    says how: cancelled, preempted, timed out)."""
+    use_squeue_without_accounting()
+    executor = submitit.AutoExecutor(folder=folder.path / "submitit", cluster="slurm")
+    settings = {k: v for k, v in params.items() if k not in OWNED_PARAMETERS}
+    if alloc.kind == "cuda" and not any(k in params for k in GPU_PARAMETERS):
+        settings["gpus_per_node"] = alloc.tasks_per_node
+    executor.update_parameters(**settings, nodes=alloc.nodes, tasks_per_node=alloc.tasks_per_node)
+    task = SlurmTask(trainer_args, str(folder.path.absolute()), alloc.kind)
+    job = executor.submit(task)
+    _log(folder, f"\n=== Slurm job {job.job_id}: {alloc.nodes} node(s) x {alloc.tasks_per_node}\n")
+    folder.update_state(slurm_job_id=job.job_id)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    last_check = time.monotonic()
+    with interrupts.handling():
+        while not job.done():
+            late = deadline is not None and time.monotonic() > deadline
+            if interrupts.requested() or late:
+                job.cancel(check=False)
+                _wait_done(job, CANCEL_WAIT_S)
+                if late:
+                    _log(
+                        folder, f"\n[zephon] Slurm job {job.job_id} cancelled after {timeout_s} s\n"
+                    )
+                    return 1
+                return -interrupts.signal_received()
+            if on_tick is not None:
+                on_tick(folder)
+            if time.monotonic() - last_check > STATE_CHECK_S:
+                job.watcher.update()  # submitit polls less and less often on long jobs
+                last_check = time.monotonic()
+            interrupts.STOP.wait(POLL_S)
+    if on_tick is not None:
+        on_tick(folder)
+    state = _final_state(job)
+    # Before results: a task Slurm stopped may still have written one (submitit ignores
+    # SIGTERM, so it outlives the trainer it ran).
+    if any(state.startswith(s) for s in ENDED_BY_SLURM):
+        _log(folder, f"\n[zephon] Slurm job {job.job_id} ended {state}; resume the run folder\n")
+        return -15
+    try:
+        codes = [int(code) for code in job.results()]
+    except Exception as error:  # submitit re-raises a task's failure here
+        _log(folder, f"\n[zephon] Slurm job {job.job_id} ended {state}: {error}\n")
+        return 1
+    # A rank killed by a signal (an OOM kill) failed; only Slurm's ending is an interruption.
+    return next((code if code > 0 else 1 for code in codes if code != 0), 0)
+
+
+def _final_state(job: Any) -> str:
+    """The job's state once Slurm has settled it (a job whose result file exists may still
+    be RUNNING or COMPLETING for a moment); UNKNOWN if Slurm no longer knows the job."""
+    end = time.monotonic() + CANCEL_WAIT_S
+    while True:
+        state = job.watcher.get_state(job.job_id, mode="force").upper()
+        if state not in UNSETTLED or time.monotonic() > end:
+            return state
+        time.sleep(0.5)
+
+
+def _log(folder: RunFolder, text: str) -> None:
+    with folder.log_path.open("a") as log:
+        log.write(text)
+
+
+def _wait_done(job: Any, limit_s: float) -> None:
+    end = time.monotonic() + limit_s
+    while not job.done(force_check=True) and time.monotonic() < end:
+        time.sleep(0.5)
+
+
+class SlurmTask(submitit.helpers.Checkpointable):
+    """One rank of a Zephon job on a compute node (module docstring); submitit pickles it.
+
+    Checkpointable: on submitit's time-limit signal the job is requeued with this same
+    task, which resumes from the run folder's last checkpoint.
+    """
+
+    def __init__(self, trainer_args: list[str], folder: str, kind: str) -> None:
+        self.trainer_args = trainer_args
+        self.folder = folder
+        self.kind = kind
+
+    def __call__(self) -> int:
+        job = submitit.JobEnvironment()
+        folder = RunFolder(self.folder)
+        local_tasks = job.num_tasks // job.num_nodes
+        devices = discover("cuda" if self.kind == "cuda" else "cpu")
+        env = launch_env(folder, devices, local_tasks)  # the job's cores on this node
+        if devices.kind == "cuda":
+            env["LOCAL_RANK"] = str(_gpu_index(devices, job.local_rank, local_tasks))
+        else:
+            env["LOCAL_RANK"] = str(job.local_rank)
+        env.update(
+            RANK=str(job.global_rank),
+            WORLD_SIZE=str(job.num_tasks),
+            LOCAL_WORLD_SIZE=str(local_tasks),
+            GROUP_RANK=str(job.node),
+            MASTER_ADDR=node_address(job.hostnames[0]),
+            MASTER_PORT=str(self._rendezvous_port(job)),
+        )
+        command = task_command(self.trainer_args)
+        with folder.log_path.open("ab") as log:
+            return subprocess.run(
+                command,
+                cwd=self.folder,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=parent_death_signal(),
+                check=False,
+            ).returncode
+
+    def _rendezvous_port(self, job: Any) -> int:
+        """Rank 0 finds a free port on its node and publishes it; the others read it."""
+        restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+        published = Path(self.folder, "slurm", f"rendezvous-{job.job_id}-{restarts}")
+        if job.global_rank == 0:
+            with socket.socket() as s:
+                s.bind(("", 0))
+                port = s.getsockname()[1]
+            published.parent.mkdir(parents=True, exist_ok=True)
+            partial = published.with_suffix(".partial")
+            partial.write_text(str(port))
+            partial.replace(published)
+            return port
+        end = time.monotonic() + RENDEZVOUS_WAIT_S
+        while not published.exists():
+            if time.monotonic() > end:
+                raise RuntimeError(
+                    f"rank 0 published no rendezvous port in {published} within "
+                    f"{RENDEZVOUS_WAIT_S:.0f} s: is the run folder on a file system every "
+                    "node shares?"
+                )
+            time.sleep(0.2)
+        return int(published.read_text())
+
+
+def task_command(trainer_args: list[str]) -> list[str]:
+    """What each Slurm task runs: the trainer itself (the job is the launcher)."""
+    return [sys.executable, "-m", TRAIN_MODULE, *trainer_args]
+
+
+def _gpu_index(devices: Devices, local_rank: int, local_tasks: int) -> int:
+    """The GPU of ``local_rank`` among those visible to the task: its own index when Slurm
+    shows the node's GPUs to every task, 0 when it binds one GPU per task."""
+    if devices.count >= local_tasks:
+        return local_rank
+    if devices.count == 1:
+        return 0
+    raise RuntimeError(
+        f"this task sees {devices.count} GPUs for {local_tasks} tasks per node: ask Slurm "
+        "for a GPU per task (gpus_per_node = tasks per node, or gpus_per_task=1)"
+    )
+
+
+def node_address(node: str) -> str:
+    """The address Slurm reaches ``node`` at (its ``NodeAddr``), else the name itself."""
+    done = subprocess.run(
+        ["scontrol", "show", "node", "--oneliner", node],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for field in done.stdout.split():
+        if field.startswith("NodeAddr="):
+            return field.removeprefix("NodeAddr=")
+    return node
+
+
+# -- job states without accounting -------------------------------------------------------------
+
+
+def use_squeue_without_accounting() -> None:
+    """Make submitit read job states from ``squeue`` where ``sacct`` fails (module docstring).
+    Idempotent; for this process's submitit Slurm jobs, Hydra's Slurm launcher's included."""
+    from submitit.slurm import slurm
+
+    if not isinstance(slurm.SlurmJob.watcher, SqueueWatcher):
+        slurm.SlurmJob.watcher = SqueueWatcher(delay_s=600)
+
+
+class SqueueWatcher(SlurmInfoWatcher):
+    """submitit's Slurm state watcher, asking ``squeue --states=all`` where there is no
+    accounting; its output is read as ``sacct``'s (``JobID|State|NodeList``)."""
+
+    SQUEUE_HEADER = "JOBID|STATE|NODELIST"
+
+    def __init__(self, delay_s: int = 60) -> None:
+        super().__init__(delay_s=delay_s)
+        self._accounting: bool | None = None
+
+    def _make_command(self) -> list[str] | None:
+        command = super()._make_command()
+        if command is None or self._has_accounting():
+            return command
+        ids = [command[i + 1] for i, word in enumerate(command) if word == "-j"]
+        return ["squeue", "--states=all", f"--jobs={','.join(ids)}", "--format=%i|%T|%N"]
+
+    def read_info(self, string: bytes | str) -> dict[str, dict[str, str]]:
+        text = string.decode() if isinstance(string, bytes) else string
+        if text.startswith(self.SQUEUE_HEADER):
+            text = "JobID|State|NodeList" + text[len(self.SQUEUE_HEADER) :]
+        return super().read_info(text)
+
+    def _has_accounting(self) -> bool:
+        if self._accounting is None:
+            probe = subprocess.run(
+                ["sacct", "--noheader", "--jobs=1", "--format=JobID"],
+                capture_output=True,
+                check=False,
+            )
+            self._accounting = probe.returncode == 0
+        return self._accounting

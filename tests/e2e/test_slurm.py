@@ -1,0 +1,211 @@
+"""Zephon on a real Slurm cluster: Debian's slurm-wlm with two nodes on this machine
+(:class:`tests.support.slurm.LocalSlurm`), real TorchTitan training (``zephon_mini``, CPU,
+gloo), the embedded MLflow store. The cluster has no accounting, so ``sacct`` fails and
+job states come from ``squeue`` (:mod:`orchestrator.run.slurm`).
+
+    local-dp1     the reference: the experiment on 1 local process, 6 steps
+    slurm-2tasks  the same on Slurm, dp 2 = 1 node x 2 tasks: the same digests
+    cancelled     on Slurm, ``scancel`` after the step-2 checkpoint, ``zephon resume``: the
+                  same digests, in two Slurm jobs
+    sweep         two mixes through ``hydra/launcher=submitit_slurm``: each job trains on
+                  the node Slurm gave it, and the sweep ends with an accepted comparison
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.run import api
+from tests.support import REPO
+from tests.support.slurm import LocalSlurm
+from tests.support.sweeps import datasets_override, mixes_override, multirun
+from tests.support.titan_run import corpus
+
+pytestmark = pytest.mark.timeout(1200)
+
+STEPS = 6
+SLURM_JOB = {"timeout_min": 20}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalSlurm]:
+    slurm = LocalSlurm().start()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("SLURM_CONF", str(slurm.conf))
+            # the jobs' trainers import this checkout; Slurm passes the environment on
+            patch.setenv(
+                "PYTHONPATH",
+                os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            )
+            yield slurm
+    finally:
+        slurm.stop()
+
+
+@pytest.fixture(scope="module")
+def domains(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    return corpus(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The working directory of the module's runs (``./runs``, ``./mlflow.db``)."""
+    path = tmp_path_factory.mktemp("slurm-e2e")
+    cwd = os.getcwd()
+    os.chdir(path)
+    try:
+        yield path
+    finally:
+        os.chdir(cwd)
+
+
+def experiment(domains: dict[str, list[Path]], **resources: Any) -> dict[str, Any]:
+    """A tiny experiment over the shared test corpus, checkpointed every 2 steps."""
+    return {
+        "model": {"config": "zephon_mini"},
+        "data": {
+            "datasets": {n: [str(p) for p in paths] for n, paths in domains.items()},
+            "mixture": dict.fromkeys(domains, 1.0),
+            "holdout_bytes": 0,
+        },
+        "train": {"steps": STEPS, "checkpoint_interval": 2},
+        "eval": {"enable": False},
+        "resources": {"timeout_s": 900, **resources},
+    }
+
+
+def on_slurm(domains: dict[str, list[Path]]) -> dict[str, Any]:
+    return experiment(domains, launcher="slurm", slurm=SLURM_JOB)
+
+
+@pytest.fixture(scope="module")
+def reference(work: Path, domains: dict[str, list[Path]]) -> dict[int, str]:
+    """Digests of the experiment trained on one local process."""
+    result = api.run(experiment(domains, max_procs=1), dp=1, run_name="local-dp1")
+    assert result.status == "succeeded", result.messages
+    digests = RunFolder(result.folder).digests()
+    assert sorted(digests) == list(range(1, STEPS + 1))
+    return digests
+
+
+def job_field(cluster: LocalSlurm, job_id: str, field: str) -> str:
+    """One field of ``scontrol show job`` (the controller keeps ended jobs for a while)."""
+    for word in cluster.run("scontrol", "show", "job", "--oneliner", job_id).split():
+        if word.startswith(f"{field}="):
+            return word.removeprefix(f"{field}=")
+    raise AssertionError(f"job {job_id} has no {field}")
+
+
+def trainers_of(folder: Path) -> list[str]:
+    """Command lines of live processes that name ``folder``."""
+    lines = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if str(folder) in line:
+            lines.append(line)
+    return lines
+
+
+def test_two_task_job_trains_the_same_batches_as_a_local_run(
+    cluster: LocalSlurm, work: Path, domains: dict[str, list[Path]], reference: dict[int, str]
+) -> None:
+    planned = api.plan(on_slurm(domains), dp=2)
+    assert planned.dp == 2 and planned.command[1:3] == ["-m", "orchestrator.titan.train"]
+
+    result = api.run(on_slurm(domains), dp=2, run_name="slurm-2tasks")
+
+    assert result.status == "succeeded", result.messages
+    folder = RunFolder(result.folder)
+    assert folder.digests() == reference
+    assert {r["dp_size"] for r in folder.steps().values()} == {2}
+    job_id = folder.state()["slurm_job_id"]
+    assert job_field(cluster, job_id, "JobState") == "COMPLETED"
+    assert job_field(cluster, job_id, "NumTasks") == "2"
+    assert job_field(cluster, job_id, "NumNodes") == "1"
+
+
+def test_job_cancelled_by_slurm_resumes_with_the_same_batches(
+    cluster: LocalSlurm, work: Path, domains: dict[str, list[Path]], reference: dict[int, str]
+) -> None:
+    spec = work / "cancelled.json"
+    spec.write_text(json.dumps(on_slurm(domains)))
+    folder = RunFolder(work / "runs" / "cancelled")
+    zephon = [sys.executable, "-m", "orchestrator.cli"]
+    agent = subprocess.Popen(
+        [*zephon, "run", "-c", str(spec), "--dp", "2", "--name", "cancelled", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 600
+    while 3 not in folder.steps() and agent.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert agent.poll() is None, f"the run ended before it could be cancelled: {agent.stderr}"
+    first_job = folder.state()["slurm_job_id"]
+    cluster.run("scancel", first_job)
+    out, err = agent.communicate(timeout=300)
+
+    assert agent.returncode == 130, f"exit {agent.returncode}\n{out}\n{err}"
+    interrupted = json.loads(out)
+    assert interrupted["status"] == "interrupted"
+    messages = interrupted["messages"]
+    assert any(f"zephon resume {folder.path}" in m for m in messages), messages
+    assert f"Slurm job {first_job} ended CANCELLED" in folder.log_tail(200)
+    assert folder.last_checkpoint_step() is not None and len(folder.steps()) < STEPS
+    end = time.monotonic() + 60
+    while trainers_of(folder.path) and time.monotonic() < end:  # Slurm kills asynchronously
+        time.sleep(0.5)
+    assert not trainers_of(folder.path)
+
+    resumed = subprocess.run(
+        [*zephon, "resume", str(folder.path), "--json"], capture_output=True, text=True
+    )
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert json.loads(resumed.stdout)["dp_sizes"] == [2, 2]
+    assert folder.digests() == reference
+    second_job = folder.state()["slurm_job_id"]
+    assert second_job != first_job and job_field(cluster, second_job, "JobState") == "COMPLETED"
+
+
+def test_sweep_through_submitit_slurm_ends_with_an_accepted_comparison(
+    cluster: LocalSlurm, tmp_path: Path, domains: dict[str, list[Path]]
+) -> None:
+    names = sorted(domains)
+    process, sweep_dir = multirun(
+        tmp_path,
+        "slurm",
+        "hydra/launcher=submitit_slurm",
+        "hydra.launcher.timeout_min=20",
+        "hydra.launcher.cpus_per_task=2",
+        datasets_override(domains),
+        "model=mini",
+        "data.holdout_bytes=4096",
+        "train=smoke",
+        "train.steps=2",
+        "eval.interval=2",
+        mixes_override(names, (1.0, 1.0, 1.0), (0.0, 0.0, 1.0)),
+    )
+
+    assert process.returncode == 0, process.stderr[-5000:]
+    assert "Comparison accepted" in process.stdout
+    result = json.loads((sweep_dir / "sweep.json").read_text())
+    assert [j["status"] for j in result["jobs"]] == ["succeeded", "succeeded"]
+    assert result["comparison"]["accepted"]
+    # each job ran as a Slurm job, on the cores Slurm gave it: dp 2 of cpus_per_task=2
+    job_ids = {p.name.removesuffix("_log.out") for p in sweep_dir.glob(".submitit/*/*_log.out")}
+    assert len(job_ids) == 2
+    assert all(job_field(cluster, j, "JobState") == "COMPLETED" for j in job_ids)
+    assert all(j["dp_sizes"] == [2] for j in result["jobs"])

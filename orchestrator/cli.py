@@ -349,9 +349,22 @@ TRAINING = ("run", "resume", "verify-elastic", "attempt")
 """Commands that train here (and so handle SIGINT/SIGTERM by stopping their launch)."""
 
 
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; ``key=value`` overrides may follow options too (argparse alone
+    gives ``resume FOLDER --dp 1 resources.nodes=1`` no place for the override)."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    overrides = [word for word in extra if "=" in word and not word.startswith("-")]
+    if extra and (overrides != extra or not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if overrides:
+        args.overrides = [*args.overrides, *overrides]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one ``zephon`` command; returns (and, as a script, exits with) its exit code."""
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     # Training commands stop their torchrun on SIGINT/SIGTERM and report the run interrupted.
     handling = interrupts.handling() if args.command in TRAINING else contextlib.nullcontext()
     try:

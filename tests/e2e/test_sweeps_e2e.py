@@ -6,7 +6,7 @@ Sweeps (2 steps a run, evaluated at step 2; ~20 s a run on 2 cores):
 
     replicated   2 mixes x dp {1, 2}, zephon launcher (runs in parallel on the free cores)
     rerun        the same 2 mixes again, Hydra's basic launcher, dp chosen by the run
-    paired       3 mixes (code_a only, code_b only: one distribution; i18n only) x seeds 0, 1:
+    paired       3 mixes (code_a only, code_b only: one distribution; unicode only) x seeds 0, 1:
                  A/A cannot be told apart, A/B is decided (on the code held-out sets)
     interrupted  the 2 mixes at dp 1, SIGINT after step 1, then continued
     submitit     3 mixes through hydra-submitit-launcher's local mode, dry runs
@@ -137,10 +137,16 @@ def test_rerun_with_the_basic_launcher_reproduces_the_fingerprints(
     assert len({p for prints in first.values() for p in prints}) == 2  # mixes differ
 
 
+def third_domain(built: dict[str, list[Path]]) -> str:
+    """The corpus's domain other than code and docs (``unicode``)."""
+    (third,) = set(built) - {"code", "docs"}
+    return third
+
+
 @pytest.fixture(scope="module")
 def twin_code(work: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     """code_a and code_b: the corpus's code records split in two alternately (one
-    distribution, other documents), and i18n."""
+    distribution, other documents), and the corpus's third domain (``unicode``)."""
     built = corpus(tmp_path_factory.getbasetemp())
     code = Dataset("code", built["code"])
     texts = code.read_texts(list(range(code.num_records)))
@@ -148,14 +154,15 @@ def twin_code(work: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
         name: write_jsonl(work / f"{name}.jsonl", texts[half::2])
         for half, name in enumerate(("code_a", "code_b"))
     }
-    return {**{name: [path] for name, path in halves.items()}, "i18n": built["i18n"]}
+    third = third_domain(built)
+    return {**{name: [path] for name, path in halves.items()}, third: built[third]}
 
 
 @pytest.fixture(scope="module")
 def paired(work: Path, twin_code: dict[str, list[Path]]) -> dict[str, Any]:
     """Three mixes under two seeds, one run each on dp 1 (two at once): code_a only, code_b
-    only (the A/A pair: the same distribution) and i18n only."""
-    domains = sorted(twin_code)  # code_a, code_b, i18n
+    only (the A/A pair: the same distribution) and the third domain (``unicode``) only."""
+    domains = sorted(twin_code)  # code_a, code_b, unicode
     process, sweep_dir = multirun(
         work,
         "paired",
@@ -175,9 +182,11 @@ def paired(work: Path, twin_code: dict[str, list[Path]]) -> dict[str, Any]:
     return {"summary": summary(sweep_dir), "stdout": process.stdout}
 
 
-def by_mixtures(pairs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """(dataset trained on, dataset trained on) -> pair, for one-dataset mixes."""
-    only = {f"{d}=1.000": d for d in ("code_a", "code_b", "i18n")}
+def by_mixtures(
+    pairs: list[dict[str, Any]], names: list[str]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """(dataset trained on, dataset trained on) -> pair, for mixes of one of ``names``."""
+    only = {f"{d}=1.000": d for d in names}
 
     def trained(mixture: str) -> str:
         return next(d for key, d in only.items() if key in mixture)
@@ -185,7 +194,11 @@ def by_mixtures(pairs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, 
     return {(trained(p["a_mixture"]), trained(p["b_mixture"])): p for p in pairs}
 
 
-def test_paired_seeds_decide_a_b_and_cannot_tell_a_a(work: Path, paired: dict[str, Any]) -> None:
+def test_paired_seeds_decide_a_b_and_cannot_tell_a_a(
+    work: Path, twin_code: dict[str, list[Path]], paired: dict[str, Any]
+) -> None:
+    names = sorted(twin_code)  # code_a, code_b, unicode
+    (third,) = set(names) - {"code_a", "code_b"}
     result = paired["summary"]
     jobs = result["jobs"]
     assert (
@@ -195,7 +208,7 @@ def test_paired_seeds_decide_a_b_and_cannot_tell_a_a(work: Path, paired: dict[st
     for job in jobs:  # the held-out budget holds: 8 documents a dataset, 4096 bytes at most
         (record,) = RunFolder(Path(job["folder"])).evals().values()
         assert {d: len(v["bytes"]) for d, v in record["documents"].items()} == dict.fromkeys(
-            ("code_a", "code_b", "i18n"), 8
+            names, 8
         )
         assert all(0 < sum(v["bytes"]) <= 4096 for v in record["documents"].values())
         assert record["bytes"] == {d: sum(v["bytes"]) for d, v in record["documents"].items()}
@@ -203,13 +216,13 @@ def test_paired_seeds_decide_a_b_and_cannot_tell_a_a(work: Path, paired: dict[st
     verdict = result["comparison"]
     assert verdict["accepted"], verdict.get("refusals")
     assert len(verdict["seeds"]) == 2 and all(r["seeds"] == 2 for r in verdict["rows"])
-    pairs = by_mixtures(verdict["pairs"])
+    pairs = by_mixtures(verdict["pairs"], names)
     twins = pairs.get(("code_a", "code_b")) or pairs[("code_b", "code_a")]
     assert twins["decision"] == "cannot_tell", twins  # A/A: one distribution
     lo, hi = twins["interval"]
     assert lo < 0 < hi and "2 seeds" in twins["method"]
 
-    # A/B on the code held-out sets: training on code beats training on i18n, decided
+    # A/B on the code held-out sets: training on code beats training on unicode, decided
     command = [sys.executable, "-m", "orchestrator.cli", "compare", "--sweep", result["sweep"]]
     process = subprocess.run(
         [*command, "--decide-on", "code_a,code_b", "--json"],
@@ -223,10 +236,11 @@ def test_paired_seeds_decide_a_b_and_cannot_tell_a_a(work: Path, paired: dict[st
     on_code = json.loads(process.stdout)
     assert on_code["decided_on"] == ["code_a", "code_b"]
     for twin in ("code_a", "code_b"):
-        pair = by_mixtures(on_code["pairs"])[(twin, "i18n")]
+        pair = by_mixtures(on_code["pairs"], names)[(twin, third)]
         assert pair["decision"] == "a_better" and pair["interval"][1] < 0, pair
     assert (
-        on_code["rows"][-1]["mixture"].endswith("i18n=1.000") and on_code["rows"][-1]["tier"] == 2
+        on_code["rows"][-1]["mixture"].endswith(f"{third}=1.000")
+        and on_code["rows"][-1]["tier"] == 2
     )
 
     # the decisions are in the markdown and in MLflow: the parent run's tags and artifact

@@ -4,9 +4,9 @@ llama3; CPU, gloo, torchrun), the real embedded MLflow store, held-out evaluatio
 Runs (4 steps, or 2 where said; checkpoints and evaluation every 2 steps; ~30 s a launch;
 the dp-1 runs two at a time, a core each):
 
-    a-dp2   variant A (code .5 docs .3 i18n .2) on 2 processes
+    a-dp2   variant A (code .5 docs .3 unicode .2) on 2 processes
     a-dp1   variant A on 1 process
-    b-dp2   variant B (code 0 docs .5 i18n .5) on 2 processes, interrupted (SIGTERM to
+    b-dp2   variant B (code 0 docs .5 unicode .5) on 2 processes, interrupted (SIGTERM to
             `zephon run`) after its step-2 checkpoint, resumed with `zephon resume --dp 1`
     b-dp1   variant B on 1 process
     a-short variant A trained 2 steps on 1 process (another schedule, scored at step 2)
@@ -59,22 +59,22 @@ from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1800)
 
-MIX_A = {"code": 0.5, "docs": 0.3, "i18n": 0.2}
-MIX_B = {"code": 0.0, "docs": 0.5, "i18n": 0.5}
+MIX_A = {"code": 0.5, "docs": 0.3, "unicode": 0.2}
+MIX_B = {"code": 0.0, "docs": 0.5, "unicode": 0.5}
 """No code: far from A, so the two variants' data differ from step 1 on."""
 STEPS = 4
 LR_FLAG = "--optimizer.param-groups.0.optimizer-kwargs.lr"
 
 
 def experiment(domains: dict[str, list[Path]], mixture: dict[str, float], **data: Any) -> dict:
-    """A tiny experiment over the shared test corpus; ``mixture["i18n"]`` goes to its third
-    domain (``i18n``, or ``licenses`` where no locale files exist)."""
-    third = next(n for n in sorted(domains) if n not in ("code", "docs"))
+    """A tiny experiment over the shared test corpus (domains ``code``, ``docs`` and
+    ``unicode``); ``mixture`` names each of them."""
+    assert set(mixture) == set(domains), (sorted(mixture), sorted(domains))
     return {
         "model": {"config": "zephon_mini"},
         "data": {
             "datasets": {n: [str(p) for p in paths] for n, paths in domains.items()},
-            "mixture": {"code": mixture["code"], "docs": mixture["docs"], third: mixture["i18n"]},
+            "mixture": dict(mixture),
             "holdout_bytes": 4096,
             **data,
         },

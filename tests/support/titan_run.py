@@ -29,7 +29,7 @@ RUN_TIMEOUT_S = 300
 """Limit of one launch; a healthy one takes 10-60 s on 2 cores."""
 CORPUS_BYTES_PER_DOMAIN = 300_000
 MIXTURE = {"code": 0.5, "docs": 0.3}
-"""Token shares of the named domains; the third domain (``i18n`` or ``licenses``) gets the rest."""
+"""Token shares of the named domains; the third domain (``unicode``) gets the rest."""
 
 
 @dataclass

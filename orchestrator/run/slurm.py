@@ -62,7 +62,7 @@ RENDEZVOUS_WAIT_S = 300.0
 """How long a rank waits for rank 0 to publish the rendezvous port."""
 STATE_CHECK_S = 10.0
 """How often a running job's state is asked for (its result file is seen at once)."""
-UNSETTLED = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING")
+UNSETTLED = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "RESIZING", "SUSPENDED")
 ENDED_BY_SLURM = ("CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE")
 
 
@@ -143,7 +143,7 @@ def run_slurm(
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     last_check = time.monotonic()
     with interrupts.handling():
-        while not job.done():
+        while not _settled(job):
             late = deadline is not None and time.monotonic() > deadline
             if interrupts.requested() or late:
                 job.cancel(check=False)
@@ -162,7 +162,7 @@ def run_slurm(
             interrupts.STOP.wait(POLL_S)
     if on_tick is not None:
         on_tick(folder)
-    state = _final_state(job)
+    state = job.watcher.get_state(job.job_id, mode="cache").upper()
     # Before results: a task Slurm stopped may still have written one (submitit ignores
     # SIGTERM, so it outlives the trainer it ran).
     if any(state.startswith(s) for s in ENDED_BY_SLURM):
@@ -177,15 +177,15 @@ def run_slurm(
     return next((code if code > 0 else 1 for code in codes if code != 0), 0)
 
 
-def _final_state(job: Any) -> str:
-    """The job's state once Slurm has settled it (a job whose result file exists may still
-    be RUNNING or COMPLETING for a moment); UNKNOWN if Slurm no longer knows the job."""
-    end = time.monotonic() + CANCEL_WAIT_S
-    while True:
-        state = job.watcher.get_state(job.job_id, mode="force").upper()
-        if state not in UNSETTLED or time.monotonic() > end:
-            return state
-        time.sleep(0.5)
+def _settled(job: Any) -> bool:
+    """Whether Slurm is done with ``job``. submitit's ``done()`` (a result file, or an ended
+    state) is not enough: the attempt of a job that Slurm requeued (preemption, ``scontrol
+    requeue``) writes a result as it dies, and the job runs again; and a job whose result
+    is written is COMPLETING for a moment."""
+    if not job.done():
+        return False
+    state = job.watcher.get_state(job.job_id, mode="force").upper()
+    return state not in UNSETTLED and not state.startswith("REQUEUE")
 
 
 def _log(folder: RunFolder, text: str) -> None:

@@ -180,6 +180,42 @@ def test_job_cancelled_by_slurm_resumes_with_the_same_batches(
     assert second_job != first_job and job_field(cluster, second_job, "JobState") == "COMPLETED"
 
 
+def test_job_requeued_by_slurm_continues_with_the_same_batches(
+    cluster: LocalSlurm, work: Path, domains: dict[str, list[Path]], reference: dict[int, str]
+) -> None:
+    """Preemption with requeue, as ``scontrol requeue`` does it: the job's attempt is killed
+    and the job runs again; ``zephon run`` waits through it, and the second attempt resumes
+    from the last checkpoint."""
+    spec = work / "requeued.json"
+    spec.write_text(json.dumps(on_slurm(domains)))
+    folder = RunFolder(work / "runs" / "requeued")
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "run", "-c", str(spec), "--dp", "2"]
+        + ["--name", "requeued", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 600
+    while 3 not in folder.steps() and agent.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert agent.poll() is None, f"the run ended before it could be requeued: {agent.stderr}"
+    job_id = folder.state()["slurm_job_id"]
+    cluster.run("scontrol", "requeue", job_id)
+    end = time.monotonic() + 60
+    while job_field(cluster, job_id, "JobState") != "PENDING" and time.monotonic() < end:
+        time.sleep(0.2)
+    # Slurm holds a requeued job back for a while (Reason=BeginTime); not what is tested here
+    cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+    out, err = agent.communicate(timeout=600)
+
+    assert agent.returncode == 0, f"exit {agent.returncode}\n{out}\n{err}"
+    assert json.loads(out)["dp_sizes"] == [2]
+    assert folder.digests() == reference
+    assert job_field(cluster, job_id, "Restarts") == "1"
+    assert job_field(cluster, job_id, "JobState") == "COMPLETED"
+
+
 def test_sweep_through_submitit_slurm_ends_with_an_accepted_comparison(
     cluster: LocalSlurm, tmp_path: Path, domains: dict[str, list[Path]]
 ) -> None:

@@ -7,6 +7,8 @@ job states come from ``squeue`` (:mod:`orchestrator.run.slurm`).
     slurm-2tasks  the same on Slurm, dp 2 = 1 node x 2 tasks: the same digests
     cancelled     on Slurm, ``scancel`` after the step-2 checkpoint, ``zephon resume``: the
                   same digests, in two Slurm jobs
+    requeued      on Slurm, ``scontrol requeue`` after the step-2 checkpoint (preemption
+                  with requeue): the job runs again, resumes, the same digests
     sweep         two mixes through ``hydra/launcher=submitit_slurm``: each job trains on
                   the node Slurm gave it, and the sweep ends with an accepted comparison
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -35,6 +38,7 @@ from tests.support.titan_run import corpus
 pytestmark = pytest.mark.timeout(1200)
 
 STEPS = 6
+ZEPHON = [sys.executable, "-m", "orchestrator.cli"]
 SLURM_JOB = {"timeout_min": 20}
 
 
@@ -118,6 +122,44 @@ def trainers_of(folder: Path) -> list[str]:
     return lines
 
 
+@pytest.fixture
+def agents() -> Iterator[list[subprocess.Popen[str]]]:
+    """``zephon`` processes a test starts; any still running after it (a failed test) is
+    stopped the way a user would, with SIGINT (it cancels its Slurm job)."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for agent in started:
+        if agent.poll() is None:
+            agent.send_signal(signal.SIGINT)
+            try:
+                agent.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.communicate()
+
+
+def running_on_slurm(
+    work: Path, domains: dict[str, list[Path]], name: str, agents: list[subprocess.Popen[str]]
+) -> tuple[RunFolder, subprocess.Popen[str]]:
+    """``zephon run --dp 2 --name NAME --json`` on Slurm, returned once step 3 has data (the
+    step-2 checkpoint exists)."""
+    spec = work / f"{name}.json"
+    spec.write_text(json.dumps(on_slurm(domains)))
+    folder = RunFolder(work / "runs" / name)
+    agent = subprocess.Popen(
+        [*ZEPHON, "run", "-c", str(spec), "--dp", "2", "--name", name, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    agents.append(agent)
+    deadline = time.monotonic() + 600
+    while 3 not in folder.steps() and agent.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert agent.poll() is None, f"{name} ended before step 3: {agent.communicate()}"
+    return folder, agent
+
+
 def test_two_task_job_trains_the_same_batches_as_a_local_run(
     cluster: LocalSlurm, work: Path, domains: dict[str, list[Path]], reference: dict[int, str]
 ) -> None:
@@ -137,22 +179,13 @@ def test_two_task_job_trains_the_same_batches_as_a_local_run(
 
 
 def test_job_cancelled_by_slurm_resumes_with_the_same_batches(
-    cluster: LocalSlurm, work: Path, domains: dict[str, list[Path]], reference: dict[int, str]
+    cluster: LocalSlurm,
+    work: Path,
+    domains: dict[str, list[Path]],
+    reference: dict[int, str],
+    agents: list[subprocess.Popen[str]],
 ) -> None:
-    spec = work / "cancelled.json"
-    spec.write_text(json.dumps(on_slurm(domains)))
-    folder = RunFolder(work / "runs" / "cancelled")
-    zephon = [sys.executable, "-m", "orchestrator.cli"]
-    agent = subprocess.Popen(
-        [*zephon, "run", "-c", str(spec), "--dp", "2", "--name", "cancelled", "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 600
-    while 3 not in folder.steps() and agent.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert agent.poll() is None, f"the run ended before it could be cancelled: {agent.stderr}"
+    folder, agent = running_on_slurm(work, domains, "cancelled", agents)
     first_job = folder.state()["slurm_job_id"]
     cluster.run("scancel", first_job)
     out, err = agent.communicate(timeout=300)
@@ -170,7 +203,7 @@ def test_job_cancelled_by_slurm_resumes_with_the_same_batches(
     assert not trainers_of(folder.path)
 
     resumed = subprocess.run(
-        [*zephon, "resume", str(folder.path), "--json"], capture_output=True, text=True
+        [*ZEPHON, "resume", str(folder.path), "--json"], capture_output=True, text=True
     )
 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -181,25 +214,16 @@ def test_job_cancelled_by_slurm_resumes_with_the_same_batches(
 
 
 def test_job_requeued_by_slurm_continues_with_the_same_batches(
-    cluster: LocalSlurm, work: Path, domains: dict[str, list[Path]], reference: dict[int, str]
+    cluster: LocalSlurm,
+    work: Path,
+    domains: dict[str, list[Path]],
+    reference: dict[int, str],
+    agents: list[subprocess.Popen[str]],
 ) -> None:
     """Preemption with requeue, as ``scontrol requeue`` does it: the job's attempt is killed
     and the job runs again; ``zephon run`` waits through it, and the second attempt resumes
     from the last checkpoint."""
-    spec = work / "requeued.json"
-    spec.write_text(json.dumps(on_slurm(domains)))
-    folder = RunFolder(work / "runs" / "requeued")
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "run", "-c", str(spec), "--dp", "2"]
-        + ["--name", "requeued", "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 600
-    while 3 not in folder.steps() and agent.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert agent.poll() is None, f"the run ended before it could be requeued: {agent.stderr}"
+    folder, agent = running_on_slurm(work, domains, "requeued", agents)
     job_id = folder.state()["slurm_job_id"]
     cluster.run("scontrol", "requeue", job_id)
     end = time.monotonic() + 60

@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# What CI runs: set-up (and Chromium, for the dashboard test), lint, format check and
-# the tests. Arguments go to pytest.
+# What CI runs: set-up (and Debian's chromium, slurm-wlm and munge for the tests), lint,
+# format check and the tests. Arguments go to pytest.
 # pytest's exit code is the script's (5, "no tests collected", is a failure too).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh
 
-# tests/e2e/test_dashboard.py renders the MLflow UI in headless Chromium and fails without it.
-# Idempotent: nothing happens when chromium is on PATH; apt-get update only if needed.
-if ! command -v chromium >/dev/null 2>&1; then
+# Debian packages the tests use: chromium (tests/e2e/test_dashboard.py renders the MLflow UI
+# in it) and slurm-wlm with munge (tests/e2e/test_slurm.py starts a real Slurm cluster; its
+# fixture installs them too when run alone). Idempotent: nothing happens when all are
+# there; apt-get update only if needed.
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v slurmctld >/dev/null 2>&1 || missing+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || missing+=(munge)
+if ((${#missing[@]})); then
     apt=(env DEBIAN_FRONTEND=noninteractive apt-get)
     if [[ "$(id -u)" != 0 ]] && command -v sudo >/dev/null 2>&1; then
         apt=(sudo "${apt[@]}")
     fi
-    echo "test: installing chromium (for tests/e2e/test_dashboard.py)"
-    "${apt[@]}" install -y -q chromium || { "${apt[@]}" update -q && "${apt[@]}" install -y -q chromium; }
-    chromium --version
+    echo "test: installing ${missing[*]}"
+    "${apt[@]}" install -y -q "${missing[@]}" || { "${apt[@]}" update -q && "${apt[@]}" install -y -q "${missing[@]}"; }
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

@@ -8,7 +8,8 @@
       │  recipe.py      the recipe (TorchTitan's parser, in a subprocess) and its fingerprint
       │  init_checkpoint.py  one seed checkpoint per recipe, made once, loaded by every run
       ▼
-    launch.py      torchrun's command and environment, its process groups, progress, Slurm
+    launch.py      torchrun's command and environment, its process groups, progress
+    slurm.py       on Slurm: the allocation decides dp; each task finds its node's devices
       │  interrupts.py  SIGINT/SIGTERM: stop every launch, note how to continue, exit 130
       ▼
     titan/ (the trainer) writes the run folder; tracking/ mirrors it to MLflow

@@ -25,6 +25,7 @@ from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api
 from orchestrator.run.launch import free_port
 from tests.support import REPO
+from tests.support.experiments import data_only_experiment
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(900)
@@ -40,21 +41,6 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def domains(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     return corpus(tmp_path_factory.getbasetemp())
-
-
-def experiment(domains: dict[str, list[Path]], steps: int, **resources: Any) -> dict[str, Any]:
-    """A tiny experiment over the shared test corpus, checkpointed every 2 steps."""
-    return {
-        "model": {"config": "zephon_mini"},
-        "data": {
-            "datasets": {n: [str(p) for p in paths] for n, paths in domains.items()},
-            "mixture": dict.fromkeys(domains, 1.0),
-            "holdout_bytes": 0,
-        },
-        "train": {"steps": steps, "checkpoint_interval": 2},
-        "eval": {"enable": False},
-        "resources": {"timeout_s": 600, "max_procs": 1, **resources},
-    }
 
 
 def zephon(work: Path, *args: str) -> subprocess.Popen[str]:
@@ -81,7 +67,9 @@ def test_two_nodes_train_the_batches_of_one_and_resume_on_one(
     cwd = os.getcwd()
     os.chdir(work)
     try:
-        reference = api.run(experiment(domains, STEPS), dp=1, run_name="local-dp1")
+        reference = api.run(
+            data_only_experiment(domains, STEPS, max_procs=1), dp=1, run_name="local-dp1"
+        )
     finally:
         os.chdir(cwd)
     assert reference.status == "succeeded", reference.messages
@@ -91,7 +79,9 @@ def test_two_nodes_train_the_batches_of_one_and_resume_on_one(
     endpoint = f"127.0.0.1:{free_port()}"
     spec.write_text(
         json.dumps(
-            experiment(domains, 4, launcher="multinode", nodes=2, dp=2, rdzv_endpoint=endpoint)
+            data_only_experiment(
+                domains, 4, max_procs=1, launcher="multinode", nodes=2, dp=2, rdzv_endpoint=endpoint
+            )
         )
     )
     nodes = [zephon(work, "run", "-c", str(spec), f"resources.node_rank={k}") for k in (0, 1)]

@@ -31,6 +31,7 @@ import pytest
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api
 from tests.support import REPO
+from tests.support.experiments import data_only_experiment
 from tests.support.slurm import LocalSlurm
 from tests.support.sweeps import datasets_override, mixes_override, multirun
 from tests.support.titan_run import corpus
@@ -75,29 +76,14 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.chdir(cwd)
 
 
-def experiment(domains: dict[str, list[Path]], **resources: Any) -> dict[str, Any]:
-    """A tiny experiment over the shared test corpus, checkpointed every 2 steps."""
-    return {
-        "model": {"config": "zephon_mini"},
-        "data": {
-            "datasets": {n: [str(p) for p in paths] for n, paths in domains.items()},
-            "mixture": dict.fromkeys(domains, 1.0),
-            "holdout_bytes": 0,
-        },
-        "train": {"steps": STEPS, "checkpoint_interval": 2},
-        "eval": {"enable": False},
-        "resources": {"timeout_s": 900, **resources},
-    }
-
-
 def on_slurm(domains: dict[str, list[Path]]) -> dict[str, Any]:
-    return experiment(domains, launcher="slurm", slurm=SLURM_JOB)
+    return data_only_experiment(domains, STEPS, launcher="slurm", slurm=SLURM_JOB)
 
 
 @pytest.fixture(scope="module")
 def reference(work: Path, domains: dict[str, list[Path]]) -> dict[int, str]:
     """Digests of the experiment trained on one local process."""
-    result = api.run(experiment(domains, max_procs=1), dp=1, run_name="local-dp1")
+    result = api.run(data_only_experiment(domains, STEPS, max_procs=1), dp=1, run_name="local-dp1")
     assert result.status == "succeeded", result.messages
     digests = RunFolder(result.folder).digests()
     assert sorted(digests) == list(range(1, STEPS + 1))

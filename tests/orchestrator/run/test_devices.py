@@ -51,3 +51,12 @@ def test_torch_is_asked_only_where_a_gpu_may_be_visible(
     monkeypatch.setattr(devices.os.path, "exists", lambda path: path in nodes)
     monkeypatch.setattr(devices.sys, "platform", platform)
     assert devices._gpu_may_be_visible() is expected
+
+
+def test_inside_a_slurm_job_the_cores_are_the_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda _: set(range(8)), raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "2")
+    assert devices.usable_cores() == 8  # a leftover variable outside a job counts for nothing
+    monkeypatch.setenv("SLURM_JOB_ID", "12")
+    assert devices.usable_cores() == 2

@@ -5,6 +5,7 @@ job states come from ``squeue`` (:mod:`orchestrator.run.slurm`).
 
     local-dp1     the reference: the experiment on 1 local process, 6 steps
     slurm-2tasks  the same on Slurm, dp 2 = 1 node x 2 tasks: the same digests
+    slurm-2nodes  the same on Slurm, dp 2 = 2 nodes x 1 task: the same digests
     cancelled     on Slurm, ``scancel`` after the step-2 checkpoint, ``zephon resume``: the
                   same digests, in two Slurm jobs
     requeued      on Slurm, ``scontrol requeue`` after the step-2 checkpoint (preemption
@@ -122,6 +123,23 @@ def agents() -> Iterator[list[subprocess.Popen[str]]]:
             except subprocess.TimeoutExpired:
                 agent.kill()
                 agent.communicate()
+
+
+def test_two_node_job_meets_at_the_first_nodes_address(
+    cluster: LocalSlurm, work: Path, domains: dict[str, list[Path]], reference: dict[int, str]
+) -> None:
+    """dp 2 as 2 nodes x 1 task: ranks on two slurmd nodes meet at n1's NodeAddr."""
+    result = api.run(
+        data_only_experiment(domains, STEPS, launcher="slurm", slurm=SLURM_JOB, nodes=2),
+        dp=2,
+        run_name="slurm-2nodes",
+    )
+
+    assert result.status == "succeeded", result.messages
+    assert RunFolder(result.folder).digests() == reference
+    job_id = RunFolder(result.folder).state()["slurm_job_id"]
+    assert job_field(cluster, job_id, "NumNodes") == "2"
+    assert job_field(cluster, job_id, "NodeList") == "n[1-2]"
 
 
 def running_on_slurm(

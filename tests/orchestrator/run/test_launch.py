@@ -1,9 +1,13 @@
-"""Progress lines of a launch, read from the run folder as training writes it."""
+"""A launch's progress lines, read from the run folder as training writes it, and the
+leftover launch a resume stops."""
 
 from __future__ import annotations
 
 import io
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,3 +46,22 @@ def test_tokens_per_second_only_once_an_interval_is_measured(
 
     lines = stream.getvalue().splitlines()
     assert lines == ["run step 1/4, 5 s", "run step 4/4, 750 tokens/s, 9 s"]
+
+
+def test_a_dead_zephons_leftover_launch_is_stopped_and_nothing_else(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path / "run")
+    folder.path.mkdir()
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    leftover = subprocess.Popen([*sleep, str(folder.path.absolute())], start_new_session=True)
+    stranger = subprocess.Popen([*sleep, "elsewhere"], start_new_session=True)
+    try:
+        folder.update_state(launch_process_groups=[leftover.pid, stranger.pid, 2**22 + 1])
+
+        assert launch.stop_leftover_launch(folder) == [leftover.pid]
+
+        assert leftover.wait(timeout=10) == -signal.SIGKILL
+        assert stranger.poll() is None  # its group id was recorded, but it is not this run's
+    finally:
+        for process in (leftover, stranger):
+            process.kill()
+            process.wait()

@@ -172,9 +172,14 @@ class LocalSlurm:
         ).stdout
 
     def stop(self) -> None:
-        """Cancel every job, then stop the daemons (by pid: SIGTERM, SIGKILL after 10 s)."""
+        """Cancel every job and wait (30 s at most) until Slurm has ended them, so that no
+        job step outlives the cluster; then stop the daemons (by pid: SIGTERM, SIGKILL
+        after 10 s)."""
         with contextlib.suppress(OSError, subprocess.CalledProcessError):
             self.run("scancel", "--user=root")
+            end = time.monotonic() + 30
+            while self.run("squeue", "--noheader") and time.monotonic() < end:
+                time.sleep(0.5)
         for daemon in reversed(self._daemons):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(daemon.pid, signal.SIGTERM)

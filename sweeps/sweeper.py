@@ -67,7 +67,8 @@ SEED_KEYS = ("data.seed", "data.shuffle_seed", "train.seed")
 
 
 class SweepFailed(ZephonError):
-    """Some job of the sweep failed, or the guard refused the comparison (all logged)."""
+    """Some job of the sweep failed, the launcher failed, or the guard refused the
+    comparison (all logged)."""
 
 
 @dataclass
@@ -239,9 +240,22 @@ class MixSweeper(Sweeper):
             results = list(self.launcher.launch(job_overrides, initial_job_idx=0))
             if interrupts.requested():
                 raise interrupts.Interrupted()
-        except BaseException:
+        except BaseException as error:
             if not interrupts.requested():
-                raise
+                if not isinstance(error, Exception):
+                    raise
+                # e.g. a job that Slurm cancelled, reported by hydra-submitit-launcher: the
+                # other jobs' runs are kept, and the sweep continues like an interrupted one
+                parent.finish(status="FAILED")
+                said = " ".join(str(error).splitlines()[:2])  # submitit: the job, its state
+                raise SweepFailed(
+                    "\n".join(
+                        [
+                            f"{name}: the launcher failed: {type(error).__name__}: {said}",
+                            *self._unfinished(name, base.runs_root, len(jobs)),
+                        ]
+                    )
+                ) from None
             parent.finish(status="KILLED")
             raise interrupts.Interrupted(
                 self._unfinished(name, base.runs_root, len(jobs))

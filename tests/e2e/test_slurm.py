@@ -10,14 +10,16 @@ job states come from ``squeue`` (:mod:`orchestrator.run.slurm`).
                   same digests, in two Slurm jobs
     requeued      on Slurm, ``scontrol requeue`` after the step-2 checkpoint (preemption
                   with requeue): the job runs again, resumes, the same digests
-    sweep         two mixes through ``hydra/launcher=submitit_slurm``: each job trains on
-                  the node Slurm gave it, and the sweep ends with an accepted comparison
+    sweep         two mixes through ``hydra/launcher=submitit_slurm``, each job on the cores
+                  Slurm gave it; Slurm cancels one, the sweep fails with the command that
+                  continues it, and continued it ends with an accepted comparison
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,7 +36,12 @@ from orchestrator.run import api
 from tests.support import REPO
 from tests.support.experiments import data_only_experiment
 from tests.support.slurm import LocalSlurm
-from tests.support.sweeps import datasets_override, mixes_override, multirun
+from tests.support.sweeps import (
+    datasets_override,
+    mixes_override,
+    multirun,
+    multirun_command,
+)
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1200)
@@ -244,13 +251,17 @@ def test_job_requeued_by_slurm_continues_with_the_same_batches(
     assert job_field(cluster, job_id, "JobState") == "COMPLETED"
 
 
-def test_sweep_through_submitit_slurm_ends_with_an_accepted_comparison(
-    cluster: LocalSlurm, tmp_path: Path, domains: dict[str, list[Path]]
+def test_sweep_through_submitit_slurm_survives_a_cancelled_job_and_ends_accepted(
+    cluster: LocalSlurm,
+    tmp_path: Path,
+    domains: dict[str, list[Path]],
+    agents: list[subprocess.Popen[str]],
 ) -> None:
-    names = sorted(domains)
-    process, sweep_dir = multirun(
-        tmp_path,
-        "slurm",
+    """Two mixes through hydra-submitit-launcher, each a Slurm job training on dp 2, its
+    ``cpus_per_task``; Slurm cancels one after its step-2 checkpoint. The sweep fails at once
+    (no wait for ever without accounting) with the command that continues it; continued, the
+    cancelled job resumes, and the sweep ends with an accepted comparison."""
+    arguments = [
         "hydra/launcher=submitit_slurm",
         "hydra.launcher.timeout_min=20",
         "hydra.launcher.cpus_per_task=2",
@@ -258,18 +269,45 @@ def test_sweep_through_submitit_slurm_ends_with_an_accepted_comparison(
         "model=mini",
         "data.holdout_bytes=4096",
         "train=smoke",
-        "train.steps=2",
-        "eval.interval=2",
-        mixes_override(names, (1.0, 1.0, 1.0), (0.0, 0.0, 1.0)),
+        "train.steps=6",
+        "train.checkpoint_interval=2",
+        "eval.interval=6",
+        mixes_override(sorted(domains), (1.0, 1.0, 1.0), (0.0, 0.0, 1.0)),
+    ]
+    command, sweep_dir = multirun_command(tmp_path, "slurm", *arguments)
+    sweep = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    agents.append(sweep)
+    deadline = time.monotonic() + 600
+    started: list[RunFolder] = []
+    while not started and sweep.poll() is None and time.monotonic() < deadline:
+        started = [f for f in map(RunFolder, tmp_path.glob("runs/*")) if 3 in f.steps()]
+        time.sleep(0.2)
+    assert started, f"no job reached step 3: {sweep.poll()}"
+    folder = started[0]
+    array = cluster.run("squeue", "--noheader", "--format=%i").split()[0].split("_")[0]
+    cancelled = f"{array}_{int(folder.name.rsplit('-', 1)[1])}"  # array index = job number
+    cluster.run("scancel", cancelled)
+    _, err = sweep.communicate(timeout=600)
 
-    assert process.returncode == 0, process.stderr[-5000:]
-    assert "Comparison accepted" in process.stdout
+    assert sweep.returncode != 0 and "the launcher failed" in err, err[-3000:]
+    assert "(state: CANCELLED)" in err
+    assert folder.state()["status"] == "interrupted"
+    name = re.search(r"hydra\.sweeper\.resume=(sweep-[0-9a-f-]+)", err).group(1)
+
+    resumed, _ = multirun(tmp_path, "slurm", *arguments, f"hydra.sweeper.resume={name}")
+
+    assert resumed.returncode == 0, resumed.stderr[-5000:]
+    assert "Comparison accepted" in resumed.stdout
     result = json.loads((sweep_dir / "sweep.json").read_text())
-    assert [j["status"] for j in result["jobs"]] == ["succeeded", "succeeded"]
     assert result["comparison"]["accepted"]
-    # each job ran as a Slurm job, on the cores Slurm gave it: dp 2 of cpus_per_task=2
-    job_ids = {p.name.removesuffix("_log.out") for p in sweep_dir.glob(".submitit/*/*_log.out")}
-    assert len(job_ids) == 2
-    assert all(job_field(cluster, j, "JobState") == "COMPLETED" for j in job_ids)
-    assert all(j["dp_sizes"] == [2] for j in result["jobs"])
+    jobs = {Path(j["folder"]).name: j for j in result["jobs"]}
+    assert [j["status"] for j in jobs.values()] == ["succeeded", "succeeded"]
+    assert jobs.pop(folder.name)["dp_sizes"] == [2, 2]  # dp 2 of cpus_per_task=2, twice
+    assert [j["dp_sizes"] for j in jobs.values()] == [[2]]
+    assert job_field(cluster, cancelled, "JobState") == "CANCELLED"
+    logged = {p.parent.name for p in sweep_dir.glob(".submitit/*/*_log.out")}
+    continued = logged - {f"{array}_0", f"{array}_1"}
+    assert len(continued) == 2
+    assert all(job_field(cluster, j, "JobState") == "COMPLETED" for j in continued)

@@ -16,17 +16,9 @@ def multirun(
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """``zephon-run -m hydra/sweeper=zephon_mix ARGS`` in ``work`` (``env`` added to this
     process's); (the finished process, its sweep dir ``work/multirun/<name>``)."""
-    sweep_dir = work / "multirun" / name
+    command, sweep_dir = multirun_command(work, name, *args)
     process = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sweeps.app",
-            "-m",
-            "hydra/sweeper=zephon_mix",
-            f"hydra.sweep.dir={sweep_dir}",
-            *args,
-        ],
+        command,
         cwd=work,
         capture_output=True,
         text=True,
@@ -34,6 +26,21 @@ def multirun(
         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
     )
     return process, sweep_dir
+
+
+def multirun_command(work: Path, name: str, *args: str) -> tuple[list[str], Path]:
+    """The command of :func:`multirun` (to start it in ``work`` yourself) and its sweep dir."""
+    sweep_dir = work / "multirun" / name
+    command = [
+        sys.executable,
+        "-m",
+        "sweeps.app",
+        "-m",
+        "hydra/sweeper=zephon_mix",
+        f"hydra.sweep.dir={sweep_dir}",
+        *args,
+    ]
+    return command, sweep_dir
 
 
 def datasets_override(built: dict[str, list[Path]]) -> str:

@@ -91,11 +91,12 @@ def allocation(config: ExperimentConfig, requested_dp: int | None = None) -> Slu
     anything is submitted when it does not split into nodes or divide the lanes."""
     r = config.resources
     params = r.slurm
-    owned = [k for k in params if k in OWNED_PARAMETERS]
+    # tasks_per_node may say what dp is; an explicit dp (a resume's) wins over it
+    owned = [k for k in params if k in OWNED_PARAMETERS and k != "tasks_per_node"]
     dp = requested_dp or r.dp
     per_node = params.get("tasks_per_node")
     problems = []
-    if owned and not (owned == ["tasks_per_node"] and dp is None):
+    if owned:
         problems.append(
             f"resources.slurm sets {owned}: Zephon sets the job's nodes and tasks from "
             "resources.nodes and the dp size (one task per rank); set those instead"

@@ -24,6 +24,7 @@ def on_slurm(*overrides: str) -> object:
         (["resources.dp=4", "resources.nodes=2"], None, 2, 2, "cpu"),
         (["resources.slurm.tasks_per_node=2", "resources.nodes=2"], None, 2, 2, "cpu"),
         (["resources.dp=8"], 2, 1, 2, "cpu"),  # asked for (a resume): wins
+        (["resources.slurm.tasks_per_node=2"], 1, 1, 1, "cpu"),  # over tasks_per_node too
         (["resources.dp=2", "resources.slurm.gpus_per_node=2"], None, 1, 2, "cuda"),
         (["resources.dp=2", "resources.device=cuda"], None, 1, 2, "cuda"),
     ],

@@ -56,6 +56,8 @@ from orchestrator.run.precision import resolve_precision
 from orchestrator.run.recipe import Recipe, recipe_of
 
 SYNC_EVERY_S = 10.0
+NODE_OWN_RESOURCES = ("node_rank", "max_procs", "gpu_ids", "oversubscribe", "timeout_s")
+"""Resources each node of a multi-node run sets for itself; the run name ignores them."""
 
 
 @dataclass
@@ -185,7 +187,8 @@ def _default_run_name(as_written: ExperimentConfig, variant: str) -> str:
         stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         return f"{as_written.name}-{variant[:8]}-{stamp}"
     shared = as_written.to_dict()
-    del shared["resources"]["node_rank"]
+    for key in NODE_OWN_RESOURCES:
+        del shared["resources"][key]
     digest = hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()
     return f"{as_written.name}-{variant[:8]}-nodes-{digest[:8]}"
 

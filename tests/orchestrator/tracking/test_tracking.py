@@ -626,6 +626,7 @@ def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
             "--workers",
             "1",
         ],
+        cwd=tmp_path,  # whatever the server writes relative to its folder stays in the test's
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -477,7 +477,8 @@ def test_offline_from_the_start_keeps_its_sweep_parent_and_device_on_sync(
     Tracker.start at all, only run.json's sweep, parent and segment device. ``zephon sync``
     creates the run as an online launch would have: same tags, same parent."""
     client = MlflowClient(tracking_uri=db_uri)
-    sweep_id = client.create_experiment(experiment_name)
+    artifacts = (tmp_path / "artifacts").as_uri()  # MLflow's default is ./mlruns, the checkout
+    sweep_id = client.create_experiment(experiment_name, artifact_location=artifacts)
     parent = client.create_run(sweep_id, tags={TAG_KIND: "sweep"}).info.run_id
     online, offline = make_folder(tmp_path, "online"), make_folder(tmp_path, "offline")
     for folder in (online, offline):

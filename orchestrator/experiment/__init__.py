@@ -36,7 +36,12 @@ from orchestrator.experiment.fingerprints import (
     canonical_mixture,
     fingerprints,
 )
-from orchestrator.experiment.validation import divisors, dp_problems, validate
+from orchestrator.experiment.validation import (
+    divisors,
+    dp_problems,
+    split_step_problems,
+    validate,
+)
 
 __all__ = [
     "PRECISIONS",
@@ -57,6 +62,7 @@ __all__ = [
     "load_data_section",
     "load_experiment",
     "read_data_spec",
+    "split_step_problems",
     "validate",
     "write_data_spec",
 ]

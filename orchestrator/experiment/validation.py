@@ -6,6 +6,7 @@ import glob
 import math
 import os
 import re
+from typing import Any
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment.config import PRECISIONS, ExperimentConfig
@@ -152,6 +153,20 @@ def dp_problems(config: ExperimentConfig, dp: int) -> list[str]:
             f"dp={dp} gives {local} sequences per rank per step, not a multiple of "
             f"train.microbatch_size={t.microbatch_size}"
         ]
+    return []
+
+
+def split_step_problems(steps: int, split_step: Any) -> list[str]:
+    """Why ``split_step`` cannot split a ``steps``-step schedule for an elasticity check
+    (train to it, resume on another dp size; None: half-way); [] if it can."""
+    if split_step is None:
+        if steps >= 2:
+            return []
+        return ["an elasticity check needs train.steps >= 2 (it checkpoints half-way)"]
+    if isinstance(split_step, bool) or not isinstance(split_step, int):
+        return [f"split_step must be an integer or null, got {split_step!r}"]
+    if not 1 <= split_step < steps:
+        return [f"split_step must be in [1, {steps}) (train.steps), got {split_step}"]
     return []
 
 

@@ -32,11 +32,12 @@ from orchestrator.experiment import (
     ResourcesSection,
     fingerprints,
     load_experiment,
+    split_step_problems,
     validate,
     write_data_spec,
 )
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.run import interrupts, slurm
+from orchestrator.run import interrupts
 from orchestrator.run.devices import Devices, choose_dp, discover
 from orchestrator.run.init_checkpoint import (
     InitCheckpoint,
@@ -168,6 +169,8 @@ def _placement(config: ExperimentConfig, dp: int | None) -> tuple[Devices, int]:
     Slurm the allocation's (:func:`orchestrator.run.slurm.allocation`)."""
     r = config.resources
     if r.launcher == "slurm":
+        from orchestrator.run import slurm  # submitit: imported only where Slurm is used
+
         allocation = slurm.allocation(config, dp)
         return allocation.devices, allocation.dp
     if r.launcher == "local" and r.nodes > 1:
@@ -199,6 +202,8 @@ def _command(
     """This machine's command for ``folder``: torchrun, or on Slurm one task's trainer."""
     r = config.resources
     if r.launcher == "slurm":
+        from orchestrator.run import slurm
+
         return slurm.task_command(trainer_args(config, folder, init_path))
     return build_torchrun_command(
         config,
@@ -522,6 +527,8 @@ def _train(
     init_path = None if init is None else init.path
     try:
         if r.launcher == "slurm":
+            from orchestrator.run import slurm
+
             code = slurm.run_slurm(
                 folder,
                 trainer_args(config, folder, init_path),
@@ -682,9 +689,10 @@ def verify_elastic(
     """
     base = load_experiment(config, overrides)
     steps = base.train.steps
-    split = max(1, steps // 2) if split_step is None else split_step
-    if not 1 <= split < steps:
-        raise ExperimentError([f"split_step must be in [1, {steps}), got {split}"])
+    problems = split_step_problems(steps, split_step)
+    if problems:
+        raise ExperimentError(problems)
+    split = steps // 2 if split_step is None else split_step
     base = replace(
         base,
         train=replace(base.train, checkpoint_interval=split, keep_checkpoints=0),

@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment import ExperimentConfig, dp_problems, load_experiment, validate
+from orchestrator.experiment import (
+    ExperimentConfig,
+    dp_problems,
+    load_experiment,
+    split_step_problems,
+    validate,
+)
 
 
 @dataclass(frozen=True)
@@ -115,15 +121,7 @@ def admit_job(kind: str, spec: Any, rules: Rules) -> AdmittedJob:
             problems.append(f"{name} must be an integer >= 1, got {value!r}")
         else:
             problems += [f"{name}={value}: {p}" for p in dp_problems(config, value)]
-    split, steps = check.split_step, config.train.steps
-    if split is not None and (isinstance(split, bool) or not isinstance(split, int)):
-        problems.append(f"split_step must be an integer or null, got {split!r}")
-    elif not 1 <= (max(1, steps // 2) if split is None else split) < steps:
-        problems.append(
-            f"split_step must be in [1, {steps}) (train.steps), got {split}"
-            if split is not None
-            else "a verify job needs train.steps >= 2 (it checkpoints half-way)"
-        )
+    problems += split_step_problems(config.train.steps, check.split_step)
     if problems:
         raise ExperimentError(problems)
     return AdmittedJob(config, check)

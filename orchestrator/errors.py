@@ -7,7 +7,9 @@ by reading the class, never by the order of its checks::
     ZephonError                         1 failed
     ├── ConfigError                     2 invalid
     │   ├── ProblemsError               2 invalid      every reason in .problems
-    │   │   └── ExperimentError         2 invalid
+    │   │   ├── ExperimentError         2 invalid
+    │   │   ├── MixError                2 invalid      a mix or mix request
+    │   │   └── SearchError             2 invalid      observations or a search request
     │   └── QueueError                  2 invalid
     │       ├── QueueFull               5 queue_full
     │       └── TransitionError         2 invalid
@@ -47,11 +49,13 @@ __all__ = [
     "EXIT_TRACKING",
     "ExperimentError",
     "LaunchError",
+    "MixError",
     "NoFit",
     "NotTracked",
     "ProblemsError",
     "QueueError",
     "QueueFull",
+    "SearchError",
     "TrackingError",
     "TrackingUnavailable",
     "TransitionError",
@@ -77,6 +81,18 @@ class ExperimentError(ProblemsError):
     """An experiment that must not be launched; ``problems`` lists every reason."""
 
     subject = "experiment"
+
+
+class MixError(ProblemsError):
+    """A mix or a mix request that cannot work; ``problems`` lists every reason."""
+
+    subject = "data mix"
+
+
+class SearchError(ProblemsError):
+    """Observations that cannot be fitted, or a fit or proposal request that cannot work."""
+
+    subject = "mix search"
 
 
 class QueueError(ConfigError):

@@ -5,25 +5,7 @@ Pure logic (no Hydra, no MLflow, no torch): a sweep turns each variant into Hydr
 overrides with :func:`override_strings`, names it with :func:`mix_label` and logs
 :func:`describe` as run parameters.
 
-Canonical form. A mix gives each domain a share of tokens. With ``D = 10**decimals`` and
-the domains sorted, the canonical form of weights ``w`` is a tuple of integer units ``u``
-with ``sum(u) == D`` (domain ``i`` gets weight ``u_i / D``), found by the largest-remainder
-method::
-
-    x_i = w_i * D / sum(w)       exactly (the float weights read as fractions), then
-                                 rounded to 1e-9 of a unit
-    u_i = floor(x_i)
-    the D - sum(u) leftover units go one each to the largest remainders x_i - u_i
-    (ties: the domain first in sorted order)
-
-Equal mixes give identical units: ``{a: 1, b: 1}`` and ``{a: 0.5, b: 0.5}`` both give
-``(D/2, D/2)``. Rounding ``x_i`` to 1e-9 of a unit makes mixes that are proportional only
-up to float rounding agree as well: at one decimal ``{a: 3, b: 1, c: 16}`` ties ``a``
-and ``b`` at remainder 0.5 and gives ``(2, 0, 8)``; so does ``{a: 0.3, b: 0.1, c: 1.6}``,
-although in floats the remainder of ``a`` comes out a hair below that of ``b`` (exact
-fractions alone would give ``(1, 1, 8)``). Every weight is within one unit of its exact
-share. Weights are returned as ``u_i / D``, the floats nearest to the rounded decimals
-(their float sum may differ from 1 in the last bit).
+Canonical form: :mod:`orchestrator.experiment.mixture` (``canonical``).
 
 Bounds. ``min``/``max`` bound the canonical weights of every generator, inclusive:
 domain ``i`` needs ``ceil(min_i * D) <= u_i <= floor(max_i * D)`` (1e-9 units of
@@ -67,22 +49,22 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.errors import ProblemsError
+from orchestrator.experiment.mixture import (
+    TOLERANCE,
+    MixError,
+    canonical,
+    decimals_problems,
+    domain_problems,
+    is_share,
+    mix_from_units,
+    mix_units,
+    weight_problems,
+)
 
-_TOLERANCE = 1e-9
-"""Slack of float comparisons: grid steps, bounds in units, perturbed weights."""
-_SUBUNITS = 10**9
-"""Exact shares are rounded to 1/_SUBUNITS of a unit before the largest-remainder step."""
 _GRID_ENUMERATION_FACTOR = 100
 """Grids with more than this many times max_variants compositions are refused unenumerated."""
 _DIRICHLET_ATTEMPTS_PER_DRAW = 1000
 """Draws allowed per requested Dirichlet mix before giving up."""
-
-
-class MixError(ProblemsError):
-    """A mix or a mix request that cannot work; ``problems`` lists every reason."""
-
-    subject = "data mix"
 
 
 @dataclass
@@ -111,25 +93,6 @@ class MixSpace:
     """Decimal places of every weight."""
     max_variants: int = 256
     """Most variants a request may yield."""
-
-
-def canonical(
-    weights: Mapping[str, float], domains: Sequence[str], decimals: int
-) -> dict[str, float]:
-    """``weights`` normalised and rounded by the largest-remainder method to ``decimals``
-    decimals, for every domain in sorted order (missing domains get 0).
-
-    Equal mixes give identical results, e.g. ``{a: 1, b: 1}`` and ``{a: 0.5, b: 0.5}``.
-    Raises :class:`MixError` for unknown domains, weights that are not finite and >= 0,
-    weights summing to 0, empty or repeated ``domains`` and ``decimals`` outside 1..6.
-    """
-    problems = _domain_problems(domains) + _decimals_problems(decimals)
-    problems += _weight_problems(weights, set(domains), f"the mix {dict(weights)}")
-    if problems:
-        raise MixError(problems)
-    ordered = sorted(domains)
-    scale = 10**decimals
-    return _as_mix(_units([weights.get(d, 0.0) for d in ordered], scale), ordered, scale)
 
 
 def override_strings(
@@ -183,7 +146,7 @@ def variants(space: MixSpace, domains: list[str]) -> list[dict[str, float]]:
         return True
 
     for mix in space.explicit:
-        keep(_units([mix.get(d, 0.0) for d in ordered], scale), "explicit")
+        keep(mix_units([mix.get(d, 0.0) for d in ordered], scale), "explicit")
 
     if space.grid_resolution is not None:
         steps = round(1 / space.grid_resolution)
@@ -207,7 +170,7 @@ def variants(space: MixSpace, domains: list[str]) -> list[dict[str, float]]:
         kept = drawn = 0
         while kept < space.dirichlet_draws and drawn < attempts:
             drawn += 1
-            units = _units(rng.dirichlet(alphas).tolist(), scale)
+            units = mix_units(rng.dirichlet(alphas).tolist(), scale)
             if within_bounds(units) and keep(units, "dirichlet"):
                 kept += 1
         if kept < space.dirichlet_draws:
@@ -220,7 +183,7 @@ def variants(space: MixSpace, domains: list[str]) -> list[dict[str, float]]:
             )
 
     if space.perturb_base is not None:
-        base = _units([space.perturb_base.get(d, 0.0) for d in ordered], scale)
+        base = mix_units([space.perturb_base.get(d, 0.0) for d in ordered], scale)
         keep(base, "perturbations")
         for units in _perturbations(base, space.perturb_delta, scale):
             if within_bounds(units):
@@ -238,7 +201,7 @@ def variants(space: MixSpace, domains: list[str]) -> list[dict[str, float]]:
         )
     if problems:
         raise MixError(problems)
-    return [_as_mix(units, ordered, scale) for units in generator_of]
+    return [mix_from_units(units, ordered, scale) for units in generator_of]
 
 
 def describe(space: MixSpace) -> dict[str, Any]:
@@ -265,26 +228,6 @@ def describe(space: MixSpace) -> dict[str, Any]:
     return description
 
 
-def _units(weights: Sequence[float], scale: int) -> tuple[int, ...]:
-    """Largest-remainder rounding of valid ``weights`` to integer units summing to ``scale``."""
-    ratios = [float(w).as_integer_ratio() for w in weights]
-    denominator = max(d for _, d in ratios)  # powers of two: the largest is a common one
-    numerators = [n * (denominator // d) for n, d in ratios]
-    total = sum(numerators)
-    # x_i in 1/_SUBUNITS of a unit, rounded half up: floor(n_i * scale * S / total + 1/2).
-    subunits = [(2 * n * scale * _SUBUNITS + total) // (2 * total) for n in numerators]
-    floors = [s // _SUBUNITS for s in subunits]
-    leftover = scale - sum(floors)
-    by_remainder = sorted(range(len(floors)), key=lambda i: (-(subunits[i] % _SUBUNITS), i))
-    for i in by_remainder[:leftover]:
-        floors[i] += 1
-    return tuple(floors)
-
-
-def _as_mix(units: tuple[int, ...], ordered: Sequence[str], scale: int) -> dict[str, float]:
-    return {domain: u / scale for domain, u in zip(ordered, units, strict=True)}
-
-
 def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
     """Every way to write ``total`` as ``parts`` ordered non-negative integers, in
     lexicographic order (stars and bars: ``parts - 1`` bars among ``total + parts - 1``
@@ -303,10 +246,10 @@ def _perturbations(base: tuple[int, ...], delta: float, scale: int) -> Iterator[
             continue
         rest = (scale - base[i]) / scale
         for target in (weight + delta, weight - delta):
-            if not -_TOLERANCE <= target <= 1 + _TOLERANCE:
+            if not -TOLERANCE <= target <= 1 + TOLERANCE:
                 continue
             moved = min(max(target, 0.0), 1.0)
-            yield _units(
+            yield mix_units(
                 [moved if j == i else w * (1 - moved) / rest for j, w in enumerate(weights)],
                 scale,
             )
@@ -315,8 +258,8 @@ def _perturbations(base: tuple[int, ...], delta: float, scale: int) -> Iterator[
 def _bound_units(space: MixSpace, ordered: Sequence[str]) -> tuple[list[int], list[int]]:
     """Least and most units per domain allowed by ``space.min``/``space.max``."""
     scale = 10**space.decimals
-    lows = [math.ceil(space.min.get(d, 0.0) * scale - _TOLERANCE) for d in ordered]
-    highs = [math.floor(space.max.get(d, 1.0) * scale + _TOLERANCE) for d in ordered]
+    lows = [math.ceil(space.min.get(d, 0.0) * scale - TOLERANCE) for d in ordered]
+    highs = [math.floor(space.max.get(d, 1.0) * scale + TOLERANCE) for d in ordered]
     return lows, highs
 
 
@@ -324,50 +267,9 @@ def _bounds_text(space: MixSpace) -> str:
     return f"min={dict(space.min)}, max={dict(space.max)}"
 
 
-def _domain_problems(domains: Sequence[str]) -> list[str]:
-    if not domains:
-        return ["no domains given: name at least one domain"]
-    repeated = sorted(d for d, count in Counter(domains).items() if count > 1)
-    if repeated:
-        return [f"domains {repeated} are listed more than once; list each domain once"]
-    return []
-
-
-def _decimals_problems(decimals: int) -> list[str]:
-    if isinstance(decimals, bool) or not isinstance(decimals, int) or not 1 <= decimals <= 6:
-        return [f"decimals={decimals!r}: use a whole number from 1 to 6"]
-    return []
-
-
-def _is_share(value: object) -> bool:
-    """Whether ``value`` is a number in [0, 1]."""
-    return isinstance(value, int | float) and 0 <= value <= 1
-
-
-def _weight_problems(weights: Mapping[str, float], known: set[str], what: str) -> list[str]:
-    """Why ``weights`` is not a mix over the ``known`` domains ([] if it is)."""
-    problems = []
-    unknown = sorted(set(weights) - known)
-    if unknown:
-        problems.append(
-            f"{what} names unknown domains {unknown}; known domains: {sorted(known)}. "
-            "Fix the names or add the domains."
-        )
-    bad = {
-        d: w
-        for d, w in weights.items()
-        if not isinstance(w, int | float) or not math.isfinite(w) or w < 0
-    }
-    if bad:
-        problems.append(f"{what} has weights {bad}; weights must be finite numbers >= 0")
-    elif sum(weights.values()) <= 0:
-        problems.append(f"{what} has weights summing to 0; give at least one domain a weight > 0")
-    return problems
-
-
 def _request_problems(space: MixSpace, domains: Sequence[str]) -> list[str]:
     """Every problem of ``space`` over ``domains`` that shows before generating."""
-    problems = _domain_problems(domains) + _decimals_problems(space.decimals)
+    problems = domain_problems(domains) + decimals_problems(space.decimals)
     units_computable = not problems
     known = set(domains)
 
@@ -380,11 +282,11 @@ def _request_problems(space: MixSpace, domains: Sequence[str]) -> list[str]:
                 "Fix the names or add the domains."
             )
         for domain, bound in sorted(bounds.items()):
-            if not _is_share(bound):
+            if not is_share(bound):
                 bound_problems.append(f"{side}.{domain}={bound!r} is outside [0, 1]")
     for domain in sorted(set(space.min) & set(space.max)):
         low, high = space.min[domain], space.max[domain]
-        if _is_share(low) and _is_share(high) and low > high:
+        if is_share(low) and is_share(high) and low > high:
             bound_problems.append(
                 f"min.{domain}={low} > max.{domain}={high}; "
                 f"lower min.{domain} or raise max.{domain}"
@@ -440,7 +342,7 @@ def _request_problems(space: MixSpace, domains: Sequence[str]) -> list[str]:
     if space.perturb_base is not None:
         mixes.append(("perturb_base", space.perturb_base))
     for what, mix in mixes:
-        mix_problems = _weight_problems(mix, known, f"{what} {dict(mix)}")
+        mix_problems = weight_problems(mix, known, f"{what} {dict(mix)}")
         problems += mix_problems
         if bounds_usable and not mix_problems:
             problems += _outside_bounds(space, sorted(domains), mix, what)
@@ -454,7 +356,7 @@ def _grid_problems(space: MixSpace, domain_count: int, units_computable: bool) -
     if not isinstance(resolution, int | float) or not 0 < resolution <= 1:
         return [f"grid_resolution={resolution!r} must be in (0, 1], e.g. 0.25 or 0.1"]
     steps = round(1 / resolution)
-    if abs(steps * resolution - 1) > _TOLERANCE:
+    if abs(steps * resolution - 1) > TOLERANCE:
         return [
             f"grid_resolution={resolution} does not divide 1 into a whole number of steps; "
             "use 1/n, e.g. 0.5, 0.25, 0.2 or 0.1"
@@ -483,7 +385,7 @@ def _outside_bounds(
 ) -> list[str]:
     """One problem per bound the canonical form of the valid ``mix`` breaks."""
     scale = 10**space.decimals
-    units = _units([mix.get(d, 0.0) for d in ordered], scale)
+    units = mix_units([mix.get(d, 0.0) for d in ordered], scale)
     lows, highs = _bound_units(space, ordered)
     label = ",".join(
         f"{d}={u / scale:.{space.decimals}f}" for d, u in zip(ordered, units, strict=True)

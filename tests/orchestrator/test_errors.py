@@ -23,6 +23,7 @@ EXPECTED = {
     StateError: (2, "invalid"),
     errors.ExperimentError: (2, "invalid"),
     MixError: (2, "invalid"),
+    errors.SearchError: (2, "invalid"),
     errors.QueueError: (2, "invalid"),
     errors.QueueFull: (5, "queue_full"),
     errors.TransitionError: (2, "invalid"),

@@ -1,0 +1,131 @@
+"""Fit: every model validated out of sample, the best refitted on all runs, with bootstrap
+refits for the uncertainty of its predictions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from orchestrator.errors import SearchError
+from orchestrator.search.models import MODELS, MixtureModel
+from orchestrator.search.observations import Observations
+from orchestrator.search.validation import ModelScore, cross_validate
+
+INTERVAL = (5.0, 95.0)
+"""Percentiles of the bootstrap refits' predictions that bound an interval (90%)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A mixture, its predicted objective and the 90% bootstrap interval of that prediction."""
+
+    mixture: dict[str, float]
+    predicted: float
+    interval: tuple[float, float]
+
+    def to_json(self) -> dict[str, object]:
+        """The prediction as plain data."""
+        return {
+            "mixture": self.mixture,
+            "predicted": self.predicted,
+            "interval": list(self.interval),
+        }
+
+
+@dataclass
+class FitResult:
+    """The chosen model fitted on every observation, its bootstrap refits and every model's
+    out-of-sample scores."""
+
+    observations: Observations
+    model: MixtureModel
+    """The chosen model, fitted on all observations."""
+    scores: list[ModelScore]
+    """Every model's k-fold figures, in :data:`MODELS` order."""
+    refits: list[MixtureModel] = field(default_factory=list)
+    """The chosen model refitted on bootstrap samples of the runs."""
+
+    def predict(self, mixtures: np.ndarray) -> np.ndarray:
+        """The chosen model's objective for each row of ``mixtures``."""
+        return self.model.predict(mixtures)
+
+    def refit_predictions(self, mixtures: np.ndarray) -> np.ndarray:
+        """``(refits, len(mixtures))``: every bootstrap refit's objective per mixture."""
+        return np.stack([refit.predict(mixtures) for refit in self.refits])
+
+    def predictions(self, mixtures: np.ndarray) -> list[Prediction]:
+        """Each row of ``mixtures`` with its prediction and interval."""
+        centre = self.predict(mixtures)
+        low, high = np.percentile(self.refit_predictions(mixtures), INTERVAL, axis=0)
+        domains = self.observations.domains
+        return [
+            Prediction(
+                dict(zip(domains, (float(w) for w in mixtures[i]), strict=True)),
+                float(centre[i]),
+                (float(min(low[i], centre[i])), float(max(high[i], centre[i]))),
+            )
+            for i in range(len(mixtures))
+        ]
+
+    def to_json(self) -> dict[str, object]:
+        """The fit as plain data: the chosen model and every model's figures."""
+        observations = self.observations
+        return {
+            "model": self.model.name,
+            "models": [score.to_json() for score in self.scores],
+            "runs": len(observations.ids),
+            "mixtures": len(observations.mixture_groups()),
+            "domains": list(observations.domains),
+            "targets": list(observations.targets),
+            "objective": "mean of the targets, lower is better",
+            "replicate_noise": observations.replicate_noise(),
+        }
+
+
+def fit(
+    observations: Observations,
+    *,
+    models: Sequence[str] | None = None,
+    folds: int = 5,
+    refits: int = 32,
+    seed: int = 0,
+) -> FitResult:
+    """Validate ``models`` (default: all of :data:`MODELS`) on ``folds`` folds, refit the
+    best on every run and on ``refits`` bootstrap samples of them.
+
+    The best model has the highest out-of-sample Spearman correlation (to two decimals),
+    then the lowest regret@1. Deterministic for a given ``seed``. Raises
+    :class:`SearchError` before any fitting if the request cannot work.
+    """
+    names = list(models) if models else list(MODELS)
+    problems = [
+        f"unknown model {n!r}; choose from {sorted(MODELS)}" for n in names if n not in MODELS
+    ]
+    if folds < 2:
+        problems.append(f"folds={folds}: k-fold validation needs at least 2 folds")
+    if refits < 2:
+        problems.append(f"refits={refits}: an interval needs at least 2 bootstrap refits")
+    if problems:
+        raise SearchError(problems)
+    observations.check_fittable()
+    folds = min(folds, len(observations.mixture_groups()))
+    scores = [cross_validate(MODELS[name](), observations, folds, seed) for name in names]
+    fitted = [s for s in scores if s.cv_spearman is not None]
+    if not fitted:
+        raise SearchError(
+            [f"no model can be fitted: {s.name}: {s.note}" for s in scores]
+            + ["run more distinct mixtures"]
+        )
+    best = max(fitted, key=lambda s: s.ranking_key)
+    model = MODELS[best.name]().fit(observations, seed)
+    rng = np.random.default_rng(seed)
+    runs = len(observations.ids)
+    samples = [rng.integers(0, runs, runs) for _ in range(refits)]
+    return FitResult(
+        observations,
+        model,
+        scores,
+        [model.refit(observations.subset(rows), seed + 1 + k) for k, rows in enumerate(samples)],
+    )

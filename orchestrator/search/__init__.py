@@ -8,6 +8,7 @@
                       process, LightGBM
     validation.py     k-fold out-of-sample Spearman and regret@1 per model
     fit.py            fit(): every model validated, the best refitted with bootstrap refits
+    design.py         initial_design(): uniform, token-proportional, Dirichlet draws
     propose.py        propose(): Thompson sampling over the refits within bounds and
                       repetition caps, the recommended mixture, the stop rule
 
@@ -17,6 +18,7 @@ Lower scores are better; the objective is the mean of the target scores.
 
 from __future__ import annotations
 
+from orchestrator.search.design import initial_design
 from orchestrator.search.fit import FitResult, Prediction, fit
 from orchestrator.search.observations import Observations, read_tables
 from orchestrator.search.propose import Bounds, Proposal, StopSignal, propose
@@ -29,6 +31,7 @@ __all__ = [
     "Proposal",
     "StopSignal",
     "fit",
+    "initial_design",
     "propose",
     "read_tables",
 ]

@@ -69,6 +69,20 @@ class Observations:
             scores=self.scores[index],
         )
 
+    def concatenate(self, other: Observations) -> Observations:
+        """These runs followed by ``other``'s (the same domains and targets)."""
+        assert (other.domains, other.targets) == (self.domains, self.targets), (
+            f"observations over domains {other.domains} and targets {other.targets} cannot "
+            f"join those over {self.domains} and {self.targets}"
+        )
+        return Observations(
+            ids=self.ids + other.ids,
+            domains=self.domains,
+            mixtures=np.vstack([self.mixtures, other.mixtures]),
+            targets=self.targets,
+            scores=np.vstack([self.scores, other.scores]),
+        )
+
     def best_observed(self) -> tuple[np.ndarray, float]:
         """The distinct mixture with the lowest mean objective over its replicates, and that
         mean."""

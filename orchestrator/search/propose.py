@@ -186,6 +186,17 @@ def propose(
     )
 
 
+def canonical_within_bounds(
+    mixtures: np.ndarray, domains: tuple[str, ...], bounds: Bounds | None, decimals: int
+) -> list[dict[str, float]]:
+    """Each row of ``mixtures`` (``domains`` order) moved into ``bounds`` and rounded
+    canonically to ``decimals``; rows that leave the bounds when rounded are dropped."""
+    lower, upper = (bounds or Bounds()).arrays(domains)
+    grid = _CanonicalGrid(lower, upper, 10**decimals)
+    moved = np.stack([_into_bounds(row, lower, upper) for row in mixtures])
+    return [dict(zip(domains, map(float, row), strict=True)) for row in grid.admit(moved)]
+
+
 def _recommended(
     result: FitResult,
     rng: np.random.Generator,

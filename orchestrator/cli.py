@@ -16,6 +16,7 @@ The job service (``--root DIR``, default ``./zephon-service``; see orchestrator/
     zephon submit  (-c FILE | --spec JSON) --key KEY [--kind run|plan|verify]
     zephon status JOB | wait JOB [--timeout S] | cancel JOB | logs JOB [--tail N]
     zephon jobs    [--state S ...] [--submitter NAME] [--kind K] [--limit N]
+    zephon datasets  the data files under the data roots, per dataset, with their sizes
     zephon mcp     the MCP server (stdio) over the same functions, for LLM agents
     zephon attempt JOB ...   one attempt of a job on its lease (the scheduler starts it)
 
@@ -160,6 +161,7 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--submitter")
     p.add_argument("--kind", choices=KINDS)
     p.add_argument("--limit", type=int, default=100)
+    service("datasets", "list the datasets (data files and sizes) under the data roots")
     service("mcp", "serve Zephon's tools to an MCP client on stdin/stdout")
     p = service("attempt", "one attempt of a job on the devices leased to it (the scheduler's)")
     p.add_argument("job_id")
@@ -306,6 +308,12 @@ def _jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     )
 
 
+def _datasets(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator.service import client as service
+
+    return EXIT_OK, service.list_datasets(service.load_service(args.root))
+
+
 def _attempt(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.run.devices import Devices
     from orchestrator.service import attempt
@@ -340,6 +348,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], tuple[int, dict[str, Any]]]] 
     "cancel": _job_command,
     "logs": _job_command,
     "jobs": _jobs,
+    "datasets": _datasets,
     "mcp": _mcp,
     "attempt": _attempt,
 }

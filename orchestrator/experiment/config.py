@@ -24,6 +24,8 @@ PRECISIONS = ("auto", "float32", "bfloat16")
 
 @dataclass
 class ModelSection:
+    """The model: a TorchTitan config function, and extra TorchTitan flags."""
+
     module: str = "orchestrator.titan.configs"
     """Python module holding the TorchTitan config function."""
     config: str = "zephon_debug"
@@ -73,6 +75,8 @@ class DataSection:
 
 @dataclass
 class TrainSection:
+    """How the model trains: steps, batch per forward pass, seed, precision, checkpoints."""
+
     steps: int = 20
     """Training steps."""
     microbatch_size: int = 2
@@ -91,6 +95,8 @@ class TrainSection:
 
 @dataclass
 class EvalSection:
+    """Scoring held-out data while training."""
+
     enable: bool = True
     """Held-out bits per byte per dataset (needs ``data.holdout_bytes > 0``)."""
     interval: int = 10
@@ -99,6 +105,8 @@ class EvalSection:
 
 @dataclass
 class ResourcesSection:
+    """Where the run trains: devices, processes, launcher, time limit."""
+
     dp: int | None = None
     """Data-parallel size; None: the largest divisor of lanes the free devices allow."""
     device: str = "auto"
@@ -125,6 +133,8 @@ class ResourcesSection:
 
 @dataclass
 class TrackingSection:
+    """Where the run is logged: the MLflow store and experiment."""
+
     uri: str | None = None
     """MLflow tracking URI; None: the embedded SQLite store ``./mlflow.db``."""
     experiment: str = "zephon"
@@ -135,6 +145,8 @@ class TrackingSection:
 
 @dataclass
 class ExperimentConfig:
+    """One experiment: a model trained on a data mix, evaluated, and logged to MLflow."""
+
     name: str = "run"
     """Run name prefix."""
     runs_root: str = "runs"

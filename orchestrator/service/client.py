@@ -1,4 +1,4 @@
-"""The job service's client side: submit, status, wait, cancel, logs, list.
+"""The job service's client side: submit, status, wait, cancel, logs, list; the datasets.
 
 Agents and people submit experiments to a *service root*, a folder holding::
 
@@ -21,7 +21,9 @@ The trust model is in :mod:`orchestrator.service`.
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,8 @@ from typing import Any
 from orchestrator.errors import QueueError
 from orchestrator.service.admission import Limits, Rules, admit_job
 from orchestrator.service.queue import FINAL, JobQueue
+from pipeline.errors import ConfigError
+from pipeline.formats import COMPRESSIONS, detect_format
 
 SERVICE_FILE = "service.json"
 DEFAULT_ROOT = "zephon-service"
@@ -195,3 +199,127 @@ def list_jobs(
     queue = service.queue()
     jobs = queue.list(states=states, submitter=submitter, kind=kind, limit=limit)
     return {"jobs": [j.to_dict() for j in jobs], "counts": queue.counts()}
+
+
+TEXT_SUFFIXES = (".txt",)
+"""Plain-text files :func:`list_datasets` lists. The pipeline reads any other file as one
+text document too, but a listing of every README and checksum file would mislead."""
+
+
+def list_datasets(service: ServiceConfig, *, max_files_per_dataset: int = 1000) -> dict[str, Any]:
+    """The datasets under the service's data roots, for ``data.datasets`` of a spec.
+
+    A dataset is a folder directly in a data root (its data files, at any depth) or a data
+    file directly in one; data files are those the pipeline reads (JSONL, optionally .gz or
+    .zst, Parquet, .txt), hidden ones left out. Each is listed with its files (absolute
+    paths, as a spec names them; at most ``max_files_per_dataset``, ``truncated`` says when
+    more were left out of the list), their sizes in bytes and their total. Roots that do
+    not exist are listed in ``missing_roots``. Symlinks are followed only while they stay
+    inside the data roots (admission refuses files outside them); the others, and folders
+    reached twice through symlinks, are listed in ``skipped`` with the reason.
+    """
+    if max_files_per_dataset < 1:
+        raise ConfigError(f"max_files_per_dataset must be >= 1, got {max_files_per_dataset}")
+    roots = service.rules().data_roots
+    walk = _DataRootWalk([Path(os.path.realpath(root)) for root in roots])
+    missing = [root for root in roots if not os.path.isdir(root)]
+    datasets = []
+    for root in (r for r in roots if r not in missing):
+        for entry, real in walk.entries(Path(root)):
+            if entry.is_dir():
+                name, files = entry.name, list(walk.data_files(entry))
+            elif entry.is_file() and (data_format := _data_format(entry.name)):
+                name, files = _dataset_name(entry.name), [(entry, data_format, _size(real))]
+            else:
+                continue
+            if files:
+                datasets.append(
+                    {
+                        "name": name,
+                        "root": root,
+                        "path": str(entry),
+                        "files": [
+                            {"path": str(path), "format": data_format, "bytes": size}
+                            for path, data_format, size in files[:max_files_per_dataset]
+                        ],
+                        "file_count": len(files),
+                        "total_bytes": sum(size for _, _, size in files),
+                        "truncated": len(files) > max_files_per_dataset,
+                    }
+                )
+    return {
+        "data_roots": list(roots),
+        "missing_roots": missing,
+        "datasets": datasets,
+        "total_bytes": sum(d["total_bytes"] for d in datasets),
+        "skipped": walk.skipped,
+    }
+
+
+class _DataRootWalk:
+    """A walk of data roots that never leaves them (:func:`list_datasets`)."""
+
+    def __init__(self, real_roots: list[Path]) -> None:
+        self.real_roots = real_roots
+        self.skipped: list[dict[str, str]] = []
+
+    def entries(self, folder: Path) -> Iterator[tuple[Path, str]]:
+        """The visible entries of ``folder`` in name order, each with its real path; those
+        whose real path lies outside every data root are skipped (and recorded)."""
+        try:
+            children = sorted(folder.iterdir())
+        except OSError as e:  # unreadable: report it, list the rest
+            self.skipped.append({"path": str(folder), "reason": f"unreadable: {e.strerror}"})
+            return
+        for entry in children:
+            if entry.name.startswith("."):  # hidden: temporary files, caches, VCS folders
+                continue
+            real = Path(os.path.realpath(entry))
+            if not any(real == root or root in real.parents for root in self.real_roots):
+                self.skipped.append(
+                    {"path": str(entry), "reason": "a symlink leaving the data roots"}
+                )
+                continue
+            yield entry, str(real)
+
+    def data_files(
+        self, folder: Path, visited: set[str] | None = None
+    ) -> Iterator[tuple[Path, str, int]]:
+        """(path, format, size in bytes) of every data file under ``folder``, depth first;
+        ``visited``: the real paths of the folders of this dataset walked so far."""
+        visited = set() if visited is None else visited
+        real_folder = os.path.realpath(folder)
+        if real_folder in visited:  # a symlink loop, or a folder linked twice in one dataset
+            self.skipped.append({"path": str(folder), "reason": "a folder already listed"})
+            return
+        visited.add(real_folder)
+        for entry, real in self.entries(folder):
+            if entry.is_dir():
+                yield from self.data_files(entry, visited)
+            elif entry.is_file() and (data_format := _data_format(entry.name)):
+                yield entry, data_format, _size(real)
+
+
+def _data_format(filename: str) -> str | None:
+    """The format the pipeline reads ``filename`` in (``jsonl``, ``jsonl.zst``, ``parquet``,
+    ``text``, ...: :func:`pipeline.formats.detect_format`); None for a file not listed."""
+    try:
+        data_format, compression = detect_format(filename)
+    except ConfigError:  # compressed, but not JSONL: the pipeline refuses it
+        return None
+    if data_format == "text" and not filename.lower().endswith(TEXT_SUFFIXES):
+        return None
+    return f"{data_format}.{compression}" if compression else data_format
+
+
+def _dataset_name(filename: str) -> str:
+    """A one-file dataset's name: its file name without the data suffixes (``web.jsonl.zst``:
+    ``web``)."""
+    stem, suffix = os.path.splitext(filename)
+    if suffix.lower() in COMPRESSIONS:
+        stem = os.path.splitext(stem)[0]
+    return stem or filename
+
+
+def _size(path: str) -> int:
+    return os.stat(path).st_size

@@ -5,7 +5,12 @@ guard; their JSON schemas come from the type hints below. A refused request
 (invalid spec, unknown job, full queue, a key reused for another spec) is a
 tool error whose text says what is wrong; nothing is queued or changed then.
 
-    submit(spec, key, kind)               queue an experiment, idempotent per key
+    submit(spec, key, kind)               queue an experiment, idempotent per key; its
+                                          input schema holds the experiment's fields
+    experiment_schema()                   the experiment's JSON Schema (fields, types,
+                                          defaults, descriptions)
+    list_datasets(max_files_per_dataset)  the data files under the service's data roots,
+                                          per dataset, with their sizes
     status(job_id) / wait(job_id, timeout_s) / cancel(job_id) / list_jobs(...)
     compare(run_ids | sweep | experiment) the guard's verdict (table, or refusal)
     verify_elastic(spec, dp, resume_dp, key, wait_s)
@@ -20,12 +25,30 @@ another (an unknown argument such as ``submitter`` is ignored).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.fastmcp import FastMCP
+from pydantic import WithJsonSchema
 
+from orchestrator.experiment.schema import experiment_json_schema
 from orchestrator.service import client as service
 from orchestrator.service.admission import verify_request
+
+
+def spec_json_schema() -> dict[str, Any]:
+    """The experiment's JSON Schema as the schema of a tool's ``spec`` argument."""
+    schema = experiment_json_schema()
+    del schema["$schema"]  # the dialect is declared at a schema's root: the tool's inputSchema
+    return schema
+
+
+# FastMCP builds a tool's inputSchema from a pydantic model of its signature (its
+# func_metadata(), then model_json_schema()), where dict[str, Any] is an opaque "object".
+# WithJsonSchema puts the experiment's schema in its place, so tools/list shows an agent
+# every field, its type, default and description. It changes the advertised schema only:
+# the argument is still validated as a dict, and admission refuses a wrong spec with every
+# reason, in its own words.
+ExperimentSpec = Annotated[dict[str, Any], WithJsonSchema(spec_json_schema())]
 
 
 def build_server(root: str) -> FastMCP:
@@ -37,10 +60,25 @@ def build_server(root: str) -> FastMCP:
         return service.load_service(root)
 
     @mcp.tool()
-    def submit(spec: dict[str, Any], key: str, kind: str = "run") -> dict[str, Any]:
-        """Queue an experiment (a Zephon experiment as a JSON object: data, train, eval, ...).
-        A retry with the same key returns the same job; kind "plan" only plans it."""
+    def submit(spec: ExperimentSpec, key: str, kind: str = "run") -> dict[str, Any]:
+        """Queue an experiment (a Zephon experiment as a JSON object: data, train, eval, ...;
+        data.datasets from list_datasets; leave runs_root, data.cache_dir, tracking.uri and
+        model.args out, the service sets them). A retry with the same key returns the same
+        job; kind "plan" only plans it."""
         return service.submit(svc(), spec, key=key, kind=kind)
+
+    @mcp.tool()
+    def experiment_schema() -> dict[str, Any]:
+        """The JSON Schema of an experiment (submit's spec): every section and field, with
+        its type, default and description."""
+        return experiment_json_schema()
+
+    @mcp.tool()
+    def list_datasets(max_files_per_dataset: int = 1000) -> dict[str, Any]:
+        """The datasets under the service's data roots: per dataset its name, its data files
+        (absolute paths to put in a spec's data.datasets), their sizes in bytes and the
+        total; missing roots, and symlinks leaving the roots (skipped), are reported."""
+        return service.list_datasets(svc(), max_files_per_dataset=max_files_per_dataset)
 
     @mcp.tool()
     def status(job_id: str) -> dict[str, Any]:
@@ -96,7 +134,7 @@ def build_server(root: str) -> FastMCP:
 
     @mcp.tool()
     def verify_elastic(
-        spec: dict[str, Any],
+        spec: ExperimentSpec,
         dp: int,
         resume_dp: int,
         key: str,

@@ -1,0 +1,67 @@
+"""The MCP server's tool list, in process (FastMCP's own tools/list and tools/call): the
+experiment's schema is advertised in submit's input schema and as a tool, and the datasets
+are a tool. The stdio session end to end is tests/e2e/test_service.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp.server.fastmcp.exceptions import ToolError
+
+from orchestrator.experiment.schema import experiment_json_schema
+from orchestrator.service import client as service
+from orchestrator.service.mcp_server import build_server
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> str:
+    data = tmp_path / "data"
+    (data / "web").mkdir(parents=True)
+    (data / "web" / "part-0.jsonl").write_text('{"text": "hello"}\n')
+    svc = service.ServiceConfig(root=str(tmp_path / "svc"), data_roots=(str(data),))
+    svc.save()
+    return str(svc.path)
+
+
+def call(root: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A tool's JSON result, as a client reads its text content."""
+    content, _ = asyncio.run(build_server(root).call_tool(tool, arguments))
+    return json.loads(content[0].text)
+
+
+def test_tools_list_shows_the_experiment_schema_and_the_datasets(root: str) -> None:
+    tools = {t.name: t for t in asyncio.run(build_server(root).list_tools())}
+    assert {"submit", "verify_elastic", "experiment_schema", "list_datasets"} <= set(tools)
+    submit = tools["submit"].inputSchema
+    assert set(submit["required"]) == {"spec", "key"}
+    spec = submit["properties"]["spec"]
+    assert spec["type"] == "object" and spec["additionalProperties"] is False
+    assert {"name", "runs_root", "model", "data", "train", "eval", "resources", "tracking"} == set(
+        spec["properties"]
+    )
+    seq_len = spec["properties"]["data"]["properties"]["seq_len"]
+    assert seq_len == {"type": "integer", "default": 128, "description": "Tokens per sequence."}
+    assert tools["verify_elastic"].inputSchema["properties"]["spec"] == spec
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator.check_schema(submit)  # what a client may check
+
+
+def test_experiment_schema_and_list_datasets_tools(root: str) -> None:
+    assert call(root, "experiment_schema", {}) == experiment_json_schema()
+    listed = call(root, "list_datasets", {})
+    assert [(d["name"], d["file_count"]) for d in listed["datasets"]] == [("web", 1)]
+    assert listed == service.list_datasets(service.load_service(root))
+
+
+def test_a_wrong_spec_is_still_refused_by_admission_with_its_reasons(root: str) -> None:
+    # the advertised schema does not replace admission: a wrong spec reaches it and is
+    # refused with its reasons, and nothing is queued
+    with pytest.raises(ToolError, match="colour"):
+        asyncio.run(
+            build_server(root).call_tool("submit", {"spec": {"colour": "blue"}, "key": "k"})
+        )
+    assert sum(service.load_service(root).queue().counts().values()) == 0

@@ -9,6 +9,10 @@
                    [--threshold BITS_PER_BYTE] [--decide-on DOMAIN,...]
     zephon verify-elastic [-c FILE] [key=value ...] --dp A --resume-dp B [--split-step S]
     zephon sync    RUN_FOLDER
+    zephon fit     (--mixtures M.csv --scores S.csv --target COL[,COL] | RUN_ID ... | --sweep NAME
+                   | --experiment NAME) [--predict P.csv] [--folds K] [--seed S]
+    zephon propose (the same inputs) [--n N] [--min DOMAIN=X ...] [--max DOMAIN=X ...]
+                   [--tokens DOMAIN=N ... --budget N] [--max-epochs 4] [--seed S]
 
 The job service (``--root DIR``, default ``./zephon-service``; see orchestrator/service/client.py)::
 
@@ -118,8 +122,52 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--split-step", type=int, help="checkpoint step (default: half the steps)")
     p = command("sync", "send a run folder's pending metrics and artifacts to its MLflow run")
     p.add_argument("folder", help="run folder")
+    p = _search_parser(command, "fit", "fit mixture -> score models; k-fold figures per model")
+    p.add_argument("--predict", metavar="P.CSV", help="predict these mixtures (id, weights...)")
+    p = _search_parser(command, "propose", "the next mixtures to run, and whether to stop")
+    p.add_argument("--n", type=int, default=4, help="mixtures to propose (default 4)")
+    p.add_argument("--min", action="append", default=[], metavar="DOMAIN=X", help="least share")
+    p.add_argument("--max", action="append", default=[], metavar="DOMAIN=X", help="most share")
+    p.add_argument(
+        "--tokens",
+        action="append",
+        default=[],
+        metavar="DOMAIN=N",
+        help="a dataset's tokens: with --budget, caps its share at --max-epochs passes",
+    )
+    p.add_argument("--budget", type=float, help="tokens one run trains on")
+    p.add_argument("--max-epochs", type=float, default=4.0, help="repetition cap (default 4)")
+    p.add_argument("--prior", metavar="DOMAIN=X,...", help="reference mix (default uniform)")
+    p.add_argument("--decimals", type=int, default=3, help="decimals of every share")
+    p.add_argument(
+        "--min-gain",
+        type=float,
+        help="stop when no proposal may gain more (default: the replicate noise)",
+    )
     _service_parsers(command)
     return parser
+
+
+def _search_parser(
+    command: Callable[..., argparse.ArgumentParser], name: str, help_text: str
+) -> argparse.ArgumentParser:
+    """``fit`` and ``propose``: observations from tables or from Zephon runs."""
+    p = command(name, help_text)
+    p.add_argument("run_ids", nargs="*", help="MLflow run ids (the guard must accept them)")
+    p.add_argument("--sweep", help="all runs of this sweep")
+    p.add_argument("--experiment", help="all runs of this MLflow experiment")
+    p.add_argument("--tracking-uri", help="MLflow URI (default: ./mlflow.db)")
+    p.add_argument("--mixtures", metavar="M.CSV", help="id, then one weight column per domain")
+    p.add_argument("--scores", metavar="S.CSV", help="id, then score columns (lower is better)")
+    p.add_argument(
+        "--target",
+        metavar="COL,...",
+        help="score columns (tables) or held-out domains (runs); the objective is their mean",
+    )
+    p.add_argument("--models", metavar="NAME,...", help="models to validate (default all)")
+    p.add_argument("--folds", type=int, default=5, help="k of the k-fold validation")
+    p.add_argument("--seed", type=int, default=0, help="seed of folds, refits and proposals")
+    return p
 
 
 def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -236,6 +284,82 @@ def _sync(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return EXIT_OK, api.sync(args.folder)
 
 
+def _observations(args: argparse.Namespace) -> Any:
+    from orchestrator.search import read_tables
+    from orchestrator.search.runs import observations_from_runs
+
+    targets = args.target.split(",") if args.target else None
+    if args.mixtures or args.scores:
+        if not (args.mixtures and args.scores and targets):
+            raise ConfigError("tables need all three: --mixtures M.csv --scores S.csv --target COL")
+        if args.run_ids or args.sweep or args.experiment:
+            raise ConfigError("give tables (--mixtures/--scores) or runs, not both")
+        return read_tables(args.mixtures, args.scores, targets)
+    return observations_from_runs(
+        args.run_ids,
+        sweep=args.sweep,
+        experiment=args.experiment,
+        tracking_uri=args.tracking_uri,
+        targets=targets,
+    )
+
+
+def _fitted(args: argparse.Namespace) -> Any:
+    from orchestrator.search import fit
+
+    models = args.models.split(",") if args.models else None
+    return fit(_observations(args), models=models, folds=args.folds, seed=args.seed)
+
+
+def _fit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator.search.observations import read_mixtures
+
+    result = _fitted(args)
+    payload = result.to_json()
+    if args.predict:
+        ids, mixtures = read_mixtures(args.predict, result.observations.domains)
+        payload["predictions"] = [
+            {"id": run_id, "score": p.predicted, "interval": list(p.interval)}
+            for run_id, p in zip(ids, result.predictions(mixtures), strict=True)
+        ]
+    return EXIT_OK, payload
+
+
+def _propose(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from orchestrator.search import Bounds, propose
+
+    bounds = Bounds(_shares(args.min, "--min"), _shares(args.max, "--max"))
+    if args.tokens or args.budget:
+        if not (args.tokens and args.budget):
+            raise ConfigError("a repetition cap needs both --tokens DOMAIN=N ... and --budget N")
+        bounds = bounds.with_repetition_cap(
+            _shares(args.tokens, "--tokens"), args.budget, args.max_epochs
+        )
+    prior = _shares(args.prior.split(","), "--prior") if args.prior else None
+    proposal = propose(
+        _fitted(args),
+        count=args.n,
+        bounds=bounds,
+        seed=args.seed,
+        decimals=args.decimals,
+        min_gain=args.min_gain,
+        prior=prior,
+    )
+    return EXIT_OK, proposal.to_json()
+
+
+def _shares(pairs: list[str], option: str) -> dict[str, float]:
+    """``["code=0.2", ...]`` as ``{"code": 0.2}``; ConfigError naming ``option`` if malformed."""
+    shares = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        try:
+            shares[name.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(f"{option} {pair!r}: write DOMAIN=NUMBER, e.g. code=0.2") from None
+    return shares
+
+
 def _serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.service.client import ServiceConfig
     from orchestrator.service.scheduler import Scheduler
@@ -341,6 +465,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], tuple[int, dict[str, Any]]]] 
     "compare": _compare,
     "verify-elastic": _verify,
     "sync": _sync,
+    "fit": _fit,
+    "propose": _propose,
     "serve": _serve,
     "submit": _submit,
     "status": _job_command,

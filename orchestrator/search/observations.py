@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +117,56 @@ class Observations:
             )
 
 
+@dataclass(frozen=True)
+class RunRecord:
+    """One run as plain data: its id, token shares and scores (the inline form of a table row)."""
+
+    id: str
+    mixture: dict[str, float]
+    scores: dict[str, float]
+
+
+def observations_from_records(
+    records: Sequence[RunRecord], targets: Sequence[str], source: str = "the runs"
+) -> Observations:
+    """Observations of ``records`` on ``targets``; :class:`SearchError` lists every problem
+    (no target, a missing score, weights that are negative, not finite or sum to 0)."""
+    problems: list[str] = []
+    if not targets:
+        problems.append("no target given: name one or more score columns")
+    if not records:
+        problems.append(f"{source}: no runs")
+    domains = tuple(sorted({d for r in records for d in r.mixture}))
+    repeated = sorted(i for i, n in Counter(r.id for r in records).items() if n > 1)
+    if repeated:
+        problems.append(f"{source}: ids {repeated[:5]} appear more than once; ids must be unique")
+    for record in records:
+        weights = list(record.mixture.values())
+        if not all(_finite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
+            problems.append(
+                f"{source}: run {record.id!r} has weights {record.mixture}: use finite "
+                "weights >= 0, at least one > 0"
+            )
+        missing = [t for t in targets if t not in record.scores]
+        if missing:
+            problems.append(
+                f"{source}: run {record.id!r} has no score {missing}; it has "
+                f"{sorted(record.scores)}"
+            )
+        elif not all(_finite(record.scores[t]) for t in targets):
+            problems.append(f"{source}: run {record.id!r} has a score that is not a finite number")
+    if problems:
+        raise SearchError(problems)
+    mixtures = np.array([[float(r.mixture.get(d, 0.0)) for d in domains] for r in records])
+    return Observations(
+        ids=tuple(r.id for r in records),
+        domains=domains,
+        mixtures=mixtures / mixtures.sum(axis=1, keepdims=True),
+        targets=tuple(targets),
+        scores=np.array([[float(r.scores[t]) for t in targets] for r in records]),
+    )
+
+
 def read_tables(
     mixtures_csv: str | Path, scores_csv: str | Path, targets: Sequence[str]
 ) -> Observations:
@@ -126,27 +177,19 @@ def read_tables(
     must be in both files, once. Raises :class:`SearchError` listing every problem.
     """
     problems: list[str] = []
-    if not targets:
-        problems.append("no target column given: name one or more with --target COL[,COL...]")
     mixture_rows = _read_table(mixtures_csv, problems)
     score_rows = _read_table(scores_csv, problems)
     if problems or mixture_rows is None or score_rows is None:
         raise SearchError(problems)
-    mixture_header, mixture_table = mixture_rows
-    score_header, score_table = score_rows
-    domains = mixture_header[1:]
-    if not domains:
-        problems.append(f"{mixtures_csv}: no domain columns after the id column")
+    (mixture_header, mixture_table), (score_header, score_table) = mixture_rows, score_rows
     missing = [t for t in targets if t not in score_header[1:]]
     if missing:
         problems.append(
             f"{scores_csv}: no column {missing}; its score columns are {score_header[1:]}"
         )
-    only_mixtures = sorted(mixture_table.keys() - score_table.keys())
-    only_scores = sorted(score_table.keys() - mixture_table.keys())
     for ids, here, there in (
-        (only_mixtures, mixtures_csv, scores_csv),
-        (only_scores, scores_csv, mixtures_csv),
+        (sorted(mixture_table.keys() - score_table.keys()), mixtures_csv, scores_csv),
+        (sorted(score_table.keys() - mixture_table.keys()), scores_csv, mixtures_csv),
     ):
         if ids:
             problems.append(
@@ -155,29 +198,52 @@ def read_tables(
             )
     if problems:
         raise SearchError(problems)
-    ids = list(mixture_table)
-    weights = _numbers(mixture_table, ids, domains, mixtures_csv, problems)
-    columns = [score_header[1:].index(t) for t in targets]
-    scores = _numbers(
-        {i: [score_table[i][c] for c in columns] for i in ids}, ids, targets, scores_csv, problems
-    )
-    if weights is not None:
-        bad = [ids[r] for r in range(len(ids)) if (weights[r] < 0).any() or weights[r].sum() <= 0]
-        if bad:
-            problems.append(
-                f"{mixtures_csv}: rows {bad[:5]} have negative weights or weights summing to 0"
-            )
-    if problems or weights is None or scores is None:
+    records = [
+        RunRecord(
+            run_id,
+            _numbers(mixture_header[1:], cells, mixtures_csv, run_id, problems),
+            _numbers(score_header[1:], score_table[run_id], scores_csv, run_id, problems),
+        )
+        for run_id, cells in mixture_table.items()
+    ]
+    if problems:
+        raise SearchError(
+            problems[:10] + ([f"... {len(problems) - 10} more"] if len(problems) > 10 else [])
+        )
+    return observations_from_records(records, targets, source=f"{mixtures_csv}")
+
+
+def read_mixtures(path: str | Path, domains: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """The ids and mixtures (``(rows, len(domains))``, normalised, in ``domains`` order) of a
+    CSV file of an id column and weight columns; a domain it lacks gets 0, a column that is
+    not one of ``domains`` is refused (the fit knows nothing of it)."""
+    problems: list[str] = []
+    table = _read_table(path, problems)
+    if table is None:
         raise SearchError(problems)
-    order = np.argsort(domains, kind="stable")
-    observations = Observations(
-        ids=tuple(ids),
-        domains=tuple(domains[i] for i in order),
-        mixtures=(weights / weights.sum(axis=1, keepdims=True))[:, order],
-        targets=tuple(targets),
-        scores=scores,
-    )
-    return observations
+    header, rows = table
+    unknown = sorted(set(header[1:]) - set(domains))
+    if unknown:
+        raise SearchError(
+            [f"{path}: columns {unknown} are not domains of the fit ({', '.join(domains)})"]
+        )
+    records = [
+        RunRecord(run_id, _numbers(header[1:], cells, path, run_id, problems), {})
+        for run_id, cells in rows.items()
+    ]
+    if problems:
+        raise SearchError(problems)
+    weights = np.array([[r.mixture.get(d, 0.0) for d in domains] for r in records])
+    bad = [
+        r.id for r, row in zip(records, weights, strict=True) if (row < 0).any() or row.sum() <= 0
+    ]
+    if bad:
+        raise SearchError([f"{path}: rows {bad[:5]} have negative weights or weights summing to 0"])
+    return [r.id for r in records], weights / weights.sum(axis=1, keepdims=True)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _read_table(
@@ -191,8 +257,8 @@ def _read_table(
     except OSError as e:
         problems.append(f"cannot read {path}: {e.strerror or e}")
         return None
-    if len(rows) < 2:
-        problems.append(f"{path}: needs a header row and at least one data row")
+    if len(rows) < 2 or len(rows[0]) < 2:
+        problems.append(f"{path}: needs a header of an id and one or more columns, and data rows")
         return None
     header, body = rows[0], rows[1:]
     table: dict[str, list[str]] = {}
@@ -208,20 +274,13 @@ def _read_table(
 
 
 def _numbers(
-    table: dict[str, list[str]],
-    ids: list[str],
-    columns: Sequence[str],
-    path: str | Path,
-    problems: list[str],
-) -> np.ndarray | None:
-    """The cells of ``table`` as a finite float matrix; None with the problem noted."""
-    try:
-        values = np.array([[float(cell) for cell in table[i]] for i in ids], dtype=float)
-    except ValueError as e:
-        problems.append(f"{path}: a cell of columns {list(columns)} is not a number ({e})")
-        return None
-    if not np.isfinite(values).all():
-        row = ids[int(np.argwhere(~np.isfinite(values))[0][0])]
-        problems.append(f"{path}: row {row!r} has a value that is not finite")
-        return None
+    columns: Sequence[str], cells: Sequence[str], path: str | Path, run_id: str, problems: list[str]
+) -> dict[str, float]:
+    """``{column: float(cell)}``; a cell that is not a number is noted in ``problems``."""
+    values = {}
+    for column, cell in zip(columns, cells, strict=True):
+        try:
+            values[column] = float(cell)
+        except ValueError:
+            problems.append(f"{path}: run {run_id!r}, column {column!r}: {cell!r} is not a number")
     return values

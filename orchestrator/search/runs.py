@@ -1,0 +1,57 @@
+"""Observations from Zephon runs: only a set of runs the comparison guard accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from orchestrator.errors import SearchError
+from orchestrator.search.observations import Observations
+
+
+def observations_from_runs(
+    run_ids: list[str] | None = None,
+    *,
+    sweep: str | None = None,
+    experiment: str | None = None,
+    tracking_uri: str | None = None,
+    targets: list[str] | None = None,
+) -> Observations:
+    """Every run's mixture and held-out bits per byte at the comparison's eval step, for the
+    runs named (by id, or all runs of a sweep or MLflow experiment).
+
+    The guard checks them first (same data contract, recipe and initial weights; digests
+    agreeing within each variant): a refused set raises :class:`SearchError` with the
+    guard's reasons, since a fit across incomparable runs would learn the differences of
+    their set-ups. ``targets``: held-out domains whose mean is the objective (default all,
+    as the guard's aggregate). Replicates (seeds, dp sizes) are separate observations.
+    """
+    from orchestrator import guard
+    from orchestrator.tracking.tracker import Tracker, resolve_uri, training_run_ids
+
+    if not run_ids and not sweep and not experiment:
+        raise SearchError(["name the runs: run ids, a sweep or an experiment"])
+    uri = resolve_uri(tracking_uri, Path.cwd())
+    try:
+        ids = run_ids or training_run_ids(uri, experiment=experiment, sweep=sweep)
+        runs = guard.load_runs(Tracker(uri, experiment or "zephon"), list(ids))
+        comparison = guard.compare(runs, decide_on=targets)
+    except ValueError as e:  # unknown run, experiment or held-out domain
+        raise SearchError([str(e)]) from None
+    if not comparison.accepted:
+        raise SearchError(
+            [f"the guard refused these runs: {r.code}: {r.message}" for r in comparison.refusals]
+        )
+    step = comparison.eval_step
+    chosen = tuple(targets or comparison.domains)
+    domains = tuple(sorted({d for run in runs for d in run.mixture}))
+    mixtures = np.array([[float(run.mixture.get(d, 0.0)) for d in domains] for run in runs])
+    scores = np.array([[float(run.evals[step][t]) for t in chosen] for run in runs])
+    return Observations(
+        ids=tuple(run.run_id for run in runs),
+        domains=domains,
+        mixtures=mixtures / mixtures.sum(axis=1, keepdims=True),
+        targets=chosen,
+        scores=scores,
+    )

@@ -1,0 +1,93 @@
+"""Fitting: the models learn a known law, validation is out of sample, the choice is by it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+
+from orchestrator.errors import SearchError
+from orchestrator.search import Observations, fit
+from orchestrator.search.models import MODELS, MixtureModel
+from orchestrator.search.validation import cross_validate
+from tests.orchestrator.search.truths import observed, true_objective
+
+
+@pytest.mark.parametrize("name", ["mixing_law", "gaussian_process"])
+def test_a_model_fitted_on_a_known_law_ranks_unseen_mixtures(name: str) -> None:
+    training = observed(40, seed=1, noise=0.002)
+    fitted = MODELS[name]().fit(training, seed=0)
+    unseen = np.random.default_rng(9).dirichlet(np.ones(4), 200)
+    correlation = spearmanr(fitted.predict(unseen), true_objective(unseen)).statistic
+    assert correlation > 0.9
+
+
+def test_lightgbm_waits_for_enough_runs() -> None:
+    model = MODELS["lightgbm"]()
+    assert "needs 32 runs" in (model.unfit_reason(observed(20, seed=0)) or "")
+    assert model.unfit_reason(observed(40, seed=0)) is None
+
+
+@dataclass
+class Memoriser(MixtureModel):
+    """Predicts a seen mixture's own score, the mean elsewhere: perfect in sample, and
+    perfect out of sample too if a mixture's replicates leak across folds."""
+
+    name = "memoriser"
+    seen: dict[tuple[float, ...], float] | None = None
+    mean: float = 0.0
+
+    def unfit_reason(self, observations: Observations) -> str | None:
+        return None
+
+    def fit(self, observations: Observations, seed: int) -> Memoriser:
+        seen = {
+            tuple(m.round(6)): float(s)
+            for m, s in zip(observations.mixtures, observations.objective, strict=True)
+        }
+        return Memoriser(seen, float(observations.objective.mean()))
+
+    def predict(self, mixtures: np.ndarray) -> np.ndarray:
+        assert self.seen is not None
+        return np.array([self.seen.get(tuple(m.round(6)), self.mean) for m in mixtures])
+
+
+def test_validation_is_out_of_sample_and_keeps_replicates_together() -> None:
+    replicated = observed(30, seed=2, noise=0.05, replicates=2, flat=True)
+    score = cross_validate(Memoriser(), replicated, folds=5, seed=0)
+    # Held out, a mixture gets the training mean: no rank information unless replicates leak
+    # across folds, when the memoriser would rank them perfectly.
+    assert score.cv_spearman is not None and score.cv_spearman < 0.5
+    assert score.folds == 5 and score.cv_regret is not None and score.cv_regret >= 0
+
+
+def test_fit_reports_every_model_and_chooses_by_the_out_of_sample_figures() -> None:
+    result = fit(observed(24, seed=3, noise=0.002), folds=4, refits=4, seed=0)
+    report = result.to_json()
+    names = [m["name"] for m in report["models"]]
+    assert names == list(MODELS)
+    lightgbm = report["models"][names.index("lightgbm")]
+    assert lightgbm["cv_spearman"] is None and "needs 32 runs" in lightgbm["note"]
+    fitted = [m for m in report["models"] if m["cv_spearman"] is not None]
+    best = max(fitted, key=lambda m: (round(m["cv_spearman"], 2), -m["cv_regret"]))
+    assert report["model"] == best["name"]
+    assert report["runs"] == 24 and report["mixtures"] == 24
+
+
+def test_fit_is_deterministic_for_a_seed() -> None:
+    data = observed(16, seed=4, noise=0.01)
+    grid = np.random.default_rng(0).dirichlet(np.ones(4), 5)
+    first = fit(data, refits=4, seed=7).predictions(grid)
+    again = fit(data, refits=4, seed=7).predictions(grid)
+    assert first == again
+
+
+def test_too_few_mixtures_and_bad_requests_are_refused_before_fitting() -> None:
+    with pytest.raises(SearchError, match="3 distinct mixtures observed"):
+        fit(observed(3, seed=0))
+    with pytest.raises(SearchError, match="unknown model 'svm'"):
+        fit(observed(8, seed=0), models=["svm"])
+    with pytest.raises(SearchError, match="folds=1"):
+        fit(observed(8, seed=0), folds=1)

@@ -1,0 +1,82 @@
+"""Reading observations from tables: what a fit learns from, and the errors that say why not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestrator.errors import SearchError
+from orchestrator.search import read_tables
+from orchestrator.search.observations import read_mixtures
+
+REGMIX = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "regmix"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_two_tables_give_normalised_mixtures_and_the_mean_of_the_targets(tmp_path: Path) -> None:
+    mixtures = write(tmp_path / "m.csv", "id,web,code\nr1,3,1\nr2,1,1\nr3,1,3\n")
+    scores = write(tmp_path / "s.csv", "id,x,y,z\nr2,1.0,3.0,9\nr1,2.0,4.0,9\nr3,5,5,9\n")
+    observations = read_tables(mixtures, scores, ["x", "y"])
+    assert observations.domains == ("code", "web")  # sorted
+    assert observations.ids == ("r1", "r2", "r3")
+    np.testing.assert_allclose(observations.mixtures[0], [0.25, 0.75])
+    np.testing.assert_allclose(observations.objective, [3.0, 2.0, 5.0])  # matched by id
+
+
+def test_replicates_are_grouped_and_their_noise_pooled(tmp_path: Path) -> None:
+    mixtures = write(tmp_path / "m.csv", "id,a,b\n1,1,1\n2,0.5,0.5\n3,1,0\n4,2,0\n5,0,1\n")
+    scores = write(tmp_path / "s.csv", "id,loss\n1,1.0\n2,3.0\n3,5.0\n4,7.0\n5,1\n")
+    observations = read_tables(mixtures, scores, ["loss"])
+    assert sorted(len(g) for g in observations.mixture_groups()) == [1, 2, 2]
+    assert observations.replicate_noise() == pytest.approx(np.sqrt(2.0))  # (2 + 2) / 2 dof
+    best, mean = observations.best_observed()
+    assert mean == 1.0 and best.tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("mixtures", "scores", "targets", "says"),
+    [
+        ("id,a,b\n1,1,0\n", "id,loss\n2,1\n", ["loss"], "are not in"),
+        ("id,a,b\n1,1,0\n", "id,loss\n1,1\n", ["acc"], "no column ['acc']"),
+        ("id,a,b\n1,x,0\n", "id,loss\n1,1\n", ["loss"], "'x' is not a number"),
+        ("id,a,b\n1,-1,0\n", "id,loss\n1,1\n", ["loss"], "weights >= 0"),
+        ("id,a,b\n1,1,0\n1,0,1\n", "id,loss\n1,1\n", ["loss"], "appears twice"),
+        ("id,a,b\n1,1,0\n", "id,loss\n1,nan\n", ["loss"], "not a finite number"),
+        ("id,a,b\n1,1\n", "id,loss\n1,1\n", ["loss"], "2 cells, the header has 3"),
+    ],
+)
+def test_bad_tables_are_refused_with_what_is_wrong(
+    tmp_path: Path, mixtures: str, scores: str, targets: list[str], says: str
+) -> None:
+    with pytest.raises(SearchError) as refused:
+        read_tables(write(tmp_path / "m.csv", mixtures), write(tmp_path / "s.csv", scores), targets)
+    assert says in str(refused.value)
+
+
+def test_a_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SearchError, match=r"cannot read .*absent\.csv"):
+        read_tables(tmp_path / "absent.csv", tmp_path / "absent2.csv", ["loss"])
+
+
+def test_mixtures_to_predict_follow_the_fits_domains(tmp_path: Path) -> None:
+    path = write(tmp_path / "p.csv", "id,b\nq1,1\n")
+    ids, mixtures = read_mixtures(path, ("a", "b"))
+    assert ids == ["q1"] and mixtures.tolist() == [[0.0, 1.0]]
+    with pytest.raises(SearchError, match=r"columns \['zz'\] are not domains"):
+        read_mixtures(write(tmp_path / "q.csv", "id,zz\nq1,1\n"), ("a", "b"))
+
+
+def test_regmix_published_tables_read_whole() -> None:
+    observations = read_tables(
+        REGMIX / "train_mixture_1m.csv",
+        REGMIX / "train_pile_loss_1m.csv",
+        ["metric/the_pile_pile_cc_val_loss"],
+    )
+    assert observations.mixtures.shape == (512, 17)
+    np.testing.assert_allclose(observations.mixtures.sum(axis=1), 1.0)

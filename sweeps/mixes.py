@@ -93,6 +93,20 @@ class MixSpace:
     """Decimal places of every weight."""
     max_variants: int = 256
     """Most variants a request may yield."""
+    search: dict[str, Any] | None = None
+    """Search instead of a fixed list: ``{rounds, per_round, initial, seed, max_epochs}``
+    (:class:`sweeps.search.SearchSpec`); the generators above, if any, join its initial
+    design."""
+
+    @property
+    def requests_variants(self) -> bool:
+        """Whether a generator (explicit, grid, Dirichlet, perturbation) is asked for."""
+        return bool(
+            self.explicit
+            or self.grid_resolution is not None
+            or self.dirichlet_draws
+            or self.perturb_base is not None
+        )
 
 
 def override_strings(
@@ -225,6 +239,8 @@ def describe(space: MixSpace) -> dict[str, Any]:
         description["max"] = dict(space.max)
     description["decimals"] = space.decimals
     description["max_variants"] = space.max_variants
+    if space.search is not None:
+        description["search"] = dict(space.search)
     return description
 
 

@@ -151,6 +151,18 @@ class MixSweeper(Sweeper):
 
     def plan(self, arguments: list[str]) -> list[Job]:
         """Steps 1-3 of the module docstring: every job, validated; nothing launched."""
+        assert self.hydra_context is not None
+        loader = self.hydra_context.config_loader
+        jobs: list[Job] = []
+        for other in self.combinations(arguments):
+            base = experiment_from(loader.load_sweep_config(self.config, list(other)))
+            jobs += self.jobs_for(other, variants(self.space, sorted(base.data.datasets)))
+        self.validate_jobs(jobs)
+        return jobs
+
+    def combinations(self, arguments: list[str]) -> list[list[str]]:
+        """The ordinary overrides crossed like Hydra's basic sweeper (``[[]]``: none), after
+        refusing those the sweeper sets itself and bad replicate lists."""
         assert self.config is not None and self.hydra_context is not None
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
@@ -175,7 +187,6 @@ class MixSweeper(Sweeper):
                         f"{', '.join(SEED_KEYS)} itself; list the seeds there instead"
                     ]
                 )
-        combinations = BasicSweeper.split_arguments(parsed, None)[0] or [[]]
         if any(k < 1 for k in self.replicate_dp) or len(set(self.replicate_dp)) != len(
             self.replicate_dp
         ):
@@ -187,18 +198,27 @@ class MixSweeper(Sweeper):
             raise ExperimentError(
                 [f"hydra.sweeper.replicate_seeds={seeds}: use distinct seeds >= 0"]
             )
-        jobs: list[Job] = []
-        for other in combinations:
-            base = experiment_from(loader.load_sweep_config(self.config, list(other)))
-            for mixture in variants(self.space, sorted(base.data.datasets)):
-                for seed in seeds or [None]:
-                    for dp in self.replicate_dp or [None]:
-                        overrides = [*other, *override_strings(mixture, self.space.decimals)]
-                        if seed is not None:
-                            overrides += [f"{key}={seed}" for key in SEED_KEYS]
-                        if dp is not None:
-                            overrides.append(f"resources.dp={dp}")
-                        jobs.append(Job(overrides, mixture, dp, list(other), seed))
+        return [list(c) for c in BasicSweeper.split_arguments(parsed, None)[0]] or [[]]
+
+    def jobs_for(self, other: list[str], mixtures: list[dict[str, float]]) -> list[Job]:
+        """One job per mixture x replicate seed x replicate dp, under the overrides ``other``."""
+        jobs = []
+        for mixture in mixtures:
+            for seed in self.replicate_seeds or [None]:
+                for dp in self.replicate_dp or [None]:
+                    overrides = [*other, *override_strings(mixture, self.space.decimals)]
+                    if seed is not None:
+                        overrides += [f"{key}={seed}" for key in SEED_KEYS]
+                    if dp is not None:
+                        overrides.append(f"resources.dp={dp}")
+                    jobs.append(Job(overrides, mixture, dp, list(other), seed))
+        return jobs
+
+    def validate_jobs(self, jobs: list[Job]) -> None:
+        """Compose and validate every job like any experiment; ExperimentError lists every
+        problem of every job."""
+        assert self.hydra_context is not None
+        loader = self.hydra_context.config_loader
         problems: list[str] = []
         for number, job in enumerate(jobs):
             try:
@@ -207,13 +227,45 @@ class MixSweeper(Sweeper):
                 problems += [f"job {number} ({' '.join(job.overrides)}): {p}" for p in e.problems]
         if problems:
             raise ExperimentError(problems)
-        return jobs
 
     # -- the sweep ------------------------------------------------------------------------
 
     def sweep(self, arguments: list[str]) -> list[JobReturn]:
         assert self.config is not None and self.launcher is not None
+        if self.space.search is not None:
+            from sweeps.search import MixSearch
+
+            return MixSearch(self).sweep(arguments)
         jobs = self.plan(arguments)
+        opened = self.open_sweep(self.description(jobs), len(jobs))
+        results = self.launch(opened, jobs, first_number=0)
+        outcomes = [job_outcome(job, r) for job, r in zip(jobs, results, strict=True)]
+        parent = opened.parent
+        verdict = parent.compare(outcomes, opened.folder) if self.compare else None
+        summary = {
+            "sweep": opened.name,
+            "parent_run_id": parent.run_id,
+            "tracking_uri": parent.uri,
+            "jobs": outcomes,
+            "comparison": verdict,
+        }
+        (opened.folder / SWEEP_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        failed = [o for o in outcomes if o["status"] != "succeeded"]
+        refused = verdict is not None and not verdict.get("accepted", False)
+        parent.finish(status="FAILED" if failed or refused else "FINISHED")
+        print(sweep_report(summary, opened.folder, self.space.decimals))
+        if failed or refused:
+            reasons = [f"job {o['job']} {o['status']}: {o['error']}" for o in failed]
+            if refused:
+                reasons += [r["message"] for r in verdict.get("refusals", [])] or [
+                    str(verdict.get("error"))
+                ]
+            raise SweepFailed(f"{opened.name}: " + "\n".join(reasons))
+        return results
+
+    def open_sweep(self, description: dict[str, Any], jobs: int) -> OpenSweep:
+        """The sweep's folder, name and parent MLflow run (reopened when resuming)."""
+        assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -222,10 +274,20 @@ class MixSweeper(Sweeper):
         if self.config.get("dry_run"):  # plans only: nothing to track
             parent = _ParentRun(uri="", experiment=base.tracking.experiment, run_id=None)
         elif self.resume:
-            parent = _ParentRun.reopen(base, name, self._description(jobs))
+            parent = _ParentRun.reopen(base, name, description)
         else:
-            parent = _ParentRun.start(base, name, self._description(jobs))
-        log.info("%s: %d jobs, parent MLflow run %s", name, len(jobs), parent.run_id)
+            parent = _ParentRun.start(base, name, description)
+        log.info("%s: %d jobs, parent MLflow run %s", name, jobs, parent.run_id)
+        return OpenSweep(sweep_dir, name, base.runs_root, parent)
+
+    def launch(self, opened: OpenSweep, jobs: list[Job], first_number: int) -> list[JobReturn]:
+        """Run ``jobs``, numbered from ``first_number``, through the configured launcher.
+
+        An interrupt ends the parent run KILLED and raises ``Interrupted`` with the jobs not
+        started and the command that continues the sweep; a launcher that fails (e.g. a job
+        Slurm cancelled) ends it FAILED and raises :class:`SweepFailed` the same way."""
+        assert self.launcher is not None
+        name, parent = opened.name, opened.parent
         job_overrides = [
             [
                 *job.overrides,
@@ -234,10 +296,11 @@ class MixSweeper(Sweeper):
                 *([f"sweep.parent_run_id={parent.run_id}"] if parent.run_id else []),
                 *(["resume=true"] if self.resume else []),
             ]
-            for number, job in enumerate(jobs)
+            for number, job in enumerate(jobs, start=first_number)
         ]
+        last = first_number + len(jobs)
         try:
-            results = list(self.launcher.launch(job_overrides, initial_job_idx=0))
+            results = list(self.launcher.launch(job_overrides, initial_job_idx=first_number))
             if interrupts.requested():
                 raise interrupts.Interrupted()
         except BaseException as error:
@@ -252,35 +315,12 @@ class MixSweeper(Sweeper):
                     "\n".join(
                         [
                             f"{name}: the launcher failed: {type(error).__name__}: {said}",
-                            *self._unfinished(name, base.runs_root, len(jobs)),
+                            *self._unfinished(name, opened.runs_root, last),
                         ]
                     )
                 ) from None
             parent.finish(status="KILLED")
-            raise interrupts.Interrupted(
-                self._unfinished(name, base.runs_root, len(jobs))
-            ) from None
-        outcomes = [_outcome(job, r) for job, r in zip(jobs, results, strict=True)]
-        verdict = parent.compare(outcomes, sweep_dir) if self.compare else None
-        summary = {
-            "sweep": name,
-            "parent_run_id": parent.run_id,
-            "tracking_uri": parent.uri,
-            "jobs": outcomes,
-            "comparison": verdict,
-        }
-        (sweep_dir / SWEEP_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
-        failed = [o for o in outcomes if o["status"] != "succeeded"]
-        refused = verdict is not None and not verdict.get("accepted", False)
-        parent.finish(status="FAILED" if failed or refused else "FINISHED")
-        print(_report(summary, sweep_dir, self.space.decimals))
-        if failed or refused:
-            reasons = [f"job {o['job']} {o['status']}: {o['error']}" for o in failed]
-            if refused:
-                reasons += [r["message"] for r in verdict.get("refusals", [])] or [
-                    str(verdict.get("error"))
-                ]
-            raise SweepFailed(f"{name}: " + "\n".join(reasons))
+            raise interrupts.Interrupted(self._unfinished(name, opened.runs_root, last)) from None
         return results
 
     def _unfinished(self, name: str, runs_root: str, jobs: int) -> list[str]:
@@ -301,7 +341,8 @@ class MixSweeper(Sweeper):
         )
         return lines
 
-    def _description(self, jobs: list[Job]) -> dict[str, Any]:
+    def description(self, jobs: list[Job]) -> dict[str, Any]:
+        """The sweep as parent-run parameters (a continued sweep must match them)."""
         return {
             "jobs": len(jobs),
             "variants": len({mix_label(j.mixture, self.space.decimals) for j in jobs}),
@@ -310,6 +351,19 @@ class MixSweeper(Sweeper):
             **{f"mix.{k}": v for k, v in describe(self.space).items()},
             **{f"sweep.{k}": v for k, v in self.params.items()},
         }
+
+
+@dataclass(frozen=True)
+class OpenSweep:
+    """A started (or reopened) sweep: where its files go and its parent MLflow run."""
+
+    folder: Path
+    """Hydra's sweep folder: multirun.yaml, sweep.json, comparisons."""
+    name: str
+    """The sweep's name: its parent run's name and its run folders' prefix."""
+    runs_root: str
+    """Where the jobs' run folders are."""
+    parent: _ParentRun
 
 
 def _seed_label(seed: int | None) -> str:
@@ -335,7 +389,7 @@ def _plain(node: DictConfig) -> dict[str, Any]:
     return {str(k): v for k, v in container.items()}
 
 
-def _outcome(job: Job, result: JobReturn) -> dict[str, Any]:
+def job_outcome(job: Job, result: JobReturn) -> dict[str, Any]:
     """What one job left, as plain data for sweep.json and the report."""
     outcome: dict[str, Any] = {
         "job": int(result.hydra_cfg.hydra.job.num) if result.hydra_cfg else None,
@@ -498,7 +552,7 @@ class _ParentRun:
         Tracker(self.uri, self.experiment).end_run(self.run_id, status)
 
 
-def _report(summary: dict[str, Any], sweep_dir: Path, decimals: int) -> str:
+def sweep_report(summary: dict[str, Any], sweep_dir: Path, decimals: int) -> str:
     """What the user reads at the end of a sweep: the table (or why not) and where to look."""
     verdict = summary["comparison"] or {}
     lines = [

@@ -17,7 +17,11 @@ gain under refit ``b`` is ``f_b(x*) - f_b(x)``. Stop when the optimistic gain (t
 percentile over refits) of every proposal is at most ``min_gain``: even the fit's most
 hopeful reading says no proposal beats the best run by more than a run can resolve.
 ``min_gain`` defaults to the pooled replicate noise of the objective (0 without
-replicates).
+replicates). A fit whose out-of-sample Spearman correlation is below
+:data:`STOP_MIN_SPEARMAN` says stop only when replicates show the runs flat (one-way
+ANOVA of the objective by mixture: p > 0.05, the mixtures differ no more than their
+replicates): otherwise a fit that cannot rank the mixtures it has seen (a near-constant
+Gaussian process on four runs, say) knows nothing of those it has not.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ POOL_SIZE = 4096
 """Candidate mixtures each refit is minimised over."""
 LOCAL_DRAWS = 256
 """Draws around each refit's minimum to refine it."""
+STOP_MIN_SPEARMAN = 0.5
+"""Least out-of-sample Spearman correlation of the chosen model for the stop signal to fire."""
 REPETITION_EPOCHS = 4.0
 """Default cap: a dataset may be seen at most this many times in a run's token budget."""
 
@@ -230,9 +236,39 @@ def _stop_signal(
         f"(95th percentile of {len(result.refits)} refits), against a minimum gain of "
         f"{floor:.4g}" + (" (the replicate noise)" if min_gain is None and noise > 0 else "")
     )
+    chosen = next(s for s in result.scores if s.name == result.model.name)
+    ranks = chosen.cv_spearman is not None and chosen.cv_spearman >= STOP_MIN_SPEARMAN
+    flat = _flat_by_replicates(result.observations)
+    if not ranks and flat is None:
+        return StopSignal(
+            False,
+            f"continue: the fit ranks held-out mixtures with Spearman {chosen.cv_spearman:.2f} "
+            f"< {STOP_MIN_SPEARMAN}, too poorly to rule anything out, and no replicates "
+            f"show the runs flat; {what}",
+        )
+    if not ranks and flat is not None and flat <= 0.05:
+        return StopSignal(
+            False,
+            f"continue: the fit ranks held-out mixtures with Spearman {chosen.cv_spearman:.2f} "
+            f"< {STOP_MIN_SPEARMAN} although the mixtures differ beyond their replicates "
+            f"(ANOVA p = {flat:.3g}); {what}",
+        )
     if optimistic[best] <= floor:
         return StopSignal(True, f"stop: {what}; no proposal is likely to beat the best run")
     return StopSignal(False, f"continue: {what}")
+
+
+def _flat_by_replicates(observations: Observations) -> float | None:
+    """The p-value of a one-way ANOVA of the objective by mixture (large: the mixtures differ
+    no more than their replicates); None without replicates."""
+    from scipy.stats import f_oneway
+
+    objective = observations.objective
+    groups = [objective[rows] for rows in observations.mixture_groups()]
+    if all(len(g) < 2 for g in groups) or len(groups) < 2:
+        return None
+    p_value = f_oneway(*groups).pvalue
+    return float(p_value) if np.isfinite(p_value) else None
 
 
 @dataclass(frozen=True)

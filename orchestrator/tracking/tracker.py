@@ -581,6 +581,15 @@ class Tracker:
             for path in paths:
                 self.client.log_artifact(run_id, str(path))
 
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
+        """Log ``metrics`` at ``step`` into the run ``run_id`` (a search's round figures)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(key, float(value), now, step) for key, value in sorted(metrics.items())]
+        with _mlflow_errors(self.uri, f"logging metrics to MLflow run {run_id}"):
+            self.client.log_batch(run_id, metrics=batch, synchronous=True)
+
     def find_runs(self, filter_string: str) -> list[Any]:
         """Runs of this tracker's experiment matching MLflow's ``filter_string``."""
         with _mlflow_errors(self.uri, "searching MLflow runs"):

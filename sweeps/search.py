@@ -1,0 +1,438 @@
+"""The searching sweep: ``hydra.sweeper.mix.search={rounds, per_round, initial, seed}``.
+
+::
+
+    zephon-run -m hydra/sweeper=zephon_mix hydra/launcher=zephon \\
+        'hydra.sweeper.mix.search={rounds: 3, per_round: 2, initial: 4, seed: 0}' \\
+        'hydra.sweeper.replicate_seeds=[0,1]'
+
+Order of work (nothing is launched until step 1 passes)::
+
+    1. bounds = mix.min / mix.max, each dataset capped at max_epochs passes over its tokens
+       in one run; the initial design = the uniform mix, the token-proportional mix and
+       `initial` seeded Dirichlet draws (plus any mix.explicit / grid / ... variants);
+       every job composed and validated
+    2. round 0 runs the design; each round's runs (x replicate_seeds x replicate_dp) are
+       compared by the guard together with every accepted run before them, as a child
+       comparison run of the parent: a refused round ends the search (nothing it trained
+       feeds a fit)
+    3. fit (orchestrator.search.fit) on every accepted run -> propose `per_round` mixtures
+       -> the next round; until the stop signal or `rounds` rounds
+    4. confirmation: the recommended mixture against the best of the initial design and
+       against the token-proportional mix, under the sweep's seeds and dp sizes (runs of
+       those mixtures made before are reused), decided by the guard into the parent run
+
+The state (each round's mixtures, job numbers, runs, verdict and proposal) is kept in
+``<runs_root>/<sweep>.search.json`` and written before each round is launched, so
+``hydra.sweeper.resume=<sweep>`` continues from the last finished round with the same
+proposals. The parent run holds the trajectory (metrics per round), the state file and
+the plots ``search_trajectory.png`` and ``search_predictions.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hydra.core.utils import JobReturn
+
+from orchestrator.errors import ExperimentError
+from orchestrator.search import Bounds, Observations, Proposal, fit, initial_design, propose
+from orchestrator.search.budget import dataset_tokens, token_budget
+from orchestrator.search.observations import MIN_DISTINCT_MIXTURES
+from sweeps.config import experiment_from
+from sweeps.mixes import mix_label, variants
+from sweeps.sweeper import SWEEP_FILE, SweepFailed, job_outcome, sweep_report
+
+if TYPE_CHECKING:
+    from sweeps.sweeper import Job, MixSweeper
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """``hydra.sweeper.mix.search``: how long to search and how many runs a round."""
+
+    rounds: int = 2
+    """Rounds of fit -> propose -> run after the initial design (fewer if it stops)."""
+    per_round: int = 2
+    """Mixtures proposed per round (each run under every replicate seed and dp size)."""
+    initial: int = 2
+    """Dirichlet draws in the initial design, besides the uniform and token-proportional mix."""
+    seed: int = 0
+    """Seed of the draws, the folds, the bootstrap refits and the proposals."""
+    max_epochs: float = 4.0
+    """A dataset's share is capped at this many passes over its tokens in one run."""
+    min_gain: float | None = None
+    """The stop signal's least worthwhile gain in the objective; None: the replicate noise."""
+    stop: bool = True
+    """End at the stop signal; false: run every round whatever it says."""
+
+    @classmethod
+    def from_config(cls, values: dict[str, Any]) -> SearchSpec:
+        """The spec of ``values``; ExperimentError naming every unknown key or bad value."""
+        known = {f.name for f in fields(cls)}
+        problems = [
+            f"hydra.sweeper.mix.search.{key}: unknown; use {sorted(known)}"
+            for key in sorted(set(values) - known)
+        ]
+        if problems:
+            raise ExperimentError(problems)
+        spec = cls(**values)
+        for name, least in (("rounds", 0), ("per_round", 1), ("initial", 0), ("seed", 0)):
+            value = getattr(spec, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                problems.append(
+                    f"hydra.sweeper.mix.search.{name}={value!r}: use a whole number >= {least}"
+                )
+        if not isinstance(spec.stop, bool):
+            problems.append(f"hydra.sweeper.mix.search.stop={spec.stop!r}: use true or false")
+        if not spec.max_epochs > 0:
+            problems.append(f"hydra.sweeper.mix.search.max_epochs={spec.max_epochs}: use > 0")
+        if problems:
+            raise ExperimentError(problems)
+        return spec
+
+
+@dataclass
+class SearchRound:
+    """One round: its mixtures and, once finished, its runs, verdict and the proposal made
+    after it."""
+
+    number: int
+    """0: the initial design; -1: the confirmation."""
+    mixtures: list[dict[str, float]]
+    first_job: int
+    """The job number (run folder ``<sweep>-<number>``) of the round's first job."""
+    predicted: list[float | None] = field(default_factory=list)
+    """Per mixture, the objective the fit predicted when it proposed it (None: not proposed)."""
+    outcomes: list[dict[str, Any]] = field(default_factory=list)
+    accepted: bool | None = None
+    """The guard's verdict on every accepted run so far plus this round's (None: not run)."""
+    comparison_run_id: str | None = None
+    refusals: list[str] = field(default_factory=list)
+    proposal: dict[str, Any] | None = None
+    """``propose(...).to_json()`` of the fit on every accepted run up to this round."""
+    proposal_inputs: dict[str, Any] | None = None
+    """What made ``proposal``: ``fit(observations_from_runs(run_ids), seed=seed)`` then
+    ``propose(..., count, bounds, seed, decimals, prior)``, so that anyone can redo it."""
+
+    @property
+    def finished(self) -> bool:
+        return self.accepted is not None
+
+
+@dataclass
+class SearchState:
+    """Every round so far, kept in a file so that a continued search picks up where it was."""
+
+    path: Path
+    rounds: list[SearchRound] = field(default_factory=list)
+    confirmation: SearchRound | None = None
+
+    @classmethod
+    def load(cls, path: Path) -> SearchState:
+        """The state in ``path``; empty if there is none (interrupted before round 0)."""
+        if not path.exists():
+            return cls(path)
+        data = json.loads(path.read_text())
+        confirmation = data.get("confirmation")
+        return cls(
+            path,
+            [SearchRound(**r) for r in data["rounds"]],
+            SearchRound(**confirmation) if confirmation else None,
+        )
+
+    def save(self) -> None:
+        """Write the state (atomically: a crash leaves the previous one)."""
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        temporary.replace(self.path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rounds": [asdict(r) for r in self.rounds],
+            "confirmation": asdict(self.confirmation) if self.confirmation else None,
+        }
+
+
+def proposal_from_inputs(inputs: dict[str, Any], observations: Observations) -> Proposal:
+    """The proposal a round's ``proposal_inputs`` describe, on ``observations`` of its runs:
+    deterministic, so redoing it gives the mixtures the round ran."""
+    bounds = Bounds(inputs["bounds"]["lower"], inputs["bounds"]["upper"])
+    return propose(
+        fit(observations, seed=inputs["seed"]),
+        count=inputs["count"],
+        bounds=bounds,
+        seed=inputs["seed"],
+        decimals=inputs["decimals"],
+        prior=inputs["prior"],
+        min_gain=inputs["min_gain"],
+    )
+
+
+class MixSearch:
+    """The searching mode of :class:`~sweeps.sweeper.MixSweeper` (module docstring)."""
+
+    def __init__(self, sweeper: MixSweeper) -> None:
+        self.sweeper = sweeper
+        self.space = sweeper.space
+        assert self.space.search is not None
+        self.spec = SearchSpec.from_config(dict(self.space.search))
+        self.results: list[JobReturn] = []
+
+    def sweep(self, arguments: list[str]) -> list[JobReturn]:
+        """Steps 1-4 of the module docstring."""
+        sweeper, spec = self.sweeper, self.spec
+        assert sweeper.config is not None and sweeper.hydra_context is not None
+        combinations = sweeper.combinations(arguments)
+        if len(combinations) != 1:
+            raise ExperimentError(
+                [
+                    f"a search runs one setting; these arguments sweep {len(combinations)} "
+                    "(e.g. train.steps=10,20): run one search per setting"
+                ]
+            )
+        if sweeper.config.get("dry_run"):
+            raise ExperimentError(["a search fits trained runs' scores: drop dry_run"])
+        self.other = combinations[0]
+        loader = sweeper.hydra_context.config_loader
+        base = experiment_from(loader.load_sweep_config(sweeper.config, list(self.other)))
+        domains = sorted(base.data.datasets)
+        self.tokens = dataset_tokens(base)
+        self.bounds = Bounds(dict(self.space.min), dict(self.space.max)).with_repetition_cap(
+            self.tokens, token_budget(base), spec.max_epochs
+        )
+        decimals = self.space.decimals
+        design = initial_design(
+            domains,
+            prior=self.tokens,
+            draws=spec.initial,
+            seed=spec.seed,
+            bounds=self.bounds,
+            decimals=decimals,
+        )
+        self.token_proportional = initial_design(
+            domains, prior=self.tokens, draws=0, seed=0, bounds=self.bounds, decimals=decimals
+        )[-1]
+        if self.space.requests_variants:
+            design += [m for m in variants(self.space, domains) if m not in design]
+        if len(design) < MIN_DISTINCT_MIXTURES:
+            raise ExperimentError(
+                [
+                    f"the initial design has {len(design)} distinct mixtures; a fit needs "
+                    f"{MIN_DISTINCT_MIXTURES}: raise hydra.sweeper.mix.search.initial"
+                ]
+            )
+        design_jobs = sweeper.jobs_for(self.other, design)
+        sweeper.validate_jobs(design_jobs)
+        opened = sweeper.open_sweep(sweeper.description(design_jobs), len(design_jobs))
+        if opened.parent.run_id is None:
+            opened.parent.finish("FAILED")
+            raise ExperimentError(
+                [
+                    "a search reads its runs' scores from MLflow: the tracking store must be reachable"
+                ]
+            )
+        self.opened = opened
+        path = Path(opened.runs_root) / f"{opened.name}.search.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = SearchState.load(path) if sweeper.resume else SearchState(path)
+        accepted = self._rounds(state, design)
+        verdict = self._confirm(state, accepted)
+        return self._finish(state, verdict)
+
+    # -- rounds ---------------------------------------------------------------------------
+
+    def _rounds(self, state: SearchState, design: list[dict[str, float]]) -> list[str]:
+        """Run (or take from ``state``) every round; the accepted runs' MLflow ids."""
+        accepted: list[str] = []
+        mixtures: list[dict[str, float]] = design
+        predicted: list[float | None] = [None] * len(design)
+        next_job = 0
+        for number in range(self.spec.rounds + 1):
+            if number < len(state.rounds):
+                record = state.rounds[number]
+            else:
+                record = SearchRound(number, mixtures, next_job, predicted)
+                state.rounds.append(record)
+                state.save()  # the proposals are fixed before anything of the round runs
+            jobs = self.sweeper.jobs_for(self.other, record.mixtures)
+            if not record.finished:
+                self._run_round(state, record, jobs, accepted)
+            accepted += [o["mlflow_run_id"] for o in record.outcomes]
+            next_job = record.first_job + len(jobs)
+            if record.proposal is None:
+                record.proposal_inputs = {
+                    "run_ids": list(accepted),
+                    "seed": self.spec.seed + number,
+                    "count": self.spec.per_round,
+                    "bounds": {"lower": dict(self.bounds.lower), "upper": dict(self.bounds.upper)},
+                    "decimals": self.space.decimals,
+                    "prior": self.tokens,
+                    "min_gain": self.spec.min_gain,
+                }
+                record.proposal = self._propose(record.proposal_inputs).to_json()
+                state.save()
+            stop = record.proposal["stop"]
+            log.info("%s round %d: %s", self.opened.name, number, stop["reason"])
+            if (stop["stop"] and self.spec.stop) or number == self.spec.rounds:
+                break
+            mixtures = [p["mixture"] for p in record.proposal["proposals"]]
+            predicted = [p["predicted"] for p in record.proposal["proposals"]]
+        return accepted
+
+    def _run_round(
+        self, state: SearchState, record: SearchRound, jobs: list[Job], accepted: list[str]
+    ) -> None:
+        """Launch the round's jobs, then the guard on every accepted run plus these."""
+        from orchestrator.run import api
+
+        results = self.sweeper.launch(self.opened, jobs, record.first_job)
+        self.results += results
+        record.outcomes = [job_outcome(job, r) for job, r in zip(jobs, results, strict=True)]
+        failed = [o for o in record.outcomes if o["status"] != "succeeded"]
+        if failed:
+            state.save()
+            self._fail([f"job {o['job']} {o['status']}: {o['error']}" for o in failed])
+        parent = self.opened.parent
+        verdict = api.compare(
+            [*accepted, *(o["mlflow_run_id"] for o in record.outcomes)],
+            tracking_uri=parent.uri,
+            experiment=parent.experiment,
+            parent_run_id=parent.run_id,
+            workdir=self.opened.folder / "comparison" / f"round-{record.number}",
+        )
+        record.accepted = bool(verdict["accepted"])
+        record.comparison_run_id = verdict.get("comparison_run_id")
+        record.refusals = [r["message"] for r in verdict.get("refusals", [])]
+        state.save()
+        if not record.accepted:
+            self._fail(
+                [f"round {record.number} refused by the guard: {r}" for r in record.refusals]
+            )
+
+    def _propose(self, inputs: dict[str, Any]) -> Proposal:
+        """The proposal ``inputs`` (a round's ``proposal_inputs``) describe."""
+        return proposal_from_inputs(inputs, self._observations(inputs["run_ids"]))
+
+    def _observations(self, run_ids: list[str]) -> Observations:
+        from orchestrator.search.runs import observations_from_runs
+
+        parent = self.opened.parent
+        return observations_from_runs(
+            run_ids, tracking_uri=parent.uri, experiment=parent.experiment
+        )
+
+    # -- confirmation ---------------------------------------------------------------------
+
+    def _confirm(self, state: SearchState, accepted: list[str]) -> dict[str, Any] | None:
+        """The recommended mixture against the best initial and the token-proportional mix,
+        decided by the guard into the parent run (None: they are one mixture)."""
+        from orchestrator.run import api
+
+        observations = self._observations(accepted)
+        last = state.rounds[-1]
+        assert last.proposal is not None
+        arms = [last.proposal["recommended"]["mixture"]]
+        for mixture in (self._best_initial(state, observations), self.token_proportional):
+            if mixture not in arms:
+                arms.append(mixture)
+        earlier = {
+            self._job_key(o["mixture"], o["seed"], o["dp"]): o
+            for r in state.rounds
+            for o in r.outcomes
+        }
+        wanted = self.sweeper.jobs_for(self.other, arms)
+        missing = [j for j in wanted if self._job_key(j.mixture, j.seed, j.dp) not in earlier]
+        record = state.confirmation
+        if record is None:
+            last_jobs = self.sweeper.jobs_for(self.other, last.mixtures)
+            record = SearchRound(-1, [j.mixture for j in missing], last.first_job + len(last_jobs))
+            state.confirmation = record
+            state.save()
+        if missing and not record.outcomes:
+            results = self.sweeper.launch(self.opened, missing, record.first_job)
+            self.results += results
+            record.outcomes = [job_outcome(job, r) for job, r in zip(missing, results, strict=True)]
+            state.save()
+        failed = [o for o in record.outcomes if o["status"] != "succeeded"]
+        if failed:
+            self._fail([f"job {o['job']} {o['status']}: {o['error']}" for o in failed])
+        if len(arms) < 2:
+            return None
+        made = {self._job_key(o["mixture"], o["seed"], o["dp"]): o for o in record.outcomes}
+        run_ids = [
+            {**earlier, **made}[self._job_key(j.mixture, j.seed, j.dp)]["mlflow_run_id"]
+            for j in wanted
+        ]
+        parent = self.opened.parent
+        return api.compare(
+            run_ids,
+            tracking_uri=parent.uri,
+            experiment=parent.experiment,
+            into_run_id=parent.run_id,
+            workdir=self.opened.folder / "comparison" / "confirmation",
+        )
+
+    def _best_initial(self, state: SearchState, observations: Observations) -> dict[str, float]:
+        """The initial design's mixture with the best mean objective over its runs."""
+        objective = dict(zip(observations.ids, observations.objective, strict=True))
+        means = {}
+        for outcome in state.rounds[0].outcomes:
+            label = mix_label(outcome["mixture"], self.space.decimals)
+            means.setdefault(label, (outcome["mixture"], []))[1].append(
+                objective[outcome["mlflow_run_id"]]
+            )
+        return min(means.values(), key=lambda pair: sum(pair[1]) / len(pair[1]))[0]
+
+    def _job_key(self, mixture: dict[str, float], seed: int | None, dp: int | None) -> str:
+        return f"{mix_label(mixture, self.space.decimals)} seed={seed} dp={dp}"
+
+    # -- the end --------------------------------------------------------------------------
+
+    def _finish(self, state: SearchState, verdict: dict[str, Any] | None) -> list[JobReturn]:
+        """Trajectory, plots and state into the parent run; sweep.json; the report."""
+        from orchestrator.tracking.tracker import Tracker
+        from sweeps.search_report import plot_search, report_lines, trajectory
+
+        parent, folder = self.opened.parent, self.opened.folder
+        accepted = [o["mlflow_run_id"] for r in state.rounds for o in r.outcomes]
+        observations = self._observations(accepted)
+        points = trajectory(state, observations, self.space.decimals)
+        assert parent.run_id is not None
+        tracker = Tracker(parent.uri, parent.experiment)
+        for point in points:
+            tracker.log_metrics(parent.run_id, point.metrics(), step=point.round)
+        plots = plot_search(points, folder)
+        tracker.attach_files(parent.run_id, [state.path, *plots])
+        jobs = [o for r in [*state.rounds, state.confirmation] if r for o in r.outcomes]
+        summary = {
+            "sweep": self.opened.name,
+            "parent_run_id": parent.run_id,
+            "tracking_uri": parent.uri,
+            "jobs": jobs,
+            "search": {
+                **state.to_json(),
+                "trajectory": [asdict(p) for p in points],
+                "recommended": state.rounds[-1].proposal["recommended"]
+                if state.rounds[-1].proposal
+                else None,
+            },
+            "comparison": verdict,
+        }
+        (folder / SWEEP_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        print("\n".join(report_lines(state, points, self.space.decimals)))
+        print(sweep_report(summary, folder, self.space.decimals))
+        if verdict is not None and not verdict.get("accepted", False):
+            self._fail([r["message"] for r in verdict.get("refusals", [])])
+        parent.finish(status="FINISHED")
+        return self.results
+
+    def _fail(self, reasons: list[str]) -> None:
+        self.opened.parent.finish(status="FAILED")
+        raise SweepFailed(f"{self.opened.name}: " + "\n".join(reasons))

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -124,6 +125,28 @@ class RunRecord:
     id: str
     mixture: dict[str, float]
     scores: dict[str, float]
+
+
+def records_from_json(items: Sequence[Any]) -> list[RunRecord]:
+    """Runs given inline as ``[{"id": ..., "mixture": {domain: weight}, "scores": {target:
+    score}}, ...]`` (an agent's table); :class:`SearchError` names every malformed item."""
+    problems, records = [], []
+    for number, item in enumerate(items):
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("mixture"), dict)
+            or not isinstance(item.get("scores"), dict)
+            or "id" not in item
+        ):
+            problems.append(
+                f"run {number}: {str(item)[:80]} is not "
+                '{"id": ..., "mixture": {domain: weight}, "scores": {target: score}}'
+            )
+            continue
+        records.append(RunRecord(str(item["id"]), dict(item["mixture"]), dict(item["scores"])))
+    if problems:
+        raise SearchError(problems)
+    return records
 
 
 def observations_from_records(

@@ -13,6 +13,10 @@ tool error whose text says what is wrong; nothing is queued or changed then.
                                           per dataset, with their sizes
     status(job_id) / wait(job_id, timeout_s) / cancel(job_id) / list_jobs(...)
     compare(run_ids | sweep | experiment) the guard's verdict (table, or refusal)
+    fit(targets, runs | run_ids | sweep | experiment, predict)
+                                          mixture -> score models, k-fold figures per model
+    propose(n, min, max, targets, runs | run_ids | sweep | experiment, seed)
+                                          the next mixtures, the recommended one, stop or not
     verify_elastic(spec, dp, resume_dp, key, wait_s)
                                           queue a job that trains, resumes on another dp
                                           and checks the digests; optionally wait for it
@@ -27,10 +31,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import numpy as np
 from mcp.server.fastmcp import FastMCP
 from pydantic import WithJsonSchema
 
 from orchestrator.experiment.schema import experiment_json_schema
+from orchestrator.search import Bounds, Observations
+from orchestrator.search import fit as fit_models
+from orchestrator.search import propose as propose_mixtures
+from orchestrator.search.observations import observations_from_records, records_from_json
+from orchestrator.search.runs import observations_from_runs
 from orchestrator.service import client as service
 from orchestrator.service.admission import verify_request
 
@@ -131,6 +141,82 @@ def build_server(root: str) -> FastMCP:
             threshold=threshold,
             decide_on=decide_on,
         )
+
+    def observations(
+        runs: list[dict[str, Any]] | None,
+        targets: list[str] | None,
+        run_ids: list[str] | None,
+        sweep: str | None,
+        experiment: str | None,
+    ) -> Observations:
+        if runs:
+            return observations_from_records(records_from_json(runs), targets or [], "runs")
+        return observations_from_runs(
+            run_ids,
+            sweep=sweep,
+            experiment=experiment,
+            tracking_uri=svc().rules().tracking_uri,
+            targets=targets,
+        )
+
+    @mcp.tool()
+    def fit(
+        targets: list[str] | None = None,
+        runs: list[dict[str, Any]] | None = None,
+        run_ids: list[str] | None = None,
+        sweep: str | None = None,
+        experiment: str | None = None,
+        predict: list[dict[str, float]] | None = None,
+        seed: int = 0,
+    ) -> dict[str, Any]:
+        """Fit mixture -> score models (per-domain mixing law, Gaussian process, LightGBM) and
+        report each one's k-fold out-of-sample Spearman and regret@1 (never in-sample) and the
+        chosen one. Observations: the service's runs (run_ids, sweep or experiment; the guard
+        must accept them; targets: held-out domains, default all) or an inline table, runs=
+        [{"id", "mixture": {domain: weight}, "scores": {target: score}}] with targets naming
+        score keys. Lower scores are better; the objective is the targets' mean. predict: a
+        list of mixtures to predict, answered as predictions=[{score, interval}] in order."""
+        result = fit_models(observations(runs, targets, run_ids, sweep, experiment), seed=seed)
+        payload = result.to_json()
+        if predict:
+            domains = result.observations.domains
+            unknown = sorted({d for m in predict for d in m} - set(domains))
+            if unknown:
+                raise ValueError(f"predict names domains {unknown}; the fit knows {list(domains)}")
+            wanted = np.array([[float(m.get(d, 0.0)) for d in domains] for m in predict])
+            if (wanted < 0).any() or (wanted.sum(axis=1) <= 0).any():
+                raise ValueError("predict: every mixture needs weights >= 0, at least one > 0")
+            wanted = wanted / wanted.sum(axis=1, keepdims=True)
+            payload["predictions"] = [
+                {"score": p.predicted, "interval": list(p.interval)}
+                for p in result.predictions(wanted)
+            ]
+        return payload
+
+    @mcp.tool()
+    def propose(
+        n: int = 4,
+        min: dict[str, float] | None = None,
+        max: dict[str, float] | None = None,
+        targets: list[str] | None = None,
+        runs: list[dict[str, Any]] | None = None,
+        run_ids: list[str] | None = None,
+        sweep: str | None = None,
+        experiment: str | None = None,
+        prior: dict[str, float] | None = None,
+        seed: int = 0,
+    ) -> dict[str, Any]:
+        """The next n mixtures to run (Thompson sampling over bootstrap refits of the chosen
+        model, within min/max shares per domain), each with its predicted objective and 90%
+        interval; recommended: the mixture the fit believes best now; stop: {stop, reason},
+        true when no proposal is likely to beat the best run; the models' k-fold figures.
+        Same observations as fit. Deterministic for a seed: submit the proposals with submit,
+        then compare."""
+        fitted = fit_models(observations(runs, targets, run_ids, sweep, experiment), seed=seed)
+        proposal = propose_mixtures(
+            fitted, count=n, bounds=Bounds(min or {}, max or {}), seed=seed, prior=prior
+        )
+        return proposal.to_json()
 
     @mcp.tool()
     def verify_elastic(

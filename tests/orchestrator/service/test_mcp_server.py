@@ -65,3 +65,37 @@ def test_a_wrong_spec_is_still_refused_by_admission_with_its_reasons(root: str) 
             build_server(root).call_tool("submit", {"spec": {"colour": "blue"}, "key": "k"})
         )
     assert sum(service.load_service(root).queue().counts().values()) == 0
+
+
+def inline_runs(count: int) -> list[dict[str, Any]]:
+    """An agent's table: a known law over two domains (b helps), as inline runs."""
+    runs = []
+    for i in range(count):
+        b = i / (count - 1)
+        runs.append({"id": f"r{i}", "mixture": {"a": 1 - b, "b": b}, "scores": {"loss": 3 - b}})
+    return runs
+
+
+def test_fit_and_propose_tools_work_on_an_inline_table(root: str) -> None:
+    fitted = call(
+        root,
+        "fit",
+        {"runs": inline_runs(8), "targets": ["loss"], "predict": [{"a": 1.0}, {"b": 1.0}]},
+    )
+    assert {m["name"] for m in fitted["models"]} == {"mixing_law", "gaussian_process", "lightgbm"}
+    low_b, high_b = fitted["predictions"]
+    assert high_b["score"] < low_b["score"]
+    proposed = call(
+        root,
+        "propose",
+        {"runs": inline_runs(8), "targets": ["loss"], "n": 2, "max": {"b": 0.9}, "seed": 1},
+    )
+    assert len(proposed["proposals"]) == 2
+    assert all(p["mixture"]["b"] <= 0.9 for p in proposed["proposals"])
+    assert proposed["recommended"]["mixture"]["b"] == pytest.approx(0.9)
+    assert set(proposed["stop"]) == {"stop", "reason"}
+
+
+def test_a_malformed_inline_table_is_a_tool_error_that_says_why(root: str) -> None:
+    with pytest.raises(ToolError, match="is not"):
+        asyncio.run(build_server(root).call_tool("fit", {"runs": [{"id": 1}], "targets": ["x"]}))

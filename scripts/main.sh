@@ -3,7 +3,8 @@
 # three data mixes, each on dp 1 and dp 2, through Hydra (conf/main.yaml): real
 # TorchTitan training on CPU or GPU, everything logged to ./mlflow.db, and the
 # comparison guard's table (or its refusal) at the end. Arguments are Hydra overrides.
-# `bash scripts/main.sh --demo` runs the older digest-agreement demo (zephon-demo) instead.
+# `bash scripts/main.sh --demo` runs the older digest-agreement demo (zephon-demo) instead;
+# `bash scripts/main.sh --search` runs a mix search on the same corpus (conf/search.yaml).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -11,5 +12,9 @@ bash scripts/setup.sh
 if [[ "${1:-}" == "--demo" ]]; then
     shift
     exec .venv/bin/zephon-demo "$@"
+fi
+if [[ "${1:-}" == "--search" ]]; then
+    shift
+    exec .venv/bin/zephon-run --config-name search "$@"
 fi
 exec .venv/bin/zephon-run --config-name main "$@"

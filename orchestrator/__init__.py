@@ -11,6 +11,8 @@ One folder per job; arrows are imports (a part imports only what is below or bes
         │       init_checkpoint, interrupts
         │   └─> titan/     the TorchTitan integration (trainer, data loader, evaluator,
         │                  the recipe as TorchTitan resolves it)
+        ├── search/     mix search: fit mixture -> score models, propose the next mixtures
+        │               (reads runs through guard/, so only accepted sets are fitted)
         ├── guard/      the comparison guard: rules, plot, reading runs, logging a verdict
         ├── tracking/   the only code that talks to MLflow (names, URIs, Tracker)
         ▼
@@ -23,7 +25,8 @@ One folder per job; arrows are imports (a part imports only what is below or bes
 
 The public Python API is :mod:`orchestrator.run.api`, re-exported here:
 ``plan``, ``run``, ``resume``, ``sync``, ``compare`` and ``verify_elastic``
-(imported on first use, so ``import orchestrator.titan`` in a trainer stays light).
+(imported on first use, so ``import orchestrator.titan`` in a trainer stays light); the
+mix search's is :mod:`orchestrator.search` (``fit``, ``propose``, ``read_tables``).
 """
 
 from __future__ import annotations

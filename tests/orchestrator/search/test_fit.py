@@ -12,7 +12,7 @@ from orchestrator.errors import SearchError
 from orchestrator.search import Observations, fit
 from orchestrator.search.models import MODELS, MixtureModel
 from orchestrator.search.validation import cross_validate
-from tests.orchestrator.search.truths import observed, true_objective
+from tests.support.search_truths import observed, true_objective
 
 
 @pytest.mark.parametrize("name", ["mixing_law", "gaussian_process"])

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from orchestrator.errors import SearchError
 from orchestrator.search import Bounds, fit, initial_design, propose
-from tests.orchestrator.search.truths import DOMAINS, observed, true_objective
+from tests.support.search_truths import DOMAINS, observed, true_objective
 
 KNOWN = fit(observed(30, seed=5, noise=0.002), models=["mixing_law"], refits=8, seed=0)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from orchestrator import cli
-from tests.orchestrator.search.truths import DOMAINS, observed
+from tests.support.search_truths import DOMAINS, observed
 
 
 @pytest.fixture

@@ -136,7 +136,12 @@ def _parser() -> argparse.ArgumentParser:
         help="a dataset's tokens: with --budget, caps its share at --max-epochs passes",
     )
     p.add_argument("--budget", type=float, help="tokens one run trains on")
-    p.add_argument("--max-epochs", type=float, default=4.0, help="repetition cap (default 4)")
+    p.add_argument(
+        "--max-epochs",
+        type=float,
+        default=4.0,
+        help="repetition cap (default 4); on Zephon runs from their datasets and steps",
+    )
     p.add_argument("--prior", metavar="DOMAIN=X,...", help="reference mix (default uniform)")
     p.add_argument("--decimals", type=int, default=3, help="decimals of every share")
     p.add_argument(
@@ -335,9 +340,16 @@ def _propose(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         bounds = bounds.with_repetition_cap(
             _shares(args.tokens, "--tokens"), args.budget, args.max_epochs
         )
+    fitted = _fitted(args)
+    if not args.mixtures:  # Zephon runs: the cap from their datasets and token budget
+        from orchestrator.search.budget import capped_bounds
+        from orchestrator.search.runs import run_experiment
+
+        experiment = run_experiment(fitted.observations.ids[0], args.tracking_uri)
+        bounds = capped_bounds(experiment, bounds, args.max_epochs)
     prior = _shares(args.prior.split(","), "--prior") if args.prior else None
     proposal = propose(
-        _fitted(args),
+        fitted,
         count=args.n,
         bounds=bounds,
         seed=args.seed,

@@ -116,6 +116,8 @@ class Proposal:
     fit: FitResult
     best_observed: Prediction
     """The observed mixture with the best mean objective (``predicted``: its observed mean)."""
+    bounds: Bounds
+    """The bounds every proposal kept (with the repetition caps)."""
 
     def to_json(self) -> dict[str, object]:
         """The proposal as plain data: the ``zephon propose --json`` document."""
@@ -125,6 +127,7 @@ class Proposal:
             "recommended": self.recommended.to_json(),
             "best_observed": self.best_observed.to_json(),
             "stop": self.stop.to_json(),
+            "bounds": {"min": dict(self.bounds.lower), "max": dict(self.bounds.upper)},
             **fitted,
         }
 
@@ -189,6 +192,7 @@ def propose(
         _stop_signal(result, np.stack(chosen), best_mixture, min_gain),
         result,
         best_observed,
+        bounds or Bounds(),
     )
 
 

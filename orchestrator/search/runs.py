@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.errors import SearchError
+from orchestrator.experiment.config import ExperimentConfig
 from orchestrator.search.observations import Observations
 
 
@@ -55,3 +56,23 @@ def observations_from_runs(
         targets=chosen,
         scores=scores,
     )
+
+
+def run_experiment(run_id: str, tracking_uri: str | None = None) -> ExperimentConfig:
+    """The experiment a run trained (its ``zephon/experiment.json`` artifact): the data and
+    schedule a repetition cap is computed from. :class:`SearchError` if it is not there."""
+    import json
+    import tempfile
+
+    from orchestrator.experiment import load_experiment
+    from orchestrator.tracking.names import ARTIFACT_DIR, ARTIFACT_EXPERIMENT
+    from orchestrator.tracking.tracker import Tracker, resolve_uri
+
+    uri = resolve_uri(tracking_uri, Path.cwd())
+    with tempfile.TemporaryDirectory(prefix="zephon-search-") as folder:
+        try:
+            Tracker(uri, "zephon").download_run(run_id, ARTIFACT_DIR, Path(folder))
+            recorded = json.loads((Path(folder) / ARTIFACT_EXPERIMENT).read_text())
+        except (ValueError, OSError) as e:
+            raise SearchError([f"run {run_id}: its experiment is not in MLflow ({e})"]) from None
+    return load_experiment(recorded["config"])

@@ -127,19 +127,19 @@ def test_a_search_runs_its_rounds_and_continues_after_an_interrupt_to_the_same_p
     assert {d["decision"] for d in confirmation["pairs"]} <= {"a_better", "b_better", "cannot_tell"}
     assert "== search" in resumed.stdout and "recommended:" in resumed.stdout
 
-    # An agent's next step: the sweep's runs fitted again from the command line.
-    fitted = subprocess.run(
-        [str(Path(sys.executable).parent / "zephon"), "fit", "--sweep", name, "--json"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert fitted.returncode == 0, fitted.stderr[-3000:]
-    report = json.loads(fitted.stdout)
-    assert report["runs"] == len(summary["jobs"]) and report["domains"] == [
-        "code",
-        "docs",
-        "unicode",
-    ]
+    # An agent's next steps: the sweep's runs fitted again, and the next mixtures, from the
+    # command line (the repetition cap comes from the runs' own experiment).
+    zephon = str(Path(sys.executable).parent / "zephon")
+    for command in (
+        ["fit", "--sweep", name],
+        ["propose", "--sweep", name, "--n", "1", "--max", f"unicode={UNICODE_MAX}"],
+    ):
+        answered = subprocess.run(
+            [zephon, *command, "--json"], cwd=work, capture_output=True, text=True, env=env
+        )
+        assert answered.returncode == 0, answered.stdout[-2000:] + answered.stderr[-3000:]
+        report = json.loads(answered.stdout)
+        assert report["runs"] == len(summary["jobs"])
+        assert report["domains"] == ["code", "docs", "unicode"]
+    assert report["proposals"][0]["mixture"]["unicode"] <= UNICODE_MAX
+    assert report["bounds"]["max"]["unicode"] <= UNICODE_MAX

@@ -6,7 +6,7 @@ import csv
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,10 @@ class Observations:
     """Runs as a design matrix: row ``i`` trained on ``mixtures[i]`` and scored ``scores[i]``.
 
     Replicates (other seeds, other dp sizes) are separate rows with equal mixtures.
-    Lower scores are better; the objective is the mean of the target columns.
+    Lower scores are better; the objective is the mean of the target columns. ``blocks``
+    names each run's seed block when known: runs of one block share initial weights and
+    data order, so a block shifts every mixture's score alike (the guard pairs by it), and
+    its effect is estimated and removed before fitting (:meth:`without_block_effects`).
     """
 
     ids: tuple[str, ...]
@@ -36,6 +39,8 @@ class Observations:
     """The score columns (held-out domains); the objective is their mean."""
     scores: np.ndarray
     """``(runs, targets)``, lower is better."""
+    blocks: tuple[str, ...] | None = None
+    """Each run's seed block (None: unknown, every run its own)."""
 
     def __post_init__(self) -> None:
         runs = len(self.ids)
@@ -46,6 +51,9 @@ class Observations:
         assert self.scores.shape == (runs, len(self.targets)), (
             f"scores must be (runs, targets) = ({runs}, {len(self.targets)}), "
             f"got {self.scores.shape}"
+        )
+        assert self.blocks is None or len(self.blocks) == runs, (
+            f"blocks must name one block per run ({runs}), got {len(self.blocks)}"
         )
 
     @property
@@ -69,6 +77,7 @@ class Observations:
             mixtures=self.mixtures[index],
             targets=self.targets,
             scores=self.scores[index],
+            blocks=None if self.blocks is None else tuple(self.blocks[i] for i in index),
         )
 
     def concatenate(self, other: Observations) -> Observations:
@@ -83,6 +92,9 @@ class Observations:
             mixtures=np.vstack([self.mixtures, other.mixtures]),
             targets=self.targets,
             scores=np.vstack([self.scores, other.scores]),
+            blocks=None
+            if self.blocks is None or other.blocks is None
+            else self.blocks + other.blocks,
         )
 
     def best_observed(self) -> tuple[np.ndarray, float]:
@@ -94,16 +106,74 @@ class Observations:
         return self.mixtures[row], mean
 
     def replicate_noise(self) -> float:
-        """Pooled standard deviation of the objective between replicates of one mixture
-        (0 when no mixture was run twice)."""
-        objective = self.objective
-        squares, freedom = 0.0, 0
-        for rows in self.mixture_groups():
-            if len(rows) > 1:
-                values = objective[rows]
-                squares += float(((values - values.mean()) ** 2).sum())
-                freedom += len(rows) - 1
-        return math.sqrt(squares / freedom) if freedom else 0.0
+        """Standard deviation of the objective between replicates of one mixture, after the
+        seed blocks' effects (pooled residual of ``mixture + block``; 0 when no mixture was
+        run twice)."""
+        fitted = self._additive_fit(self.objective, with_mixtures=True)
+        if fitted is None:
+            return 0.0
+        squares, freedom = fitted
+        return math.sqrt(squares / freedom)
+
+    def mixture_effect_p_value(self) -> float | None:
+        """The p-value of the F test of ``mixture + block`` against ``block`` alone on the
+        objective (large: the mixtures differ no more than their replicates); None without
+        replicates to measure noise."""
+        from scipy.stats import f as f_distribution
+
+        full = self._additive_fit(self.objective, with_mixtures=True)
+        reduced = self._additive_fit(self.objective, with_mixtures=False)
+        if full is None or reduced is None or full[0] <= 0:
+            return None
+        (full_squares, full_freedom), (reduced_squares, reduced_freedom) = full, reduced
+        extra = reduced_freedom - full_freedom
+        if extra <= 0:
+            return None
+        statistic = ((reduced_squares - full_squares) / extra) / (full_squares / full_freedom)
+        return float(f_distribution.sf(statistic, extra, full_freedom))
+
+    def without_block_effects(self) -> Observations:
+        """These runs with each seed block's estimated effect (from ``mixture + block`` least
+        squares, centred so the level is kept) taken off every score; unchanged without
+        blocks or with one."""
+        if self.blocks is None or len(set(self.blocks)) < 2:
+            return self
+        design, block_columns = self._design(with_mixtures=True)
+        coefficients = np.linalg.lstsq(design, self.scores, rcond=None)[0]
+        effects = design[:, block_columns] @ coefficients[block_columns]
+        return replace(self, scores=self.scores - (effects - effects.mean(axis=0)))
+
+    def _design(self, with_mixtures: bool) -> tuple[np.ndarray, slice]:
+        """The dummy-coded design matrix (an intercept or one column per mixture, then one
+        column per block but the first) and the slice of its block columns."""
+        columns = []
+        if with_mixtures:
+            groups = self.mixture_groups()
+            mixture_columns = np.zeros((len(self.ids), len(groups)))
+            for g, rows in enumerate(groups):
+                mixture_columns[rows, g] = 1.0
+            columns.append(mixture_columns)
+        else:
+            columns.append(np.ones((len(self.ids), 1)))
+        first_block = columns[0].shape[1]
+        names = sorted(set(self.blocks or ()))
+        if len(names) > 1:
+            assert self.blocks is not None
+            block_columns = np.array([[b == name for name in names[1:]] for b in self.blocks])
+            columns.append(block_columns.astype(float))
+        design = np.hstack(columns)
+        return design, slice(first_block, design.shape[1])
+
+    def _additive_fit(self, values: np.ndarray, with_mixtures: bool) -> tuple[float, int] | None:
+        """(residual sum of squares, residual degrees of freedom) of ``values`` regressed on
+        the design; None when no degree of freedom is left."""
+        design, _ = self._design(with_mixtures)
+        coefficients = np.linalg.lstsq(design, values, rcond=None)[0]
+        freedom = len(values) - int(np.linalg.matrix_rank(design))
+        if freedom <= 0:
+            return None
+        residual = values - design @ coefficients
+        return float(residual @ residual), freedom
 
     def check_fittable(self) -> None:
         """Raise :class:`SearchError` unless a fit can be validated on these observations."""

@@ -18,9 +18,9 @@ percentile over refits) of every proposal is at most ``min_gain``: even the fit'
 hopeful reading says no proposal beats the best run by more than a run can resolve.
 ``min_gain`` defaults to the pooled replicate noise of the objective (0 without
 replicates). A fit whose out-of-sample Spearman correlation is below
-:data:`STOP_MIN_SPEARMAN` says stop only when replicates show the runs flat (one-way
-ANOVA of the objective by mixture: p > 0.05, the mixtures differ no more than their
-replicates): otherwise a fit that cannot rank the mixtures it has seen (a near-constant
+:data:`STOP_MIN_SPEARMAN` says stop only when replicates show the runs flat (an F test of
+``mixture + seed block`` against ``seed block`` on the objective: p > 0.05, the mixtures
+differ no more than their replicates): otherwise a fit that cannot rank the mixtures it has seen (a near-constant
 Gaussian process on four runs, say) knows nothing of those it has not.
 """
 
@@ -242,7 +242,7 @@ def _stop_signal(
     )
     chosen = next(s for s in result.scores if s.name == result.model.name)
     ranks = chosen.cv_spearman is not None and chosen.cv_spearman >= STOP_MIN_SPEARMAN
-    flat = _flat_by_replicates(result.observations)
+    flat = result.observations.mixture_effect_p_value()
     if not ranks and flat is None:
         return StopSignal(
             False,
@@ -255,24 +255,11 @@ def _stop_signal(
             False,
             f"continue: the fit ranks held-out mixtures with Spearman {chosen.cv_spearman:.2f} "
             f"< {STOP_MIN_SPEARMAN} although the mixtures differ beyond their replicates "
-            f"(ANOVA p = {flat:.3g}); {what}",
+            f"(F test p = {flat:.3g}); {what}",
         )
     if optimistic[best] <= floor:
         return StopSignal(True, f"stop: {what}; no proposal is likely to beat the best run")
     return StopSignal(False, f"continue: {what}")
-
-
-def _flat_by_replicates(observations: Observations) -> float | None:
-    """The p-value of a one-way ANOVA of the objective by mixture (large: the mixtures differ
-    no more than their replicates); None without replicates."""
-    from scipy.stats import f_oneway
-
-    objective = observations.objective
-    groups = [objective[rows] for rows in observations.mixture_groups()]
-    if all(len(g) < 2 for g in groups) or len(groups) < 2:
-        return None
-    p_value = f_oneway(*groups).pvalue
-    return float(p_value) if np.isfinite(p_value) else None
 
 
 @dataclass(frozen=True)

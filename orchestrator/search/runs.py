@@ -55,6 +55,7 @@ def observations_from_runs(
         mixtures=mixtures / mixtures.sum(axis=1, keepdims=True),
         targets=chosen,
         scores=scores,
+        blocks=tuple(run.seed for run in runs),
     )
 
 

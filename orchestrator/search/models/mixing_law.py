@@ -41,10 +41,10 @@ class MixingLaw(MixtureModel):
     """Per target: the (mean, standard deviation) it was standardised with."""
 
     def unfit_reason(self, observations: Observations) -> str | None:
-        needed = len(observations.domains) + 2
+        needed = len(observations.domains) + 1  # a law's parameters (the ridge steadies them)
         distinct = len(observations.mixture_groups())
         if distinct < needed:
-            return f"needs {needed} distinct mixtures (domains + 2), has {distinct}"
+            return f"needs {needed} distinct mixtures (domains + 1), has {distinct}"
         return None
 
     def fit(self, observations: Observations, seed: int) -> MixingLaw:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from orchestrator.errors import SearchError
-from orchestrator.search import read_tables
+from orchestrator.search import Observations, read_tables
 from orchestrator.search.observations import read_mixtures
 
 REGMIX = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "regmix"
@@ -80,3 +81,26 @@ def test_regmix_published_tables_read_whole() -> None:
     )
     assert observations.mixtures.shape == (512, 17)
     np.testing.assert_allclose(observations.mixtures.sum(axis=1), 1.0)
+
+
+def test_seed_blocks_are_taken_off_before_noise_is_measured_or_a_fit_sees_the_scores() -> None:
+    rng = np.random.default_rng(0)
+    mixtures = np.repeat(rng.dirichlet(np.ones(3), 6), 2, axis=0)
+    truth = mixtures[:, 0]  # the first domain's share is what matters
+    shifted = truth + np.tile([0.0, 0.5], 6) + rng.normal(0, 0.01, 12)  # seed 1: +0.5 everywhere
+    blocked = Observations(
+        ids=tuple(map(str, range(12))),
+        domains=("a", "b", "c"),
+        mixtures=mixtures,
+        targets=("loss",),
+        scores=shifted[:, None],
+        blocks=tuple(np.tile(["seed0", "seed1"], 6)),
+    )
+    unblocked = replace(blocked, blocks=None)
+    assert unblocked.replicate_noise() > 0.3  # the seed offset looks like noise
+    assert blocked.replicate_noise() < 0.03
+    assert blocked.mixture_effect_p_value() < 0.001 < unblocked.mixture_effect_p_value()
+    adjusted = blocked.without_block_effects()
+    pairs = adjusted.objective.reshape(6, 2)
+    assert np.abs(pairs[:, 0] - pairs[:, 1]).max() < 0.05  # the offset is gone
+    assert adjusted.objective.mean() == pytest.approx(blocked.objective.mean())  # level kept

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from orchestrator.search import Observations
 from sweeps.mixes import mix_label
-
-if TYPE_CHECKING:
-    from sweeps.search import SearchState
+from sweeps.search_state import SearchState
 
 TRAJECTORY_PLOT = "search_trajectory.png"
 PREDICTIONS_PLOT = "search_predictions.png"

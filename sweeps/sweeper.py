@@ -23,6 +23,10 @@ Order of work (nothing is launched until steps 1-3 pass)::
        refusal) is logged into the parent run (or, per combination, into child comparison
        runs of it) and <sweep dir>/sweep.json
 
+With ``hydra.sweeper.mix.search`` set the sweeper searches instead (:mod:`sweeps.search`:
+rounds of fit -> propose -> run, built from :meth:`MixSweeper.jobs_for`,
+:meth:`MixSweeper.launch` and the guard).
+
 The sweep fails (Hydra exits non-zero) when a job fails or the guard refuses,
 after everything is logged. ``replicate_dp`` runs every variant on each listed dp
 size, so the guard proves the comparison free of infrastructure effects;
@@ -232,10 +236,6 @@ class MixSweeper(Sweeper):
 
     def sweep(self, arguments: list[str]) -> list[JobReturn]:
         assert self.config is not None and self.launcher is not None
-        if self.space.search is not None:
-            from sweeps.search import MixSearch
-
-            return MixSearch(self).sweep(arguments)
         jobs = self.plan(arguments)
         opened = self.open_sweep(self.description(jobs), len(jobs))
         results = self.launch(opened, jobs, first_number=0)

@@ -10,8 +10,8 @@ import pytest
 
 from orchestrator.errors import ExperimentError
 from orchestrator.search import Observations
-from sweeps.search import SearchRound, SearchSpec, SearchState
 from sweeps.search_report import plot_search, trajectory
+from sweeps.search_state import SearchRound, SearchSpec, SearchState
 from tests.support.sweeps import datasets_override, multirun
 from tests.support.titan_run import corpus
 

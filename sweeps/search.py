@@ -20,7 +20,9 @@ Order of work (nothing is launched until step 1 passes)::
        -> the next round; until the stop signal or `rounds` rounds
     4. confirmation: the recommended mixture against the best of the initial design and
        against the token-proportional mix, under the sweep's seeds and dp sizes (runs of
-       those mixtures made before are reused), decided by the guard into the parent run
+       those mixtures made before are reused), decided by the guard into the parent run,
+       each pair at 1 - 0.05/k confidence for k comparisons of the recommendation
+       (orchestrator.search.confirmation: a false winner at most 5% of the time)
 
 The state (each round's mixtures, job numbers, runs, verdict and proposal) is kept in
 ``<runs_root>/<sweep>.search.json`` and written before each round is launched, so
@@ -42,6 +44,7 @@ from hydra.core.utils import JobReturn
 from orchestrator.errors import ExperimentError
 from orchestrator.search import Bounds, Observations, Proposal, fit, initial_design, propose
 from orchestrator.search.budget import dataset_tokens, token_budget
+from orchestrator.search.confirmation import confirmation_confidence
 from orchestrator.search.observations import MIN_DISTINCT_MIXTURES
 from sweeps.config import experiment_from
 from sweeps.mixes import mix_label, variants
@@ -282,6 +285,7 @@ class MixSearch:
             experiment=parent.experiment,
             into_run_id=parent.run_id,
             workdir=self.opened.folder / "comparison" / "confirmation",
+            confidence=confirmation_confidence(len(arms) - 1),
         )
 
     def _best_initial(self, state: SearchState, observations: Observations) -> dict[str, float]:

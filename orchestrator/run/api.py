@@ -635,6 +635,7 @@ def compare(
     into_run_id: str | None = None,
     threshold: float = 0.0,
     decide_on: list[str] | None = None,
+    confidence: float = 0.95,
 ) -> dict[str, Any]:
     """The comparison guard over MLflow runs (by id, or all runs of an experiment or sweep).
 
@@ -643,18 +644,21 @@ def compare(
     of the held-out domains ``decide_on``, default all), the
     comparison run's id and its artifacts; the verdict is logged to MLflow either way: to
     a new comparison run (a child of ``parent_run_id`` if given), or into the run
-    ``into_run_id``.
+    ``into_run_id``. ``confidence``: of each pair's interval (a caller deciding several
+    pairs as one question lowers the error of each, e.g. a search's confirmation).
     """
     from orchestrator import guard
     from orchestrator.tracking.tracker import Tracker, resolve_uri, training_run_ids
 
-    guard.decisions.check_options(threshold, 0.95)  # before any run is read
+    guard.decisions.check_options(threshold, confidence)  # before any run is read
     uri = resolve_uri(tracking_uri, Path.cwd())
     tracker = Tracker(uri, experiment or "zephon")
     if not run_ids:
         run_ids = training_run_ids(uri, experiment=experiment, sweep=sweep)
     runs = guard.load_runs(tracker, list(run_ids))
-    comparison = guard.compare(runs, threshold=threshold, decide_on=decide_on)
+    comparison = guard.compare(
+        runs, threshold=threshold, confidence=confidence, decide_on=decide_on
+    )
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="zephon-compare-"))
     comparison_run = guard.log_comparison(
         tracker,

@@ -9,6 +9,7 @@
     validation.py     k-fold out-of-sample Spearman and regret@1 per model
     fit.py            fit(): every model validated, the best refitted with bootstrap refits
     design.py         initial_design(): uniform, token-proportional, Dirichlet draws
+    confirmation.py   the confirmation's confidence per decision (Bonferroni)
     propose.py        propose(): Thompson sampling over the refits within bounds and
                       repetition caps, the recommended mixture, the stop rule
 

@@ -19,6 +19,7 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.search.confirmation import confirmation_confidence
 from orchestrator.search.runs import observations_from_runs
 from orchestrator.tracking.tracker import resolve_uri
 from sweeps.search import proposal_from_inputs
@@ -124,6 +125,10 @@ def test_a_search_runs_its_rounds_and_continues_after_an_interrupt_to_the_same_p
         assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
     confirmation = summary["comparison"]
     assert confirmation["accepted"]
+    # A false winner at most 5% of the time over all of the recommendation's comparisons.
+    assert confirmation["confidence"] == pytest.approx(
+        confirmation_confidence(len(confirmation["rows"]) - 1)
+    )
     assert {d["decision"] for d in confirmation["pairs"]} <= {"a_better", "b_better", "cannot_tell"}
     assert "== search" in resumed.stdout and "recommended:" in resumed.stdout
 

@@ -84,3 +84,10 @@ def test_the_initial_design_starts_with_uniform_and_the_prior() -> None:
     assert len(design) == 5 and len({tuple(m.values()) for m in design}) == 5
     # The draws depend on the seed alone, not on whether a prior came first.
     assert initial_design(DOMAINS, prior=None, draws=3, seed=0) == [design[0], *design[2:]]
+
+
+def test_a_confirmation_of_two_comparisons_decides_each_at_97_5_percent() -> None:
+    from orchestrator.search.confirmation import confirmation_confidence
+
+    assert confirmation_confidence(1) == pytest.approx(0.95)
+    assert confirmation_confidence(2) == pytest.approx(0.975)

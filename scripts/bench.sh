@@ -36,6 +36,14 @@ if [[ "${1:-}" == "--decisions" ]]; then
     shift
     exec "$venv/bin/python" -m benchmarks.decisions "$@"
 fi
+if [[ "${1:-}" == "--mix-search" ]]; then
+    # Zephon's mix search against random, grid and RegMix on synthetic truths, the guard's
+    # confirmation on a flat truth, and the models on RegMix's published runs
+    # (benchmarks/mix_search/; ~7 min on 2 cores, --quick ~1 min):
+    # benchmarks/results/mix_search.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.mix_search "$@"
+fi
 if [[ "${1:-}" == "--dp-spread" ]]; then
     # Score spread across dp sizes, stock loader vs lanes (benchmarks/dp_spread/;
     # 8-20 min on 2 cores): docs/dp_spread.{md,png}, benchmarks/results/dp_spread.json.

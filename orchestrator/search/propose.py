@@ -264,29 +264,46 @@ def _stop_signal(
 
 @dataclass(frozen=True)
 class _CanonicalGrid:
-    """Mixtures rounded to ``1/scale`` units by the largest-remainder method, kept when
-    within the bounds."""
+    """Mixtures rounded to ``1/scale`` units by the largest-remainder method, then, where the
+    rounding crossed a bound (a share just at a cap of 0.0839 rounds to 0.084), moved back
+    one unit at a time; dropped only when the bounds leave no mixture on the grid."""
 
     lower: np.ndarray
     upper: np.ndarray
     scale: int
 
     def admit(self, mixtures: np.ndarray) -> np.ndarray:
-        """The distinct canonical forms of ``mixtures`` that lie within the bounds."""
-        low = np.ceil(self.lower * self.scale - TOLERANCE)
-        high = np.floor(self.upper * self.scale + TOLERANCE)
+        """The distinct canonical forms of ``mixtures``, each within the bounds."""
+        low = [int(v) for v in np.ceil(self.lower * self.scale - TOLERANCE)]
+        high = [int(v) for v in np.floor(self.upper * self.scale + TOLERANCE)]
         seen: dict[tuple[int, ...], None] = {}
+        if sum(low) > self.scale or sum(high) < self.scale:
+            return np.empty((0, len(self.lower)))
         for row in mixtures:
             units = mix_units([max(float(w), 0.0) for w in row], self.scale)
-            if all(lo <= u <= hi for u, lo, hi in zip(units, low, high, strict=True)):
-                seen.setdefault(units, None)
-        if not seen:
-            return np.empty((0, len(self.lower)))
+            seen.setdefault(_units_within(units, low, high), None)
         return np.array(list(seen), dtype=float) / self.scale
 
     def key(self, mixture: np.ndarray) -> tuple[int, ...]:
         """The integer units of a canonical ``mixture``."""
         return tuple(round(float(w) * self.scale) for w in mixture)
+
+
+def _units_within(units: tuple[int, ...], low: list[int], high: list[int]) -> tuple[int, ...]:
+    """``units`` clipped to ``[low, high]`` per domain, the sum put back by adding units to
+    the domains with the most room (taking them from those with the most to spare), ties
+    to the first domain: deterministic, and unchanged when already within."""
+    clipped = [min(max(u, lo), hi) for u, lo, hi in zip(units, low, high, strict=True)]
+    missing = sum(units) - sum(clipped)
+    while missing > 0:
+        room = [hi - u for u, hi in zip(clipped, high, strict=True)]
+        clipped[room.index(max(room))] += 1
+        missing -= 1
+    while missing < 0:
+        spare = [u - lo for u, lo in zip(clipped, low, strict=True)]
+        clipped[spare.index(max(spare))] -= 1
+        missing += 1
+    return tuple(clipped)
 
 
 def _minimum(

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.mix_search import regmix
 from benchmarks.mix_search.cli import main
-from benchmarks.mix_search.confirmation import confirm
+from benchmarks.mix_search.confirmation import confirm, names_a_winner
 from benchmarks.mix_search.strategies import (
     grid_points,
     regmix_draws,
@@ -71,15 +71,16 @@ def test_the_guard_decides_in_the_right_direction_and_nothing_for_one_mixture() 
     rng = np.random.default_rng(0)
     quiet = replace(make_truth(0), sigma0=0.001)
     single = np.eye(6)[int(np.argmax(quiet.effects.diagonal()))]
-    better = confirm(quiet, quiet.optimum[0], single, "one domain", rng)
-    worse = confirm(quiet, single, quiet.optimum[0], "optimum", rng)
+    better, same = confirm(
+        quiet, quiet.optimum[0], {"one domain": single, "itself": quiet.optimum[0]}, rng
+    )
+    (worse,) = confirm(quiet, single, {"optimum": quiet.optimum[0]}, rng)
     assert better.true_difference < -0.2 and better.decision == "a_better"
     assert worse.true_difference > 0.2 and worse.decision == "b_better"
     assert better.interval[0] < better.true_difference < better.interval[1]
+    assert same.decision == "same_mixture" and not names_a_winner([same])
     flat = flat_truth()
-    same = confirm(flat, np.full(6, 1 / 6), np.full(6, 1 / 6), "itself", rng)
-    assert same.decision == "same_mixture" and not same.names_a_winner
-    tie = confirm(flat, np.full(6, 1 / 6), np.eye(6)[1], "one domain", rng)
+    (tie,) = confirm(flat, np.full(6, 1 / 6), {"one domain": np.eye(6)[1]}, rng)
     assert tie.true_difference == 0.0 and tie.interval[0] < 0 < tie.interval[1]
 
 
@@ -95,7 +96,8 @@ def test_the_smallest_configuration_runs_and_reports(tmp_path: Path) -> None:
     code = main(
         [
             *("--truths", "1", "--repetitions", "1", "--budgets", "8"),
-            *("--confirmation-budget", "8", "--flat-searches", "1", "--regmix-runs"),
+            *("--confirmation-budget", "8", "--flat-searches", "1", "--flat-budget", "8"),
+            *("--reconfirmations", "2", "--regmix-runs"),
             *("--workers", "1", "--results-dir", str(tmp_path)),
         ]
     )
@@ -116,6 +118,8 @@ def test_the_smallest_configuration_runs_and_reports(tmp_path: Path) -> None:
         "initial design's best",
         "token-proportional",
     ]
+    again = flat[0]["reconfirmations"]
+    assert again["sweeps"] == 2 and 0 <= again["naming_a_winner"] <= 2
     truths = {t["name"]: t for t in report["truths"]}
     assert truths["flat"]["achievable_gain"] == 0.0 and truths["truth-0"]["achievable_gain"] > 0
     assert [g["met"] for g in report["goals"]] == [None, None, None]  # nothing to judge on

@@ -91,3 +91,12 @@ def test_a_confirmation_of_two_comparisons_decides_each_at_97_5_percent() -> Non
 
     assert confirmation_confidence(1) == pytest.approx(0.95)
     assert confirmation_confidence(2) == pytest.approx(0.975)
+
+
+def test_a_cap_between_grid_points_moves_a_mixture_onto_it_instead_of_dropping_it() -> None:
+    capped = Bounds(upper={"a": 0.0839})  # 4 epochs of a small dataset: not a multiple of 0.001
+    design = initial_design(DOMAINS, prior=None, draws=2, seed=0, bounds=capped)
+    assert design[0]["a"] == 0.083 and len(design) == 3  # the uniform mix, capped, is kept
+    proposal = propose(KNOWN, count=4, bounds=capped, seed=0)
+    assert len(proposal.proposals) == 4
+    assert all(p.mixture["a"] <= 0.0839 for p in [*proposal.proposals, proposal.recommended])

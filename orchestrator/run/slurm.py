@@ -64,6 +64,9 @@ STATE_CHECK_S = 10.0
 """How often a running job's state is asked for (its result file is seen at once)."""
 UNSETTLED = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "RESIZING", "SUSPENDED")
 ENDED_BY_SLURM = ("CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE")
+SETTLED_RECHECK_S = 2.0
+"""An ended state is believed only when it still holds this much later: under load, a job
+that ``scontrol requeue`` killed was seen ended between its attempts, and its run failed."""
 
 
 @dataclass(frozen=True)
@@ -185,8 +188,13 @@ def _settled(job: Any) -> bool:
     is written is COMPLETING for a moment."""
     if not job.done():
         return False
-    state = job.watcher.get_state(job.job_id, mode="force").upper()
-    return state not in UNSETTLED and not state.startswith("REQUEUE")
+    for look in range(2):
+        if look:  # a requeue passes through an ended-looking state: it must still hold
+            time.sleep(SETTLED_RECHECK_S)
+        state = job.watcher.get_state(job.job_id, mode="force").upper()
+        if state in UNSETTLED or state.startswith("REQUEUE"):
+            return False
+    return True
 
 
 def _log(folder: RunFolder, text: str) -> None:

@@ -37,7 +37,7 @@ from orchestrator.experiment import (
     write_data_spec,
 )
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.run import interrupts
+from orchestrator.run import interrupts, warm_start
 from orchestrator.run.devices import Devices, choose_dp, discover
 from orchestrator.run.init_checkpoint import (
     InitCheckpoint,
@@ -256,6 +256,7 @@ def run(
         raise ExperimentError(
             [f"run folder {folder.path} exists; resume it or pick another name{again}"]
         )
+    _prepare_launch(folder, the_plan.config, the_plan.dp, the_plan.devices)
     tracker = _tracker(the_plan.config) if tracking else None
     init = ensure_init_checkpoint(the_plan.config, the_plan.recipe)
     folder.write_experiment(
@@ -398,6 +399,7 @@ def resume(
     if config.train.steps != record["config"]["train"]["steps"]:
         _record_extension(folder, config)
     devices, chosen = _placement(config, dp)
+    _prepare_launch(folder, config, chosen, devices)
     tracker = _tracker(config) if folder.state().get("tracking_enabled", True) else None
     return _train(folder, config, chosen, devices, tracker, progress, _init_of(folder, config))
 
@@ -454,6 +456,14 @@ def _check_same_experiment(
         raise ExperimentError(
             [*differing, "run it with the arguments it was started with, or pick another name"]
         )
+
+
+def _prepare_launch(folder: RunFolder, config: ExperimentConfig, dp: int, devices: Devices) -> None:
+    """Start the warm server of a CPU launch now (:mod:`orchestrator.run.warm_start`), so
+    that its imports overlap the tracking check and the initial checkpoint."""
+    r = config.resources
+    if devices.kind == "cpu" and r.launcher != "slurm":
+        warm_start.prepare(launch_env(folder, devices, dp // r.nodes, r.max_procs))
 
 
 def _tracker(config: ExperimentConfig) -> Any:

@@ -28,13 +28,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO, TypeAlias
 
 import psutil
 
 from orchestrator.experiment import ExperimentConfig
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.run import interrupts
+from orchestrator.run import interrupts, warm_start
 from orchestrator.run.devices import Devices, usable_cores
 from orchestrator.run.recipe import recipe_flags
 
@@ -51,6 +51,11 @@ same pages in again: measured on 2 AVX2 cores (dp 2, 8 steps), 55 s of 140 s CPU
 system time and a step took 6.8 s; with these, 17 s and 4.1 s. Memory stays mapped
 at its peak instead."""
 POLL_S = 1.0
+EXIT_POLL_S = 0.05
+"""How often ``run_local`` looks whether its torchruns ended (ticks stay ``POLL_S`` apart)."""
+
+Agent: TypeAlias = "subprocess.Popen[bytes] | warm_start.WarmProcess"
+"""One started torchrun: a cold subprocess or a warm server's fork."""
 
 
 def trainer_args(
@@ -257,21 +262,11 @@ def run_local(launch: Launch) -> int:
     with launch.log_path.open("ab") as log:
         log.write(f"\n=== launch {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
         log.flush()
-        agents = [
-            subprocess.Popen(
-                command,
-                cwd=folder.path,
-                env=launch.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=parent_death_signal(),
-            )
-            for command in launch.commands
-        ]
+        agents = [_start(command, launch, log) for command in launch.commands]
     if launch.leader:  # so that a later resume can stop them if this process dies without cleanup
         folder.update_state(launch_process_groups=[a.pid for a in agents])
     deadline = None if launch.timeout_s is None else time.monotonic() + launch.timeout_s
+    next_tick = time.monotonic()
     with interrupts.handling():
         try:
             while any(a.poll() is None for a in agents):
@@ -283,9 +278,11 @@ def run_local(launch: Launch) -> int:
                         with launch.log_path.open("a") as log:
                             log.write(f"\n[zephon] killed after {launch.timeout_s} s\n")
                     break
-                if launch.on_tick is not None:
+                if launch.on_tick is not None and time.monotonic() >= next_tick:
                     launch.on_tick(folder)
-                interrupts.STOP.wait(launch.tick_every_s)
+                    next_tick = time.monotonic() + launch.tick_every_s
+                # Short waits: the run's result is ready the moment torchrun ends.
+                interrupts.STOP.wait(EXIT_POLL_S)
         finally:
             _kill(agents)
     if launch.on_tick is not None:
@@ -293,6 +290,29 @@ def run_local(launch: Launch) -> int:
     if interrupts.requested():
         return -interrupts.signal_received()
     return next((a.returncode for a in agents if a.returncode != 0), 0)
+
+
+def _start(command: list[str], launch: Launch, log: BinaryIO) -> Agent:
+    """Start one torchrun of ``launch``: from the warm server when it can
+    (:mod:`orchestrator.run.warm_start`: CPU launches of the trainer), else cold."""
+    argv = warm_start.torchrun_arguments(command)
+    if argv is not None and warm_start.enabled() and launch.env.get("CUDA_VISIBLE_DEVICES") == "":
+        log.flush()
+        try:
+            server = warm_start.starter(launch.env)
+            return server.start(argv, launch.env, launch.folder.path, launch.log_path)
+        except warm_start.WarmStartUnavailable as e:
+            log.write(f"[zephon] warm start unavailable ({e}); starting torchrun cold\n".encode())
+            log.flush()
+    return subprocess.Popen(
+        command,
+        cwd=launch.folder.path,
+        env=launch.env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=parent_death_signal(),
+    )
 
 
 def parent_death_signal() -> Callable[[], None] | None:
@@ -334,7 +354,7 @@ def stop_leftover_launch(folder: RunFolder) -> list[int]:
     return stopped
 
 
-def _kill(agents: list[subprocess.Popen[bytes]]) -> None:
+def _kill(agents: list[Agent]) -> None:
     """SIGTERM each launch's process group, SIGKILL what is left of it after 10 s.
 
     Groups, not leaders: a leader that is gone already (the SIGTERM the interrupt handler
@@ -351,7 +371,7 @@ def _kill(agents: list[subprocess.Popen[bytes]]) -> None:
         agent.wait()
 
 
-def _group_alive(agent: subprocess.Popen[bytes]) -> bool:
+def _group_alive(agent: Agent) -> bool:
     """Whether any process of ``agent``'s group is left (the leader reaped first: a zombie
     still counts as a member)."""
     agent.poll()

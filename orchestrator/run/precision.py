@@ -26,6 +26,7 @@ arithmetic, so they are not replicates of each other.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -57,9 +58,8 @@ def resolve_precision(requested: str, device_kind: str) -> str:
 
 def cpu_bfloat16_measurement() -> dict[str, Any]:
     """This CPU's cached bfloat16 vs float32 matmul timing, measured on first use."""
-    import torch
-
-    key = f"{cpu_model()}|torch {torch.__version__}"
+    # The installed version, not torch.__version__: a cached answer needs no torch import.
+    key = f"{cpu_model()}|torch {importlib.metadata.version('torch')}"
     path = zephon_home() / CACHE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(path.with_suffix(".lock")):

@@ -24,6 +24,7 @@ TorchTitan's metrics also go to ``<dump-folder>/zephon/metrics.jsonl``.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from orchestrator.titan import cpu_compat
@@ -36,11 +37,23 @@ def main(argv: list[str] | None = None) -> None:
     cpu_compat.apply()
     from torchtitan.train import main as torchtitan_main  # only ever after apply()
 
+    _threads_from_environment()
+
     args = list(sys.argv[1:] if argv is None else argv)
     if not any(a == "--module" or a.startswith("--module=") for a in args):
         args = ["--module", DEFAULT_MODULE, *args]
     sys.argv[1:] = args  # torchtitan.train.main parses sys.argv
     torchtitan_main()
+
+
+def _threads_from_environment() -> None:
+    """Apply ``OMP_NUM_THREADS`` now: OpenMP read it when torch was imported, which in a
+    warm start (:mod:`orchestrator.run.warm_start`) was before this launch's value was set."""
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        import torch
+
+        torch.set_num_threads(int(threads))
 
 
 if __name__ == "__main__":

@@ -22,12 +22,14 @@ TorchTitan's own. The subclass only
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
+import torchtitan.trainer as torchtitan_trainer
 from torchtitan.components.checkpointer import DATALOADER, CheckpointManager
 from torchtitan.components.metrics import LoggerContainer
 from torchtitan.distributed import ParallelDims
@@ -163,10 +165,43 @@ class ZephonTrainer(Trainer):
                 "the data spec's global_batch_size"
             )
 
+    def train(self) -> None:
+        """TorchTitan's loop. Its rank 0 then sleeps 2 s "for other ranks to complete"; a
+        barrier of every rank waits exactly that long, and dp 1 has no one to wait for."""
+        with _final_sleep_skipped():
+            super().train()
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()
+
     def close(self) -> None:
         if hasattr(self, "dataloader"):
             self.dataloader.close()
         super().close()
+
+
+@contextlib.contextmanager
+def _final_sleep_skipped() -> Iterator[None]:
+    """``torchtitan.trainer``'s ``time`` module, with ``sleep`` a no-op, while inside: the
+    module calls ``time.sleep`` once, after its training loop (``ZephonTrainer.train``)."""
+    real = torchtitan_trainer.time
+    torchtitan_trainer.time = _TimeWithoutSleep(real)
+    try:
+        yield
+    finally:
+        torchtitan_trainer.time = real
+
+
+class _TimeWithoutSleep:
+    """The ``time`` module with ``sleep`` doing nothing."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def sleep(self, seconds: float) -> None:
+        del seconds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
 
 
 def _checking_data_state(dcp_load: Callable[..., None]) -> Callable[..., None]:

@@ -1,0 +1,400 @@
+"""Warm start: CPU launches fork a process that has torch and TorchTitan imported already.
+
+::
+
+    run_local --(torchrun command)--> WarmStarter (this process) --JSON line--> warm server
+        warm server  python -m orchestrator.run.warm_start: imports the trainer once, then
+                     per launch forks a child that is torchrun: os.setsid(), the launch's
+                     cwd, environment and log, its process title set to the cold command,
+                     then torchrun's own ``main`` with ``--start-method=fork --run-path
+                     orchestrator/titan/train.py``: the ranks fork from it too
+        exit status  reaped by the server, sent back as ``{"pid", "exit"}``
+
+A cold launch spends about 5 s of CPU per rank importing torch, TorchTitan and their
+imports before TorchTitan's first line (measured on 2 AMD EPYC cores); a warm one
+forks in milliseconds. What runs is the same: torchrun's own entry point and
+rendezvous, TorchTitan's ``main``, the same flags, so the data, the digests and the
+initial weights are those of a cold launch (``tests/orchestrator/run/test_warm_start.py``
+trains both ways and compares them).
+
+Only CPU launches start warm: forking after CUDA is initialised is undefined, and a
+GPU run's start-up is a small part of it. ``ZEPHON_WARM_START=0`` turns it off. The
+environment that a process reads when it starts (malloc settings, ``PYTHON*``,
+``LD_*``, the Hugging Face offline switches, ``CUDA_VISIBLE_DEVICES``) is the server's, so one
+server serves only launches whose values for those keys it was started with;
+``OMP_NUM_THREADS`` is applied by the trainer (``torch.set_num_threads``), since
+OpenMP read it when torch was imported.
+
+The server lives as long as the process that started it: it ends (and SIGTERMs the
+launches it still runs) when its standard input closes, when its parent dies, or on
+SIGTERM. If it cannot start, launches fall back to cold ``torchrun``, whose log then
+says what is wrong.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+WARM_START_ENV = "ZEPHON_WARM_START"
+"""``0`` turns warm starts off (every launch is a cold ``torchrun``)."""
+TRAIN_MODULE = "orchestrator.titan.train"
+PRELOAD_MODULES = (
+    "torch.distributed.run",
+    TRAIN_MODULE,
+    "torchtitan.train",
+    "orchestrator.titan.configs",
+    "orchestrator.titan.trainer",
+)
+"""What the server imports once (after ``cpu_compat.apply()``); every launch forks from it."""
+START_ENV_PREFIXES = (
+    "MALLOC_",
+    "PYTHON",
+    "LD_",
+    "HF_DATASETS_OFFLINE",
+    "HF_HUB_OFFLINE",
+    "CUDA_VISIBLE_DEVICES",
+)
+"""Environment read when a process starts: a launch needs a server started with its values.
+(``HF_HOME``, which ``datasets`` also reads on import, is the run folder's own cache; the
+trainer never uses it, so the server's stands.)"""
+READY_TIMEOUT_S = 300.0
+"""Longest wait for the server's imports (a loaded machine can take a minute)."""
+
+
+class WarmStartUnavailable(RuntimeError):
+    """The warm server could not start or died; the launch should start cold."""
+
+
+def enabled() -> bool:
+    """Whether warm starts are on (``ZEPHON_WARM_START`` is not ``0``)."""
+    return os.environ.get(WARM_START_ENV, "1") != "0"
+
+
+def start_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``env`` that a process reads when it starts (module docstring)."""
+    return {k: v for k, v in env.items() if k.startswith(START_ENV_PREFIXES)}
+
+
+def torchrun_arguments(command: Sequence[str]) -> list[str] | None:
+    """torchrun's arguments in ``command`` if it is ``python -m torch.distributed.run ... -m
+    orchestrator.titan.train ...`` with this interpreter, else None (cannot start warm)."""
+    head = [sys.executable, "-m", "torch.distributed.run"]
+    if list(command[:3]) != head or _module_flag(command) != ["-m", TRAIN_MODULE]:
+        return None
+    return list(command[3:])
+
+
+def _module_flag(command: Sequence[str]) -> list[str]:
+    """The ``-m MODULE`` pair that names the training script of a torchrun command."""
+    for i in range(3, len(command) - 1):
+        if command[i] == "-m":
+            return [command[i], command[i + 1]]
+    return []
+
+
+# -- client --------------------------------------------------------------------------------------
+
+
+@dataclass
+class WarmProcess:
+    """A launch started by the warm server: the ``Popen`` calls that ``run_local`` uses.
+
+    ``pid`` leads the launch's own session and process group, as a cold torchrun's does.
+    """
+
+    pid: int
+    returncode: int | None = None
+    _ended: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def poll(self) -> int | None:
+        """The exit status if the launch has ended (minus the signal number if killed)."""
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the launch to end; its exit status."""
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired(f"warm launch {self.pid}", timeout or 0.0)
+        assert self.returncode is not None, "an ended warm launch has an exit status"
+        return self.returncode
+
+    def ended(self, code: int) -> None:
+        """Record the exit status the server reaped."""
+        self.returncode = code
+        self._ended.set()
+
+
+class WarmStarter:
+    """One warm server (this process's child) and the launches it started."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = dict(env)
+        self._server = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.run.warm_start"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=self.env,
+            start_new_session=True,  # a terminal's Ctrl-C reaches zephon, which stops launches
+        )
+        self._ready = threading.Event()
+        self._write = threading.Lock()
+        self._requests: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._launches: dict[int, WarmProcess] = {}
+        self._early_exits: dict[int, int] = {}
+        self._next_request = 0
+        self._dead = False
+        threading.Thread(target=self._read_replies, name="zephon-warm-start", daemon=True).start()
+
+    def start(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path
+    ) -> WarmProcess:
+        """Start torchrun with arguments ``argv`` (as :func:`torchrun_arguments` gives them) in
+        ``cwd`` with ``env``, its output appended to ``log``; raise
+        :class:`WarmStartUnavailable` if the server cannot."""
+        title = " ".join([sys.executable, "-m", "torch.distributed.run", *argv])
+        request = {
+            "argv": list(argv),
+            "env": dict(env),
+            "cwd": str(cwd.absolute()),
+            "log": str(log.absolute()),
+        }
+        reply = self._ask({**request, "title": title})
+        if "error" in reply:
+            raise WarmStartUnavailable(reply["error"])
+        process = WarmProcess(int(reply["pid"]))
+        with self._write:
+            self._launches[process.pid] = process
+            if process.pid in self._early_exits:
+                process.ended(self._early_exits.pop(process.pid))
+        return process
+
+    def close(self) -> None:
+        """End the server (it SIGTERMs launches still running) and wait for it."""
+        with contextlib.suppress(OSError):
+            assert self._server.stdin is not None
+            self._server.stdin.close()
+        try:
+            self._server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self._server.kill()
+            self._server.wait()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the server is running and answering."""
+        return not self._dead and self._server.poll() is None
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        if not self._ready.wait(READY_TIMEOUT_S) or self._dead:
+            raise WarmStartUnavailable("the warm server did not become ready")
+        answered: tuple[threading.Event, list[Any]] = (threading.Event(), [])
+        with self._write:
+            number = self._next_request
+            self._next_request += 1
+            self._requests[number] = answered
+            try:
+                assert self._server.stdin is not None
+                self._server.stdin.write(
+                    json.dumps({"request": number, **request}).encode() + b"\n"
+                )
+                self._server.stdin.flush()
+            except OSError as e:
+                raise WarmStartUnavailable(f"the warm server is gone: {e}") from e
+        while not answered[0].wait(1.0):
+            if self._dead:
+                raise WarmStartUnavailable("the warm server died")
+        return answered[1][0]
+
+    def _read_replies(self) -> None:
+        assert self._server.stdout is not None
+        for line in self._server.stdout:
+            reply = json.loads(line)
+            if "ready" in reply:
+                self._ready.set()
+            elif "request" in reply:
+                with self._write:
+                    event, box = self._requests.pop(int(reply["request"]))
+                box.append(reply)
+                event.set()
+            elif "exit" in reply:
+                with self._write:
+                    pid, code = int(reply["pid"]), int(reply["exit"])
+                    launch = self._launches.pop(pid, None)
+                    if launch is None:
+                        self._early_exits[pid] = code  # ended before its start reply was read
+                if launch is not None:
+                    launch.ended(code)
+        # The server ended: whatever it still ran was SIGTERMed by it or died with it.
+        self._dead = True
+        self._ready.set()
+        with self._write:
+            for event, _box in self._requests.values():
+                event.set()
+            for launch in self._launches.values():
+                launch.ended(-signal.SIGKILL)
+            self._launches.clear()
+
+
+_starters: dict[tuple[tuple[str, str], ...], WarmStarter] = {}
+_starters_lock = threading.Lock()
+
+
+def starter(launch_env: Mapping[str, str]) -> WarmStarter:
+    """This process's warm server for launches with ``launch_env`` (started on first use)."""
+    wanted = start_env(launch_env)
+    key = tuple(sorted(wanted.items()))
+    with _starters_lock:
+        found = _starters.get(key)
+        if found is None or not found.alive:
+            base = {k: v for k, v in os.environ.items() if not k.startswith(START_ENV_PREFIXES)}
+            found = _starters[key] = WarmStarter({**base, **wanted})
+        return found
+
+
+def prepare(launch_env: Mapping[str, str]) -> None:
+    """Start the warm server for ``launch_env`` now, so its imports overlap other work."""
+    if enabled():
+        starter(launch_env)
+
+
+@atexit.register
+def _close_starters() -> None:
+    with _starters_lock:
+        for found in _starters.values():
+            found.close()
+        _starters.clear()
+
+
+# -- server --------------------------------------------------------------------------------------
+
+
+def serve() -> None:
+    """The server's loop (module docstring): import once, fork a torchrun per request."""
+    parent = os.getppid()
+    launches: set[int] = set()
+
+    def stop(signum: int = signal.SIGTERM, _frame: Any = None) -> None:
+        for pid in launches:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import setproctitle
+
+    from orchestrator.titan import cpu_compat
+
+    cpu_compat.apply()
+    for module in PRELOAD_MODULES:
+        __import__(module)
+    del setproctitle  # imported here so that a launch need not
+    _reply({"ready": True})
+    stdin = sys.stdin.fileno()
+    pending = b""
+    while True:
+        readable, _, _ = select.select([stdin], [], [], 0.05)
+        for pid, code in _reaped():
+            launches.discard(pid)
+            _reply({"pid": pid, "exit": code})
+        if os.getppid() != parent:
+            stop()
+        if not readable:
+            continue
+        data = os.read(stdin, 1 << 16)
+        if not data:
+            stop()
+        pending += data
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            request = json.loads(line)
+            try:
+                pid = _fork_launch(request)
+            except OSError as e:
+                _reply({"request": request["request"], "error": f"fork failed: {e}"})
+                continue
+            launches.add(pid)
+            _reply({"request": request["request"], "pid": pid})
+
+
+def _reaped() -> list[tuple[int, int]]:
+    """Exit statuses of the server's ended launches (Popen's convention: -N for signal N)."""
+    ended = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return ended
+        if pid == 0:
+            return ended
+        ended.append((pid, os.waitstatus_to_exitcode(status)))
+
+
+def _reply(message: dict[str, Any]) -> None:
+    os.write(sys.stdout.fileno(), json.dumps(message).encode() + b"\n")
+
+
+def _fork_launch(request: dict[str, Any]) -> int:
+    """Fork the launch's torchrun; the parent gets its pid, the child never returns."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    # The server's SIGTERM handler would stop every launch: this child is one launch.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    code = 1
+    try:
+        code = _run_torchrun(request)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # the launch's log gets it, as a cold torchrun's would
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _run_torchrun(request: dict[str, Any]) -> int:
+    """In the forked child: become the launch's torchrun (module docstring)."""
+    import setproctitle
+    from torch.distributed import run as torchrun
+
+    os.setsid()
+    setproctitle.setproctitle(request["title"])
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    script = Path(sys.modules[TRAIN_MODULE].__file__ or "")
+    argv = list(request["argv"])
+    module_at = argv.index("-m")
+    argv[module_at : module_at + 2] = ["--start-method=fork", "--run-path", str(script)]
+    torchrun.main(argv)
+    return 0
+
+
+if __name__ == "__main__":
+    serve()

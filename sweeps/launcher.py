@@ -37,8 +37,9 @@ from omegaconf import DictConfig, open_dict
 
 from orchestrator.errors import NoFit
 from orchestrator.experiment import divisors, dp_problems
-from orchestrator.run import interrupts
+from orchestrator.run import interrupts, warm_start
 from orchestrator.run.devices import discover
+from orchestrator.run.launch import cpu_start_env
 from orchestrator.service.pool import DevicePool, Lease
 from sweeps.config import experiment_from
 
@@ -59,16 +60,23 @@ class ZephonLauncherConf:
     """Devices to share: ``auto`` (CUDA GPUs if any is free, else CPU cores), ``cuda``, ``cpu``."""
     capacity: int | None = None
     """Most devices the sweep uses at once; None: every free one."""
+    extra_processes: int = 1
+    """CPU: training processes beyond the cores, filling what the runs leave idle
+    (:class:`~orchestrator.service.pool.DevicePool`); 0: one process per core."""
 
 
 class ZephonLauncher(Launcher):
     """Hydra launcher running jobs concurrently on leased devices (module docstring)."""
 
-    def __init__(self, device: str = "auto", capacity: int | None = None) -> None:
+    def __init__(
+        self, device: str = "auto", capacity: int | None = None, extra_processes: int = 1
+    ) -> None:
         super().__init__()
         assert capacity is None or capacity >= 1, f"capacity must be >= 1, got {capacity}"
+        assert extra_processes >= 0, f"extra_processes must be >= 0, got {extra_processes}"
         self.device = device
         self.capacity = capacity
+        self.extra_processes = extra_processes
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
@@ -91,7 +99,14 @@ class ZephonLauncher(Launcher):
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        pool = DevicePool(discover(self.device), self.capacity, spare_cores=True)
+        pool = DevicePool(
+            discover(self.device),
+            self.capacity,
+            spare_cores=True,
+            extra_processes=self.extra_processes,
+        )
+        if pool.devices.kind == "cpu":  # the trainer's imports overlap the jobs' composition
+            warm_start.prepare(cpu_start_env())
         log.info(
             "Launching %d jobs on %d free %s devices",
             len(job_overrides),

@@ -47,6 +47,7 @@ from orchestrator.run.init_checkpoint import (
 from orchestrator.run.launch import (
     Launch,
     Progress,
+    cpu_start_env,
     launch_env,
     run_local,
     stop_leftover_launch,
@@ -256,7 +257,7 @@ def run(
         raise ExperimentError(
             [f"run folder {folder.path} exists; resume it or pick another name{again}"]
         )
-    _prepare_launch(folder, the_plan.config, the_plan.dp, the_plan.devices)
+    _prepare_launch(the_plan.config, the_plan.devices)
     tracker = _tracker(the_plan.config) if tracking else None
     init = ensure_init_checkpoint(the_plan.config, the_plan.recipe)
     folder.write_experiment(
@@ -399,7 +400,7 @@ def resume(
     if config.train.steps != record["config"]["train"]["steps"]:
         _record_extension(folder, config)
     devices, chosen = _placement(config, dp)
-    _prepare_launch(folder, config, chosen, devices)
+    _prepare_launch(config, devices)
     tracker = _tracker(config) if folder.state().get("tracking_enabled", True) else None
     return _train(folder, config, chosen, devices, tracker, progress, _init_of(folder, config))
 
@@ -458,12 +459,11 @@ def _check_same_experiment(
         )
 
 
-def _prepare_launch(folder: RunFolder, config: ExperimentConfig, dp: int, devices: Devices) -> None:
+def _prepare_launch(config: ExperimentConfig, devices: Devices) -> None:
     """Start the warm server of a CPU launch now (:mod:`orchestrator.run.warm_start`), so
     that its imports overlap the tracking check and the initial checkpoint."""
-    r = config.resources
-    if devices.kind == "cpu" and r.launcher != "slurm":
-        warm_start.prepare(launch_env(folder, devices, dp // r.nodes, r.max_procs))
+    if devices.kind == "cpu" and config.resources.launcher != "slurm":
+        warm_start.prepare(cpu_start_env())
 
 
 def _tracker(config: ExperimentConfig) -> Any:

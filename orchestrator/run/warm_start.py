@@ -19,7 +19,7 @@ trains both ways and compares them).
 
 Only CPU launches start warm: forking after CUDA is initialised is undefined, and a
 GPU run's start-up is a small part of it. ``ZEPHON_WARM_START=0`` turns it off. The
-environment that a process reads when it starts (malloc settings, ``PYTHON*``,
+environment that a process reads when it starts (malloc and OpenMP settings, ``PYTHON*``,
 ``LD_*``, the Hugging Face offline switches, ``CUDA_VISIBLE_DEVICES``) is the server's, so one
 server serves only launches whose values for those keys it was started with;
 ``OMP_NUM_THREADS`` is applied by the trainer (``torch.set_num_threads``), since
@@ -61,6 +61,9 @@ PRELOAD_MODULES = (
 """What the server imports once (after ``cpu_compat.apply()``); every launch forks from it."""
 START_ENV_PREFIXES = (
     "MALLOC_",
+    "OMP_WAIT_POLICY",
+    "GOMP_",
+    "KMP_",
     "PYTHON",
     "LD_",
     "HF_DATASETS_OFFLINE",

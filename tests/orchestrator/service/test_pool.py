@@ -131,3 +131,34 @@ def test_the_last_run_waits_for_every_core_and_gets_them_as_threads() -> None:
     cpus = Devices("cpu", 2, "cpu")
     assert DevicePool(cpus, spare_cores=True).submit([1], shape).result(5) == (1, 2)
     assert DevicePool(cpus).submit([1], shape).result(5) == (1, 1)
+
+
+def test_an_extra_process_starts_a_run_beside_a_wide_one_with_no_more_threads_than_cores() -> None:
+    """2 cores and one extra process: a dp-2 run and a dp-1 run start together (3 processes),
+    the next dp-2 run waits for 2 free slots; no lease holds more cores than there are."""
+    pool = DevicePool(Devices("cpu", 2, "cpu"), extra_processes=1)
+    gates = [threading.Event() for _ in range(3)]
+    leases: dict[int, Lease] = {}
+
+    def hold(number: int, lease: Lease) -> int:
+        leases[number] = lease
+        gates[number].wait(5)
+        return lease.size
+
+    sizes = [[2], [2], [1]]
+    futures = pool.submit_all([(sizes[n], lambda lease, n=n: hold(n, lease)) for n in range(3)])
+    time.sleep(0.2)
+    assert sorted(leases) == [0, 2] and pool.free == 0
+    assert (leases[0].dp, leases[0].size) == (2, 2) and (leases[2].dp, leases[2].size) == (1, 1)
+    gates[2].set()
+    futures[2].result(5)
+    time.sleep(0.2)
+    assert 1 not in leases  # one slot free, the dp-2 run needs two
+    gates[0].set()
+    futures[0].result(5)
+    time.sleep(0.2)
+    assert (leases[1].dp, leases[1].size) == (2, 2)
+    gates[1].set()
+    assert futures[1].result(5) == 2 and pool.free == 3
+    # A GPU pool never oversubscribes.
+    assert DevicePool(GPUS, extra_processes=1).free == GPUS.count

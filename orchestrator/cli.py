@@ -16,7 +16,8 @@
 
 The job service (``--root DIR``, default ``./zephon-service``; see orchestrator/service/client.py)::
 
-    zephon serve   [--data-root DIR ...] [--capacity N] [--device D] [--until-idle]
+    zephon serve   [--data-root DIR ...] [--capacity N] [--device D] [--extra-processes K]
+                   [--until-idle]
     zephon submit  (-c FILE | --spec JSON) --key KEY [--kind run|plan|verify]
     zephon status JOB | wait JOB [--timeout S] | cancel JOB | logs JOB [--tail N]
     zephon jobs    [--state S ...] [--submitter NAME] [--kind K] [--limit N]
@@ -185,6 +186,12 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--data-root", action="append", default=[], help="allowed data folder")
     p.add_argument("--capacity", type=int, help="most devices used at once (default: all free)")
     p.add_argument("--device", default="auto", help="auto, cuda or cpu")
+    p.add_argument(
+        "--extra-processes",
+        type=int,
+        default=1,
+        help="CPU: training processes beyond the cores, filling idle time (0: one per core)",
+    )
     p.add_argument("--max-queued", type=int, default=100, help="pending jobs per submitter")
     p.add_argument("--until-idle", action="store_true", help="exit when no job is left")
     p = service("submit", "queue an experiment (idempotent per --key)")
@@ -381,6 +388,7 @@ def _serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         data_roots=tuple(args.data_root),
         device=args.device,
         capacity=args.capacity,
+        extra_processes=args.extra_processes,
         max_queued_per_submitter=args.max_queued,
     )
     scheduler = Scheduler(service)

@@ -54,6 +54,9 @@ class ServiceConfig:
     """Devices the scheduler shares: auto, cuda or cpu."""
     capacity: int | None = None
     """Most devices the scheduler uses at once; None: every free one."""
+    extra_processes: int = 1
+    """CPU: training processes beyond the cores, filling what the runs leave idle
+    (:class:`~orchestrator.service.pool.DevicePool`); 0: one process per core."""
     plan_workers: int = 2
     """Dry-run (``plan``) jobs evaluated at once."""
     max_attempts: int = 3

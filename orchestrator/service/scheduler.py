@@ -78,7 +78,9 @@ class Scheduler:
         self.poll_s = poll_s
         self.queue = service.queue()
         self.rules = service.rules()
-        self.pool = DevicePool(discover(service.device), service.capacity)
+        self.pool = DevicePool(
+            discover(service.device), service.capacity, extra_processes=service.extra_processes
+        )
         self.plans = ThreadPoolExecutor(service.plan_workers, thread_name_prefix="plan")
         self.active: dict[str, Future[Any]] = {}
         self.stopping = threading.Event()

@@ -156,13 +156,22 @@ def measure_precisions(work: Path, steps: int, reps: int) -> dict[str, Any]:
     }
 
 
-def measure_main_job(work: Path, args: list[str]) -> dict[str, Any]:
-    """The main job's wall time and its process tree's CPU time (``os.wait4``)."""
+def measure_main_job(
+    work: Path, args: list[str], env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The main job's wall time and its process tree's CPU time (``os.wait4``); ``env`` adds
+    to this process's environment."""
     load = wait_quiet()
     command = [str(Path(sys.executable).parent / "zephon-run"), "--config-name", "main", *args]
     start = time.monotonic()
     with (work / "main-job.log").open("w") as log:
-        process = subprocess.Popen(command, cwd=work, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command,
+            cwd=work,
+            env={**os.environ, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         _, status, usage = os.wait4(process.pid, 0)
     wall = time.monotonic() - start
     comparison = _comparison(work)

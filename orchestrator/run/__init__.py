@@ -9,6 +9,7 @@
       │  init_checkpoint.py  one seed checkpoint per recipe, made once, loaded by every run
       ▼
     launch.py      torchrun's command and environment, its process groups, progress
+      │  warm_start.py  CPU launches fork from a server with torch and TorchTitan imported
     slurm.py       on Slurm: the allocation decides dp; each task finds its node's devices
       │  interrupts.py  SIGINT/SIGTERM: stop every launch, note how to continue, exit 130
       ▼

@@ -70,7 +70,7 @@ def discover(device: str = "auto", gpu_ids: list[int] | None = None) -> Devices:
 
 
 def _free_gpus() -> list[int]:
-    if not _gpu_may_be_visible():
+    if not gpu_may_be_visible():
         return []  # known without importing torch (3 s of a CLI's start on 2 cores)
     import torch
 
@@ -117,7 +117,7 @@ GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd")
 Linux, torch can see a GPU only where one of them exists (containers included)."""
 
 
-def _gpu_may_be_visible() -> bool:
+def gpu_may_be_visible() -> bool:
     """False where no CUDA/ROCm GPU can be visible to torch: ``CUDA_VISIBLE_DEVICES`` empty
     or ``-1``, Linux without GPU device files, or macOS; True elsewhere (ask torch)."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):

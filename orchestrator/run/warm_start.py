@@ -186,6 +186,8 @@ class WarmStarter:
 
     def close(self) -> None:
         """End the server (it SIGTERMs launches still running) and wait for it."""
+        if not self._ready.is_set():  # still importing: it would read its input only after
+            self._server.terminate()
         with contextlib.suppress(OSError):
             assert self._server.stdin is not None
             self._server.stdin.close()

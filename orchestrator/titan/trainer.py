@@ -12,6 +12,8 @@ TorchTitan's own. The subclass only
   covers exactly one global batch per step, connects the data loader to the
   trainer (step counter, data-parallel group, metric loggers, run folder), and
   adds a metric logger writing ``<dump_folder>/zephon/metrics.jsonl``;
+* replaces TorchTitan's 2-second sleep after training ("for other ranks to complete")
+  by a barrier of every rank, none on dp 1;
 * makes its checkpoint manager look at the data state of the checkpoint it is
   about to load. DCP would refuse a checkpoint without ``dataloader.zephon``
   (e.g. one saved by TorchTitan's stock loader) with a bare "Missing key in

@@ -37,7 +37,7 @@ def test_without_visible_gpus_discovery_gives_the_cores_and_never_imports_torch(
         (None, (), "win32", True),  # no device files to look at: ask torch
     ],
 )
-def test_torch_is_asked_only_where_a_gpu_may_be_visible(
+def test_torch_is_asked_only_where_agpu_may_be_visible(
     monkeypatch: pytest.MonkeyPatch,
     visible: str | None,
     nodes: tuple[str, ...],
@@ -50,7 +50,7 @@ def test_torch_is_asked_only_where_a_gpu_may_be_visible(
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     monkeypatch.setattr(devices.os.path, "exists", lambda path: path in nodes)
     monkeypatch.setattr(devices.sys, "platform", platform)
-    assert devices._gpu_may_be_visible() is expected
+    assert devices.gpu_may_be_visible() is expected
 
 
 def test_inside_a_slurm_job_the_cores_are_the_jobs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,8 @@
 # run `python -m benchmarks.run` with the given arguments, e.g. `--quick` (~1 min smoke
 # run). Full run: < 15 min on 2 cores; results go to benchmarks/results/latest.{json,md}
 # (latest-quick.* with --quick). `--decisions [OPTIONS]` runs the decisions-against-noise
-# benchmark (benchmarks/decisions.py). `--dp-spread [OPTIONS]` runs the dp-spread benchmark,
+# benchmark (benchmarks/decisions.py), `--cores` start-up, the main job's CPU use and the
+# pipeline's speed (benchmarks/cores.py). `--dp-spread [OPTIONS]` runs the dp-spread benchmark,
 # `python -m benchmarks.dp_spread [OPTIONS]`, instead. See benchmarks/README.md.
 # Safe to re-run: the install is skipped while .venv/.zephon-bench-installed holds the
 # sha256 of pyproject.toml.
@@ -29,6 +30,13 @@ if [[ "${1:-}" == "--training" ]]; then
     # CPU time (benchmarks/training.py): benchmarks/results/training.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.training "$@"
+fi
+if [[ "${1:-}" == "--cores" ]]; then
+    # Every core busy: a run's start-up and teardown cold vs warm, the main job now vs
+    # before (wall, CPU / wall), the pipeline vs raw tiktoken on prose and code
+    # (benchmarks/cores.py; ~8 min on 2 cores): benchmarks/results/cores.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.cores "$@"
 fi
 if [[ "${1:-}" == "--decisions" ]]; then
     # A/A and planted A/B sweeps under several seeds: how often a decision is noise

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.machine import describe_machine
+from benchmarks.publish import publish
 from benchmarks.training import RESULTS, measure_main_job
 from orchestrator.run.precision import cpu_model
 
@@ -249,11 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         report["main_job"] = measure_main_jobs(work, args.main_job_args)
     if "pipeline" in args.only:
         report["pipeline"] = measure_pipeline(args.pipeline_steps)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    (args.results_dir / "cores.json").write_text(json.dumps(report, indent=2) + "\n")
-    markdown = to_markdown(report)
-    (args.results_dir / "cores.md").write_text(markdown)
-    print(markdown)
+    publish(args.results_dir, "cores", report, to_markdown(report))
     return 0
 
 

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.publish import publish
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 FALSE_DECISION_GOAL = 0.05
@@ -232,11 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         "comparisons": judged,
         "work_dir": str(work),
     }
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    (args.results_dir / "decisions.json").write_text(json.dumps(report, indent=2) + "\n")
-    markdown = to_markdown(report)
-    (args.results_dir / "decisions.md").write_text(markdown)
-    print(markdown)
+    publish(args.results_dir, "decisions", report, to_markdown(report))
     return 0
 
 

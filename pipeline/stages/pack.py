@@ -78,41 +78,62 @@ class WrapPacker:
         self._tokens = np.concatenate((self._tokens, chunk.tokens))
         self._starts = np.concatenate((self._starts, starts.astype(np.int64)))
         self._sources = np.concatenate((self._sources, chunk.doc_sources))
-        out = []
-        pos = 0
-        seq_span = self.max_length + 1
-        while len(self._tokens) - pos >= seq_span:
-            out.append(self._cut(pos, seq_span))
-            pos += self.max_length
-        self._drop_before(pos)
+        # Sequence k starts at k*T and spans T+1 tokens: complete while k*T + T + 1 <= pending.
+        count = max(0, (len(self._tokens) - 1) // self.max_length)
+        if count == 0:
+            return []
+        # All of the chunk's sequences at once: one copy of the overlapping windows.
+        windows = np.lib.stride_tricks.sliding_window_view(
+            self._tokens[: count * self.max_length + 1], self.max_length + 1
+        )[:: self.max_length]
+        positions = np.arange(count, dtype=np.int64) * self.max_length
+        out = self._sequences(
+            positions, self.max_length, np.array(windows, dtype=np.int32), self.max_length + 1
+        )
+        self._drop_before(count * self.max_length)
         return out
 
     def flush(self) -> list[PackedSequence]:
         """Emit the padded tail (if it holds a label) and reset to empty."""
         out = []
-        if len(self._tokens) >= 2:
-            out.append(self._cut(0, len(self._tokens)))
+        length = len(self._tokens)
+        if length >= 2:
+            tokens = np.full((1, self.max_length + 1), self.pad_id, dtype=np.int32)
+            tokens[0, :length] = self._tokens
+            input_length = min(length, self.max_length)
+            out = self._sequences(np.zeros(1, dtype=np.int64), input_length, tokens, length)
         self._reset()
         return out
 
-    def _cut(self, pos: int, length: int) -> PackedSequence:
-        """Build the sequence of ``length`` real tokens starting at pending position ``pos``."""
-        input_end = pos + min(length, self.max_length)
-        first = int(np.searchsorted(self._starts, pos, side="right")) - 1
-        last = int(np.searchsorted(self._starts, input_end, side="left"))
-        doc_starts = (self._starts[first:last] - pos).astype(np.int32)
-        doc_starts[0] = 0  # the piece containing ``pos`` starts this sequence
-        tokens = self._tokens[pos : pos + length]
-        if length < self.max_length + 1:
-            tokens = np.concatenate(
-                (tokens, np.full(self.max_length + 1 - length, self.pad_id, dtype=np.int32))
+    def _sequences(
+        self, positions: np.ndarray, input_length: int, tokens: np.ndarray, num_valid: int
+    ) -> list[PackedSequence]:
+        """The sequences whose inputs are pending ``[p, p + input_length)`` for each ``p`` in
+        ``positions``; ``tokens`` holds their ``T+1`` token rows.
+
+        Every sequence's ``doc_starts`` are the pending piece starts inside its inputs,
+        relative to ``p``, the first replaced by 0 (the piece containing ``p``). They are
+        gathered for all sequences at once into one array that each sequence slices.
+        """
+        first = np.searchsorted(self._starts, positions, side="right") - 1
+        last = np.searchsorted(self._starts, positions + input_length, side="left")
+        counts = last - first
+        bounds = np.concatenate(([0], np.cumsum(counts)))
+        # Index of every gathered piece in the pending arrays: first[i], first[i]+1, ...
+        gather = np.arange(bounds[-1]) + np.repeat(first - bounds[:-1], counts)
+        doc_starts = (self._starts[gather] - np.repeat(positions, counts)).astype(np.int32)
+        doc_starts[bounds[:-1]] = 0
+        doc_sources = self._sources[gather]
+        edges = bounds.tolist()
+        return [
+            PackedSequence(
+                tokens=row,
+                doc_starts=doc_starts[begin:end],
+                doc_sources=doc_sources[begin:end],
+                num_valid=num_valid,
             )
-        return PackedSequence(
-            tokens=tokens.astype(np.int32, copy=True),
-            doc_starts=doc_starts,
-            doc_sources=self._sources[first:last].copy(),
-            num_valid=length,
-        )
+            for row, begin, end in zip(tokens, edges[:-1], edges[1:], strict=True)
+        ]
 
     def _drop_before(self, pos: int) -> None:
         """Forget pending tokens before ``pos``, keeping the piece that contains it."""

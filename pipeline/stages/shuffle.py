@@ -14,6 +14,7 @@ lane replays at most one window. ``B <= 1`` leaves the order unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -38,15 +39,26 @@ class ShuffleBuffer(Generic[T]):
 
     def push(self, item: T) -> list[T]:
         """Add one item; return the items that leave the buffer (zero or one)."""
+        return self.push_many([item])
+
+    def push_many(self, items: Sequence[T]) -> list[T]:
+        """``push`` each item in order; return all the items that leave the buffer.
+
+        Draws the indices of a batch in one call: ``integers(B, size=n)`` gives the same
+        numbers as ``n`` calls of ``integers(B)`` and leaves the generator in the same state.
+        """
         if self.buffer_size <= 1:
-            return [item]
-        if len(self._buf) < self.buffer_size:
-            self._buf.append(item)
-            return []
-        j = int(self._rng.integers(self.buffer_size))
-        out = self._buf[j]
-        self._buf[j] = item
-        return [out]
+            return list(items)
+        room = self.buffer_size - len(self._buf)
+        self._buf.extend(items[:room])
+        rest = items[room:]
+        out: list[T] = []
+        buf = self._buf
+        slots = self._rng.integers(self.buffer_size, size=len(rest)).tolist()
+        for j, item in zip(slots, rest, strict=True):
+            out.append(buf[j])
+            buf[j] = item
+        return out
 
     def flush(self) -> list[T]:
         """Emit everything buffered, in a seeded random order, and empty the buffer."""

@@ -33,3 +33,18 @@ def test_order_depends_on_seed_lane_and_window() -> None:
     assert base != run(items, 16, 2, 0, 0)
     assert base != run(items, 16, 1, 1, 0)
     assert base != run(items, 16, 1, 0, 1)
+
+
+@given(
+    batches=st.lists(st.lists(st.integers(), max_size=40), max_size=8),
+    size=st.integers(0, 24),
+    seed=st.integers(0, 2**32),
+)
+def test_push_many_equals_pushing_one_at_a_time(
+    batches: list[list[int]], size: int, seed: int
+) -> None:
+    items = [x for batch in batches for x in batch]
+    buf: ShuffleBuffer[int] = ShuffleBuffer(size, seed)
+    buf.start_window(3, 5)
+    out = [o for batch in batches for o in buf.push_many(batch)]
+    assert out + buf.flush() == run(items, size, seed, 3, 5)

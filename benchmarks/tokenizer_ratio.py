@@ -1,0 +1,252 @@
+"""Zephon's lane pipeline against raw tiktoken on one kind of text: prose or code.
+
+``python -m benchmarks.tokenizer_ratio`` measures, for each text kind, parallelism (1, 2)
+and runner (threads, processes), raw tiktoken ``encode_ordinary_batch`` (gpt2,
+``num_threads=parallelism``) and the pipeline (8 lanes, sequence length 512, micro-batch
+64 = one step, shuffle buffer 64) on the same text, alternating the two in one process,
+and writes ``benchmarks/results/tokenizer_ratio.{json,md}``.
+
+Text. The local corpus of :mod:`demo.local_corpus`, built once (uncapped) under
+``.zephon/tokenizer_ratio``: ``code`` is its ``code`` domain (the standard library's
+``.py`` files, 12 MB), ``prose`` its ``docs`` domain (pydoc help topics and docstrings,
+2.3 MB: all the standard library has). Both sides read the domain's training records
+(the plan's held-out documents excluded): raw tiktoken encodes them in record order,
+pass after pass, until it has encoded as many tokens as the pipeline delivers
+(``steps`` x 64 x 512 label tokens); the pipeline draws them in its seeded order.
+
+Ratios. ``ratio``: the pipeline's tokens/s over its whole run (worker start-up, the
+shuffle buffers' fill and shutdown included) divided by raw tiktoken's, ``ratio_steady``:
+after the first micro-batch; each the median over repetitions of the ratio of the two
+runs of one repetition. CPU time is split by thread: the consumer (main thread and the
+step-assembly thread: packing, shuffling, batching, digests) and the tokenize workers
+(threads, or the worker processes' CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import threading
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.lanes import PipelineSpec, build_pipeline, consume
+from benchmarks.machine import describe_machine
+from benchmarks.publish import publish
+from benchmarks.timing import Stopwatch, Throughput, time_batches
+from benchmarks.workload import COUNT_BATCH, SEED, TOKENIZER_ID
+from demo.local_corpus import build_local_corpus
+from pipeline import Dataset, WorkSource, load_tokenizer
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_WORK_DIR = REPO_ROOT / ".zephon" / "tokenizer_ratio"
+DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+TEXT_DOMAINS = {"prose": "docs", "code": "code"}
+"""Text kind -> domain of the local corpus."""
+SPEC = PipelineSpec(lanes=8, max_length=512, global_batch_size=64, microbatch_size=64)
+"""The pipeline measured (parallelism and runner vary)."""
+REPS = 3
+CONSUMER_THREADS = ("MainThread", "zephon-steps")
+WORKER_THREAD_PREFIX = "zephon-tokenize"
+
+
+def open_text(text_kind: str, work_dir: Path, max_bytes_per_domain: int | None) -> WorkSource:
+    """The plan over one domain of the local corpus (built once under ``work_dir``), calibrated."""
+    domain = TEXT_DOMAINS[text_kind]
+    corpus = build_local_corpus(work_dir / "corpus", max_bytes_per_domain=max_bytes_per_domain)
+    dataset = Dataset(domain, corpus[domain], cache_dir=work_dir / "cache")
+    source = WorkSource([dataset], {domain: 1.0}, seed=SEED)
+    source.calibrate(load_tokenizer(TOKENIZER_ID))
+    return source
+
+
+def measure_raw(texts: list[str], parallelism: int, tokens: int) -> Throughput:
+    """Encode ``texts`` with ``encode_ordinary_batch`` pass after pass until ``tokens``."""
+    encoding = load_tokenizer(TOKENIZER_ID).encoding
+    done = 0
+    with Stopwatch() as watch:
+        while done < tokens:
+            for start in range(0, len(texts), COUNT_BATCH):
+                batch = texts[start : start + COUNT_BATCH]
+                encoded = encoding.encode_ordinary_batch(batch, num_threads=parallelism)
+                done += sum(len(ids) for ids in encoded)
+                if done >= tokens:
+                    break
+    return watch.result(done)
+
+
+def thread_cpu_seconds() -> dict[str, float]:
+    """CPU seconds of each live thread of this process, by name (``/proc``; empty elsewhere)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for thread in threading.enumerate():
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[thread.name] = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    return out
+
+
+def measure_pipeline(source: WorkSource, parallelism: int, runner: str, steps: int) -> Throughput:
+    """Run the pipeline for ``steps`` steps; the CPU split is taken before the workers stop."""
+    spec = PipelineSpec(**{**asdict(SPEC), "parallelism": parallelism, "runner": runner})
+    pipeline = build_pipeline(source, spec)
+    split: dict[str, float] = {}
+    main_cpu0 = time.thread_time()
+    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+
+    def enough(batch: Any, tokens: int) -> bool:
+        done = bool(batch.is_last and batch.step + 1 >= steps)
+        if done:
+            threads = thread_cpu_seconds()
+            threads["MainThread"] = time.thread_time() - main_cpu0
+            split["consumer_cpu_s"] = sum(threads.get(name, 0.0) for name in CONSUMER_THREADS)
+            split["worker_cpu_s"] = sum(
+                cpu for name, cpu in threads.items() if name.startswith(WORKER_THREAD_PREFIX)
+            )
+        return done
+
+    result = time_batches(pipeline, consume, enough)
+    if runner == "processes":  # reaped at shutdown: only then is their CPU time known
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        split["worker_cpu_s"] = (
+            children.ru_utime + children.ru_stime - children0.ru_utime - children0.ru_stime
+        )
+    result.extra.update(split)
+    return result
+
+
+def measure_pipeline_ratio(
+    text_kind: str,
+    parallelism: int,
+    runner: str = "threads",
+    steps: int = 400,
+    *,
+    reps: int = REPS,
+    work_dir: Path = DEFAULT_WORK_DIR,
+    max_bytes_per_domain: int | None = None,
+) -> dict[str, Any]:
+    """Raw tiktoken and the pipeline on the same ``text_kind`` text, ``reps`` times alternately.
+
+    Returns medians (tokens/s of both, ratios, CPU nanoseconds per token of raw
+    tiktoken, the whole pipeline, its consumer and its workers) and every run.
+    ``max_bytes_per_domain`` caps the corpus (tests use a tiny one).
+    """
+    source = open_text(text_kind, work_dir, max_bytes_per_domain)
+    dataset = source.datasets[0]
+    texts = dataset.read_texts(source.training_records(0))
+    tokens = steps * SPEC.global_batch_size * SPEC.max_length
+    raw_runs: list[Throughput] = []
+    pipeline_runs: list[Throughput] = []
+    for rep in range(reps):
+        # Alternate which goes first, so that neither always runs on a warmer machine.
+        for which in ("raw", "pipeline") if rep % 2 == 0 else ("pipeline", "raw"):
+            if which == "raw":
+                raw_runs.append(measure_raw(texts, parallelism, tokens))
+            else:
+                pipeline_runs.append(measure_pipeline(source, parallelism, runner, steps))
+
+    def median(values: list[float]) -> float:
+        return statistics.median(values)
+
+    def ns_per_token(run: Throughput, cpu_s: float) -> float:
+        return 1e9 * cpu_s / run.tokens
+
+    pairs = list(zip(raw_runs, pipeline_runs, strict=True))
+    return {
+        "text_kind": text_kind,
+        "domain": dataset.name,
+        "parallelism": parallelism,
+        "runner": runner,
+        "steps": steps,
+        "reps": reps,
+        "text": {"records": len(texts), "bytes": int(dataset.record_bytes.sum())},
+        "raw_tokens_per_s": median([r.tokens_per_s for r in raw_runs]),
+        "pipeline_tokens_per_s": median([p.tokens_per_s for p in pipeline_runs]),
+        "pipeline_steady_tokens_per_s": median(
+            [p.steady_tokens_per_s or 0.0 for p in pipeline_runs]
+        ),
+        "ratio": median([p.tokens_per_s / r.tokens_per_s for r, p in pairs]),
+        "ratio_steady": median([(p.steady_tokens_per_s or 0.0) / r.tokens_per_s for r, p in pairs]),
+        "first_batch_s": median([p.first_batch_s or 0.0 for p in pipeline_runs]),
+        "cpu_ns_per_token": {
+            "raw": median([ns_per_token(r, r.cpu_s) for r in raw_runs]),
+            "pipeline": median([ns_per_token(p, p.cpu_s) for p in pipeline_runs]),
+            "consumer": median([ns_per_token(p, p.extra["consumer_cpu_s"]) for p in pipeline_runs]),
+            "workers": median([ns_per_token(p, p.extra["worker_cpu_s"]) for p in pipeline_runs]),
+        },
+        "other_load_percent": max(
+            (run.other_load_percent or 0.0 for run in raw_runs + pipeline_runs), default=0.0
+        ),
+        "raw_runs": [asdict(r) for r in raw_runs],
+        "pipeline_runs": [asdict(p) for p in pipeline_runs],
+    }
+
+
+def render_markdown(results: list[dict[str, Any]], machine: str, date: str, seconds: float) -> str:
+    """The results as a markdown page."""
+    lines = [
+        "# Zephon pipeline ÷ raw tiktoken, prose and code",
+        "",
+        f"{date} · {machine} · {seconds:.0f} s · `python -m benchmarks.tokenizer_ratio`",
+        "",
+        "Pipeline: 8 lanes, sequence length 512, micro-batch 64 (one step), shuffle buffer 64. "
+        "Raw: `encode_ordinary_batch(num_threads=p)` on the same text. Medians of the "
+        "repetitions; `ratio` counts the whole run (start-up and shutdown included), "
+        "`steady` the run after the first micro-batch. CPU: nanoseconds per token, the "
+        "pipeline's split into its consumer (packing, shuffle, batching, digests) and "
+        "its tokenize workers. See benchmarks/tokenizer_ratio.py.",
+        "",
+        "| text | p | runner | raw M tok/s | pipeline M tok/s | ratio | steady M tok/s "
+        "| ratio steady | 1st batch s | CPU ns/token raw | pipeline | consumer | workers "
+        "| other load % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        cpu = r["cpu_ns_per_token"]
+        lines.append(
+            f"| {r['text_kind']} ({r['text']['bytes'] / 1e6:.1f} MB) | {r['parallelism']} "
+            f"| {r['runner']} | {r['raw_tokens_per_s'] / 1e6:.2f} "
+            f"| {r['pipeline_tokens_per_s'] / 1e6:.2f} | {r['ratio']:.2f} "
+            f"| {r['pipeline_steady_tokens_per_s'] / 1e6:.2f} | {r['ratio_steady']:.2f} "
+            f"| {r['first_batch_s']:.2f} | {cpu['raw']:.0f} | {cpu['pipeline']:.0f} "
+            f"| {cpu['consumer']:.0f} | {cpu['workers']:.0f} | {r['other_load_percent']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: measure every combination, print the table, write the JSON and markdown."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300, help="pipeline steps per run")
+    parser.add_argument("--reps", type=int, default=REPS)
+    parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
+    parser.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS_DIR)
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+    results = [
+        measure_pipeline_ratio(
+            kind, parallelism, runner, args.steps, reps=args.reps, work_dir=args.work_dir
+        )
+        for kind in TEXT_DOMAINS
+        for parallelism in (1, 2)
+        for runner in ("threads", "processes")
+    ]
+    seconds = time.perf_counter() - began
+    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    machine = describe_machine(["numpy", "tiktoken"])
+    markdown = render_markdown(results, machine, date, seconds)
+    report = {"date": date, "machine": machine, "seconds": seconds, "results": results}
+    publish(args.results_dir, "tokenizer_ratio", report, markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -100,8 +100,10 @@ def run_sweep(work: Path, corpus: dict[str, list[Path]], seeds: int, steps: int)
 def judge(work: Path, sweep: str, seeds: int, sizes: list[int]) -> list[dict[str, Any]]:
     """Every subset of m seeds (m in ``sizes``) of the A/A and the A/B pair, judged."""
     from orchestrator import guard
-    from orchestrator.guard.rules import mixture_label
-    from orchestrator.tracking.tracker import Tracker, resolve_uri, training_run_ids
+    from orchestrator.guard.comparison import mixture_label
+    from orchestrator.tracking.reading import training_run_ids
+    from orchestrator.tracking.tracker import Tracker
+    from orchestrator.tracking.uris import resolve_uri
 
     uri = resolve_uri(None, work)
     runs = guard.load_runs(Tracker(uri, "zephon"), training_run_ids(uri, sweep=sweep))

@@ -112,6 +112,7 @@ def seconds_per_step(folder: Path) -> list[float]:
 def measure_precisions(work: Path, steps: int, reps: int) -> dict[str, Any]:
     """Every precision ``reps`` times, order rotated per round (module docstring)."""
     from demo.local_corpus import build_local_corpus
+    from orchestrator.experiment.runfolder import RunStatus
     from orchestrator.run import api
 
     corpus = build_local_corpus(work / "corpus", max_bytes_per_domain=CORPUS_BYTES_PER_DOMAIN)
@@ -128,7 +129,7 @@ def measure_precisions(work: Path, steps: int, reps: int) -> dict[str, Any]:
                 tracking=False,
                 progress=sys.stderr,
             )
-            if result.status != "succeeded":
+            if result.status != RunStatus.SUCCEEDED:
                 raise RuntimeError(f"{precision} run {result.status}: {result.messages}")
             per_step = seconds_per_step(Path(result.folder))
             samples[precision] += per_step

@@ -24,7 +24,8 @@ One folder per job; arrows are imports (a part imports only what is below or bes
     pipeline/   the lane pipeline (knows nothing of this package)
 
 The public Python API is :mod:`orchestrator.run.api`, re-exported here:
-``plan``, ``run``, ``resume``, ``sync``, ``compare`` and ``verify_elastic``
+``plan``, ``run``, ``resume``, ``sync``, ``compare``, and ``verify_elastic``
+(:mod:`orchestrator.run.elastic_check`)
 (imported on first use, so ``import orchestrator.titan`` in a trainer stays light); the
 mix search's is :mod:`orchestrator.search` (``fit``, ``propose``, ``read_tables``).
 """
@@ -37,6 +38,10 @@ __all__ = ["compare", "plan", "resume", "run", "sync", "verify_elastic"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "verify_elastic":
+        from orchestrator.run.elastic_check import verify_elastic
+
+        return verify_elastic
     if name in __all__:
         from orchestrator.run import api
 

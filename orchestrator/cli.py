@@ -64,6 +64,7 @@ from orchestrator.errors import (
     EXIT_REFUSED,
     EXIT_TIMED_OUT,
 )
+from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.run import interrupts
 from orchestrator.service.queue import KINDS
 from pipeline import ConfigError, ZephonError
@@ -238,7 +239,9 @@ def _plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _run_result(result: Any) -> tuple[int, dict[str, Any]]:
-    code = {"succeeded": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(result.status, EXIT_FAILED)
+    code = {RunStatus.SUCCEEDED: EXIT_OK, RunStatus.INTERRUPTED: EXIT_INTERRUPTED}.get(
+        result.status, EXIT_FAILED
+    )
     return code, result.to_dict()
 
 
@@ -277,9 +280,9 @@ def _compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _verify(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from orchestrator.run import api
+    from orchestrator.run.elastic_check import verify_elastic
 
-    report = api.verify_elastic(
+    report = verify_elastic(
         args.config,
         first_dp=args.dp,
         second_dp=args.resume_dp,
@@ -467,7 +470,9 @@ def _attempt(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     gpus = tuple(int(i) for i in args.gpu_ids.split(",") if i)
     lease = Lease(Devices(args.device, args.devices, args.device, gpus), args.dp)
     result = attempt.run(load_service(args.root), args.job_id, lease)
-    code = {"succeeded": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(result["status"])
+    code = {RunStatus.SUCCEEDED: EXIT_OK, RunStatus.INTERRUPTED: EXIT_INTERRUPTED}.get(
+        result["status"]
+    )
     return (EXIT_FAILED if code is None else code), result
 
 

@@ -26,7 +26,7 @@ import hydra
 from omegaconf import DictConfig
 
 from orchestrator.experiment import load_experiment
-from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.run import interrupts
 from orchestrator.run.launch import prepare_cpu_launches
 from pipeline import ZephonError
@@ -59,12 +59,14 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
             config,
             run_name=options.run_name,
             progress=sys.stderr,
-            parent_run_id=options.parent_run_id,
-            sweep=options.sweep_name,
+            parent_run_id=options.sweep.parent_run_id,
+            sweep=options.sweep.name,
         )
-    if result.status == "interrupted":  # noted for the report; Hydra lets BaseException through
+    if (
+        result.status == RunStatus.INTERRUPTED
+    ):  # noted for the report; Hydra lets BaseException through
         raise interrupts.Interrupted()
-    if result.status != "succeeded":
+    if result.status != RunStatus.SUCCEEDED:
         raise RunFailed(f"run {result.run_name} {result.status}:\n" + "\n".join(result.messages))
     score = result.eval["aggregate_bpb"] if result.eval else None
     print(

@@ -1,41 +1,78 @@
 """The composed Hydra config (``conf/``) as an orchestrator experiment.
 
-``conf/config.yaml`` holds one :class:`~orchestrator.experiment.ExperimentConfig`
-plus the keys of the ``zephon-run`` app (:data:`APP_KEYS`); :func:`experiment_from`
-splits them. Importing this module registers the ``zephon_local_corpus`` resolver
-that ``conf/data/stdlib.yaml`` uses::
+The schema is :class:`RunConfig`: one :class:`~orchestrator.experiment.ExperimentConfig`
+plus the keys of the ``zephon-run`` app (:class:`AppOptions`), registered with Hydra's
+``ConfigStore`` when this module is imported; :func:`split` separates them. Importing
+this module also registers the ``zephon_local_corpus`` resolver that
+``conf/data/stdlib.yaml`` uses::
 
     datasets: ${zephon_local_corpus:3}   # build (once) and name the local corpus, 3 MB a domain
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from orchestrator.experiment import ExperimentConfig, load_experiment
 from pipeline.paths import zephon_home
 
-APP_KEYS = ("run_name", "dry_run", "resume", "sweep")
-"""Keys of ``conf/config.yaml`` that belong to the app, not to the experiment."""
 
+@dataclass
+class SweepMembership:
+    """The sweep a run belongs to (set by the mix sweeper, never by hand)."""
 
-@dataclass(frozen=True)
-class AppOptions:
-    """What ``zephon-run`` does with the experiment (``conf/config.yaml``)."""
-
-    run_name: str | None
-    """The run folder's name; None: generated."""
-    dry_run: bool
-    """Plan only: print the resolved plan and fingerprints."""
-    resume: bool
-    """Continue the folder of ``run_name`` if it exists (one that finished is reported as is)."""
-    sweep_name: str | None
-    """The sweep this run belongs to (set by the mix sweeper)."""
-    parent_run_id: str | None
+    name: str | None = None
+    """The sweep's id (MLflow tag ``zephon.sweep``)."""
+    parent_run_id: str | None = None
     """The sweep's parent MLflow run."""
+
+
+@dataclass
+class AppOptions:
+    """What ``zephon-run`` does with the experiment: the keys of ``conf/config.yaml`` that
+    are not the experiment's."""
+
+    run_name: str | None = None
+    """The run folder's name; None: ``<name>-<variant>-<time>-<random>``."""
+    dry_run: bool = False
+    """Plan only: print the resolved plan and fingerprints, train nothing."""
+    resume: bool = False
+    """Continue the folder of ``run_name`` if it exists (one that finished is reported as is)."""
+    sweep: SweepMembership = field(default_factory=SweepMembership)
+
+
+@dataclass
+class RunConfig(ExperimentConfig, AppOptions):
+    """``zephon-run``'s schema: one :class:`ExperimentConfig` and the app's options.
+
+    Registered as the Hydra structured config ``zephon_run_schema``, the first default of
+    ``conf/config.yaml``: every key is typed, an unknown key or a wrong type fails with the
+    key's name before anything starts, and ``conf/`` holds only presets that set values.
+    """
+
+
+APP_KEYS = tuple(f.name for f in fields(AppOptions))
+"""Keys of ``zephon-run``'s config that belong to the app, not to the experiment."""
+SCHEMA_NAME = "zephon_run_schema"
+
+
+def _schema_node() -> DictConfig:
+    """``RunConfig`` as Hydra's schema node, its name-keyed maps open: a command-line
+    ``data.datasets={web:[...]}`` names datasets of its own, so it may bring new keys."""
+    node = OmegaConf.structured(RunConfig)
+    for key in OPEN_MAPS:
+        OmegaConf.set_struct(OmegaConf.select(node, key), False)
+    return node
+
+
+OPEN_MAPS = ("data.datasets", "data.mixture", "resources.slurm")
+"""Maps whose keys are the user's (dataset names, submitit parameters), not the schema's."""
+
+ConfigStore.instance().store(name=SCHEMA_NAME, node=_schema_node())
 
 
 def local_corpus(mb_per_domain: float) -> dict[str, list[str]]:
@@ -58,14 +95,12 @@ def split(cfg: DictConfig) -> tuple[dict[str, Any], AppOptions]:
     experiment_keys = [k for k in cfg if k != "hydra" and k not in APP_KEYS]
     container = OmegaConf.to_container(OmegaConf.masked_copy(cfg, experiment_keys), resolve=True)
     assert isinstance(container, dict)
-    sweep = cfg.get("sweep") or {}
-    options = AppOptions(
-        run_name=cfg.get("run_name"),
-        dry_run=bool(cfg.get("dry_run", False)),
-        resume=bool(cfg.get("resume", False)),
-        sweep_name=sweep.get("name"),
-        parent_run_id=sweep.get("parent_run_id"),
+    app = OmegaConf.merge(
+        OmegaConf.structured(AppOptions),
+        OmegaConf.masked_copy(cfg, [k for k in APP_KEYS if k in cfg]),
     )
+    options = OmegaConf.to_object(app)
+    assert isinstance(options, AppOptions)
     return container, options
 
 

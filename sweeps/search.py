@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from hydra.core.utils import JobReturn
 
 from orchestrator.errors import ExperimentError
+from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.search import Bounds, Observations, Proposal, fit, initial_design, propose
 from orchestrator.search.budget import dataset_tokens, token_budget
 from orchestrator.search.confirmation import confirmation_confidence
@@ -203,7 +204,7 @@ class MixSearch:
         results = self.sweeper.launch(self.opened, jobs, record.first_job)
         self.results += results
         record.outcomes = [job_outcome(job, r) for job, r in zip(jobs, results, strict=True)]
-        failed = [o for o in record.outcomes if o["status"] != "succeeded"]
+        failed = [o for o in record.outcomes if o["status"] != RunStatus.SUCCEEDED]
         if failed:
             state.save()
             self._fail([f"job {o['job']} {o['status']}: {o['error']}" for o in failed])
@@ -268,7 +269,7 @@ class MixSearch:
             self.results += results
             record.outcomes = [job_outcome(job, r) for job, r in zip(missing, results, strict=True)]
             state.save()
-        failed = [o for o in record.outcomes if o["status"] != "succeeded"]
+        failed = [o for o in record.outcomes if o["status"] != RunStatus.SUCCEEDED]
         if failed:
             self._fail([f"job {o['job']} {o['status']}: {o['error']}" for o in failed])
         if len(arms) < 2:

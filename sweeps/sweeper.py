@@ -55,7 +55,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import validate
-from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.guard.comparison import SEED_SETTINGS
 from orchestrator.run import interrupts
 from pipeline import ZephonError
 from sweeps.config import experiment_from
@@ -64,10 +65,6 @@ from sweeps.mixes import MixSpace, describe, mix_label, override_strings, varian
 log = logging.getLogger(__name__)
 
 SWEEP_FILE = "sweep.json"
-
-
-SEED_KEYS = ("data.seed", "data.shuffle_seed", "train.seed")
-"""What one seed of ``replicate_seeds`` sets: the data plan, the shuffle, the initial weights."""
 
 
 class SweepFailed(ZephonError):
@@ -174,7 +171,7 @@ class MixSweeper(Sweeper):
         parsed = OverridesParser.create(config_loader=loader).parse_overrides(
             [*(f"{k}={v}" for k, v in self.params.items()), *arguments]
         )
-        seeded = SEED_KEYS if self.replicate_seeds else ()
+        seeded = SEED_SETTINGS if self.replicate_seeds else ()
         for override in parsed:
             key = override.get_key_element()
             if key.startswith(("data.mixture", "mix")):
@@ -188,7 +185,7 @@ class MixSweeper(Sweeper):
                 raise ExperimentError(
                     [
                         f"{override.input_line!r}: hydra.sweeper.replicate_seeds sets "
-                        f"{', '.join(SEED_KEYS)} itself; list the seeds there instead"
+                        f"{', '.join(SEED_SETTINGS)} itself; list the seeds there instead"
                     ]
                 )
         if any(k < 1 for k in self.replicate_dp) or len(set(self.replicate_dp)) != len(
@@ -212,7 +209,7 @@ class MixSweeper(Sweeper):
                 for dp in self.replicate_dp or [None]:
                     overrides = [*other, *override_strings(mixture, self.space.decimals)]
                     if seed is not None:
-                        overrides += [f"{key}={seed}" for key in SEED_KEYS]
+                        overrides += [f"{key}={seed}" for key in SEED_SETTINGS]
                     if dp is not None:
                         overrides.append(f"resources.dp={dp}")
                     jobs.append(Job(overrides, mixture, dp, list(other), seed))
@@ -250,7 +247,7 @@ class MixSweeper(Sweeper):
             "comparison": verdict,
         }
         (opened.folder / SWEEP_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
-        failed = [o for o in outcomes if o["status"] != "succeeded"]
+        failed = [o for o in outcomes if o["status"] != RunStatus.SUCCEEDED]
         refused = verdict is not None and not verdict.get("accepted", False)
         parent.finish(status="FAILED" if failed or refused else "FINISHED")
         print(sweep_report(summary, opened.folder, self.space.decimals))
@@ -401,7 +398,7 @@ def job_outcome(job: Job, result: JobReturn) -> dict[str, Any]:
     }
     if result.status == JobStatus.COMPLETED and isinstance(result.return_value, dict):
         value = result.return_value
-        outcome.update(status=value.get("status", "succeeded"), error=None)
+        outcome.update(status=value.get("status", RunStatus.SUCCEEDED), error=None)
         for key in (
             "run_name",
             "mlflow_run_id",
@@ -416,7 +413,7 @@ def job_outcome(job: Job, result: JobReturn) -> dict[str, Any]:
         if "dp_size" in value:  # a dry run's plan
             outcome["dp_sizes"] = [value["dp_size"]]
     else:
-        outcome.update(status="failed", error=str(result._return_value))
+        outcome.update(status=RunStatus.FAILED, error=str(result._return_value))
     return outcome
 
 
@@ -432,7 +429,8 @@ class _ParentRun:
     def start(cls, base: Any, name: str, params: dict[str, Any]) -> _ParentRun:
         """Create the parent run; TrackingUnavailable unless ``tracking.offline_ok``."""
         from orchestrator.tracking.names import TAG_SWEEP
-        from orchestrator.tracking.tracker import Tracker, reachable_uri, resolve_uri
+        from orchestrator.tracking.tracker import Tracker
+        from orchestrator.tracking.uris import reachable_uri, resolve_uri
 
         t = base.tracking
         uri = reachable_uri(t.uri, t.offline_ok, Path.cwd())
@@ -449,7 +447,9 @@ class _ParentRun:
         """The parent run of the sweep ``name``, RUNNING again; ExperimentError if there is
         none, or if it was started with other jobs (``params`` differ)."""
         from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
-        from orchestrator.tracking.tracker import Tracker, param_value, reachable_uri
+        from orchestrator.tracking.store import param_value
+        from orchestrator.tracking.tracker import Tracker
+        from orchestrator.tracking.uris import reachable_uri
 
         t = base.tracking
         uri = reachable_uri(t.uri, t.offline_ok, Path.cwd())

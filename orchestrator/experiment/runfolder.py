@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,21 @@ def write_json_atomic(path: Path, data: Any) -> None:
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     scratch.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(scratch, path)
+
+
+class RunStatus(StrEnum):
+    """A run's status in ``run.json`` (a ``str``: it is written and compared as its value)."""
+
+    CREATED = "created"
+    """Planned and recorded; no segment launched yet."""
+    RUNNING = "running"
+    """A segment is training (or the process that ran it died: a resume checks)."""
+    SUCCEEDED = "succeeded"
+    """Trained to its last step."""
+    FAILED = "failed"
+    """A segment ended with an error before the last step."""
+    INTERRUPTED = "interrupted"
+    """Stopped by SIGINT/SIGTERM; ``zephon resume`` continues it."""
 
 
 class RunFolder:

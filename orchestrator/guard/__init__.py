@@ -4,45 +4,42 @@
 
     MLflow runs ── runs.py (load_runs, through the tracker) ──> RunSummary per run
                                                                    │
-                        rules.py: check / compare (refusals with reasons, or rows)
+                        rules.py: check (refusals with reasons, coded by RefusalCode)
                                                                    │
-                        decisions.py: every pair of variants decided (paired t over
-                        held-out documents and seeds: a_better / b_better / cannot_tell)
+                        scoring.py: compare (one row per variant; every pair of variants
+                        decided by decisions.py: paired t over held-out documents and
+                        seeds: a_better / b_better / cannot_tell)
                                                                    │
-    runs.py (log_comparison) <── plot.py (comparison.png) <── Comparison
+    runs.py (log_comparison) <── plot.py (comparison.png) <── Comparison (comparison.py,
+                                                              report.py: its Markdown)
 
-The rules themselves are in :mod:`orchestrator.guard.rules`, the statistics in
-:mod:`orchestrator.guard.decisions`.
+How the guard decides, rule by rule: ``docs/design/guard.md``.
 """
 
-from orchestrator.guard.plot import plot
-from orchestrator.guard.rules import (
+from orchestrator.guard.comparison import (
     AGGREGATE,
-    CONTRACT_MISMATCH,
-    DIVERGED_DATA,
-    NO_COMMON_EVAL,
-    NO_DATA,
-    TOO_FEW_RUNS,
-    UNPAIRED_SEEDS,
+    SEED_FIELDS,
+    SEED_SETTINGS,
     Comparison,
+    ComparisonRow,
     Refusal,
+    RefusalCode,
     RunSummary,
-    check,
-    compare,
     mixture_label,
 )
+from orchestrator.guard.plot import plot
+from orchestrator.guard.rules import check
 from orchestrator.guard.runs import comparison_name, load_runs, log_comparison
+from orchestrator.guard.scoring import compare
 
 __all__ = [
     "AGGREGATE",
-    "CONTRACT_MISMATCH",
-    "DIVERGED_DATA",
-    "NO_COMMON_EVAL",
-    "NO_DATA",
-    "TOO_FEW_RUNS",
-    "UNPAIRED_SEEDS",
+    "SEED_FIELDS",
+    "SEED_SETTINGS",
     "Comparison",
+    "ComparisonRow",
     "Refusal",
+    "RefusalCode",
     "RunSummary",
     "check",
     "compare",

@@ -220,7 +220,9 @@ def _document_variance(
         e = mean - mean.sum() / total * n
         parts.append((m / (m - 1) * float(np.sum(e**2)) / total**2 / k**2, m - 1))
     v_doc = sum(v for v, _ in parts)
-    return v_doc, _welch(parts) if v_doc > 0 else float(sum(df for _, df in parts))
+    if v_doc > 0:
+        return v_doc, _welch_degrees_of_freedom(parts)
+    return v_doc, float(sum(df for _, df in parts))
 
 
 def sampling_error(scores: Scores, doc_bytes: dict[str, np.ndarray]) -> float:
@@ -244,7 +246,7 @@ def check_options(threshold: float, confidence: float) -> None:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
 
 
-def _welch(terms: list[tuple[float, float]]) -> float:
+def _welch_degrees_of_freedom(terms: list[tuple[float, float]]) -> float:
     """Welch-Satterthwaite degrees of freedom of a sum of variance terms ``(v, df)``; 0 terms drop out."""
     live = [(v, df) for v, df in terms if v > 0]
     if not live:
@@ -319,7 +321,7 @@ def decide_pair(
             f"noise not measured, so not decided (run {MIN_SEEDS}+ seeds: replicate_seeds)"
         )
     standard_error = math.sqrt(v_doc + v_seed)
-    df = _welch([(v_doc, df_doc), (v_seed, df_seed)])
+    df = _welch_degrees_of_freedom([(v_doc, df_doc), (v_seed, df_seed)])
     if math.isnan(df):
         df = df_doc
     t = float(stats.t.ppf(1 - (1 - confidence) / 2, df))
@@ -379,7 +381,7 @@ def decide_all(
     ]
 
 
-def _better(pairs: list[PairDecision]) -> dict[tuple[str, str], bool]:
+def _better_by_pair(pairs: list[PairDecision]) -> dict[tuple[str, str], bool]:
     """``(x, y) -> True`` if ``x`` is decided better than ``y``, for both orientations of each pair."""
     out: dict[tuple[str, str], bool] = {}
     for p in pairs:
@@ -403,7 +405,7 @@ def tiers(order: list[str], pairs: list[PairDecision]) -> dict[str, int]:
     ``pairs`` must hold a decision (either orientation) for each such
     comparison, else ``ValueError``.
     """
-    better = _better(pairs)
+    better = _better_by_pair(pairs)
     out: dict[str, int] = {}
     tier, head = 0, None
     for v in order:
@@ -418,7 +420,7 @@ def best(order: list[str], pairs: list[PairDecision]) -> dict[str, bool]:
 
     A single variant has beaten nothing, so it is not best.
     """
-    better = _better(pairs)
+    better = _better_by_pair(pairs)
     out = dict.fromkeys(order, False)
     if len(order) > 1:
         head = order[0]

@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from orchestrator.guard.rules import Comparison, RunSummary
+from orchestrator.guard.comparison import Comparison, RunSummary
 
 
 def _dp_label(dp_sizes: list[int]) -> str:
@@ -33,13 +33,13 @@ def plot(comparison: Comparison, runs: list[RunSummary], path: Path) -> Path:
     rows = comparison.rows
     domains = comparison.domains
     dp_kinds = sorted(
-        {_dp_label(by_id[i].dp_sizes) for row in rows for i in row["run_ids"]},
+        {_dp_label(by_id[i].dp_sizes) for row in rows for i in row.run_ids},
         key=lambda s: (len(s), s),
     )
     palette = matplotlib.colormaps["tab10"]
     colour = {kind: palette(i % 10) for i, kind in enumerate(dp_kinds)}
     xs = list(range(len(rows)))
-    labels = [f"#{row['rank']}\n" + row["mixture"].replace(" ", "\n") for row in rows]
+    labels = [f"#{row.rank}\n" + row.mixture.replace(" ", "\n") for row in rows]
 
     width = max(8.0, 1.7 * len(rows) + 3.0)
     ncols = max(1, len(domains))
@@ -49,7 +49,7 @@ def plot(comparison: Comparison, runs: list[RunSummary], path: Path) -> Path:
     def panel(ax: Any, key: str | None, small: bool) -> None:
         for x, row in zip(xs, rows, strict=True):
             values = []
-            for k, run_id in enumerate(row["run_ids"]):
+            for k, run_id in enumerate(row.run_ids):
                 run = by_id[run_id]
                 scores = run.evals[step]
                 score = (
@@ -58,7 +58,7 @@ def plot(comparison: Comparison, runs: list[RunSummary], path: Path) -> Path:
                     else scores[key]
                 )
                 values.append(score)
-                n = len(row["run_ids"])
+                n = len(row.run_ids)
                 jitter = (k - (n - 1) / 2) * (0.22 / max(1, n - 1)) if n > 1 else 0.0
                 ax.scatter(
                     x + 0.18 + jitter,
@@ -69,7 +69,7 @@ def plot(comparison: Comparison, runs: list[RunSummary], path: Path) -> Path:
                     linewidth=0.5,
                     zorder=3,
                 )
-            mean = row["aggregate_bpb"] if key is None else row["bpb"][key]
+            mean = row.aggregate_bpb if key is None else row.bpb[key]
             ax.errorbar(
                 x,
                 mean,
@@ -90,7 +90,7 @@ def plot(comparison: Comparison, runs: list[RunSummary], path: Path) -> Path:
                     va="center",
                     fontsize=9,
                 )
-        ax.set_xticks(xs, labels if not small else [str(r["rank"]) for r in rows])
+        ax.set_xticks(xs, labels if not small else [str(r.rank) for r in rows])
         ax.set_xlim(-0.6, len(rows) - 0.4)
         ax.grid(axis="y", alpha=0.3)
         ax.margins(y=0.15)

@@ -34,8 +34,8 @@ from orchestrator.tracking.names import (
 if TYPE_CHECKING:
     from orchestrator.tracking.tracker import Tracker
 
+from orchestrator.guard.comparison import AGGREGATE, Comparison, RunSummary, ordered_runs
 from orchestrator.guard.plot import plot
-from orchestrator.guard.rules import AGGREGATE, Comparison, RunSummary, ordered_runs
 
 
 def _dp_sizes(tags: dict[str, str], steps: list[dict[str, Any]]) -> list[int]:
@@ -173,7 +173,7 @@ def log_comparison(
         TAG_NOTE: markdown,
     }
     if comparison.accepted:
-        tags[TAG_BEST] = next((r["mixture"] for r in comparison.rows if r["best"]), "none")
+        tags[TAG_BEST] = comparison.best_row.mixture if comparison.best_row else "none"
         tags[TAG_DECISIONS] = _decision_lines(comparison)
     if into_run_id:
         run_id = into_run_id

@@ -2,7 +2,8 @@
 
 ::
 
-    api.py         plan / run / resume / sync / compare / verify_elastic (the Python API)
+    api.py         plan / run / resume / sync / compare (the Python API)
+    elastic_check.py  verify_elastic: train on one dp size, resume on another, compare digests
       │  devices.py     free GPUs or cores -> dp (a divisor of the lanes)
       │  precision.py   train.precision=auto -> float32 or bfloat16, measured once per CPU
       │  recipe.py      the recipe (TorchTitan's parser, in a subprocess) and its fingerprint

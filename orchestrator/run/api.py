@@ -7,7 +7,6 @@ data (``to_dict()`` is what the CLI prints as JSON)::
     run(config)                    plan, then train (torchrun), track (MLflow), evaluate
     resume(folder, dp=...)         continue a run from its last checkpoint, any dp size
     compare(run_ids | experiment | sweep)   the comparison guard's verdict, logged to MLflow
-    verify_elastic(config, dp, dp) train on one dp size, resume on another, check every digest
     sync(folder)                   send what a run folder holds and its tracking lacks
 """
 
@@ -16,27 +15,22 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import shlex
-import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from orchestrator.errors import ExperimentError, LaunchError, TrackingError
+from orchestrator.errors import ExperimentError
 from orchestrator.experiment import (
     ExperimentConfig,
-    ResourcesSection,
     fingerprints,
     load_experiment,
-    split_step_problems,
     validate,
     write_data_spec,
 )
-from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.run import interrupts, warm_start
 from orchestrator.run.devices import Devices, choose_dp, discover
 from orchestrator.run.init_checkpoint import (
@@ -51,13 +45,21 @@ from orchestrator.run.launch import (
     launch_env,
     run_local,
     stop_leftover_launch,
-    trainer_args,
 )
-from orchestrator.run.launch import torchrun_command as build_torchrun_command
 from orchestrator.run.precision import resolve_precision
 from orchestrator.run.recipe import Recipe, recipe_of
+from orchestrator.run.segment import (
+    RunResult,
+    TrackingState,
+    launch_command,
+    run_result,
+    segment_status,
+    train_segment,
+)
 
-SYNC_EVERY_S = 10.0
+if TYPE_CHECKING:
+    from orchestrator.tracking.tracker import Tracker
+
 NODE_OWN_RESOURCES = ("node_rank", "max_procs", "gpu_ids", "oversubscribe", "timeout_s")
 """Resources each node of a multi-node run sets for itself; the run name ignores them."""
 
@@ -107,30 +109,6 @@ class Plan:
         }
 
 
-@dataclass
-class RunResult:
-    """What a finished (or failed) run left: status, fingerprints, scores, tracking."""
-
-    run_name: str
-    folder: str
-    status: str
-    returncode: int
-    dp_sizes: list[int]
-    steps: int
-    data_fingerprint: str | None
-    contract_fingerprint: str
-    variant: str
-    recipe_fingerprint: str | None
-    eval: dict[str, Any] | None
-    mlflow_run_id: str | None
-    tracking: str
-    """``synced``, ``pending`` (run ``zephon sync``) or ``off``."""
-    messages: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def plan(
     config: ExperimentConfig | dict[str, Any] | str | Path,
     *,
@@ -161,7 +139,7 @@ def plan(
         prints.variant,
         recipe,
         name,
-        _command(config, folder, chosen, init_checkpoint_path(recipe)),
+        launch_command(config, folder, chosen, init_checkpoint_path(recipe)),
     )
 
 
@@ -195,26 +173,6 @@ def _default_run_name(as_written: ExperimentConfig, variant: str) -> str:
         del shared["resources"][key]
     digest = hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()
     return f"{as_written.name}-{variant[:8]}-nodes-{digest[:8]}"
-
-
-def _command(
-    config: ExperimentConfig, folder: RunFolder, dp: int, init_path: str | Path | None
-) -> list[str]:
-    """This machine's command for ``folder``: torchrun, or on Slurm one task's trainer."""
-    r = config.resources
-    if r.launcher == "slurm":
-        from orchestrator.run import slurm
-
-        return slurm.task_command(trainer_args(config, folder, init_path))
-    return build_torchrun_command(
-        config,
-        folder,
-        dp,
-        nodes=r.nodes,
-        node_rank=r.node_rank,
-        rdzv_endpoint=r.rdzv_endpoint if r.launcher == "multinode" else None,
-        init_path=init_path,
-    )
 
 
 def run(
@@ -272,13 +230,15 @@ def run(
         }
     )
     folder.update_state(
-        status="created",
+        status=RunStatus.CREATED,
         segments=[],
         sweep=sweep,
         parent_run_id=parent_run_id,
         tracking_enabled=tracking,
     )
-    return _train(folder, the_plan.config, the_plan.dp, the_plan.devices, tracker, progress, init)
+    return train_segment(
+        folder, the_plan.config, the_plan.dp, the_plan.devices, tracker, progress, init
+    )
 
 
 def _follows(config: ExperimentConfig) -> bool:
@@ -305,7 +265,7 @@ def _follow(
     r = config.resources
     folder.path.mkdir(parents=True, exist_ok=True)
     write_data_spec(folder.data_spec_path, config.data)  # the same bytes as node 0's
-    command = _command(config, folder, dp, None if init is None else init.path)
+    command = launch_command(config, folder, dp, None if init is None else init.path)
     bar = Progress(config.train.steps, progress, label=f"{folder.name} node {r.node_rank} ")
     launch = Launch(
         [command],
@@ -320,9 +280,9 @@ def _follow(
         code = run_local(launch)
     finally:
         bar.close()
-    status = _status(code, code == 0)
+    status = segment_status(code, code == 0)
     messages = [f"node {r.node_rank} of {r.nodes}: node 0 keeps this run's records and tracking"]
-    if status != "succeeded":
+    if status != RunStatus.SUCCEEDED:
         messages.append(f"training {status} (exit status {code}); log {launch.log_path}")
     return RunResult(
         run_name=folder.name,
@@ -337,16 +297,9 @@ def _follow(
         recipe_fingerprint=record.get("recipe_fingerprint"),
         eval=None,
         mlflow_run_id=None,
-        tracking="off",
+        tracking=TrackingState.OFF,
         messages=messages,
     )
-
-
-def _status(code: int, finished: bool) -> str:
-    """A segment's status from its exit status (negative: stopped by a signal)."""
-    if code < 0:
-        return "interrupted"
-    return "succeeded" if code == 0 and finished else "failed"
 
 
 def resume(
@@ -384,8 +337,9 @@ def resume(
         devices, chosen = _placement(config, dp)
         return _follow(folder, config, chosen, devices, progress, _init_of(folder, config), record)
     state = folder.state()
-    if state.get("status") == "succeeded" and steps is None:
-        return _result(folder, 0, "synced" if state.get("mlflow_run_id") else "off", [])
+    if state.get("status") == RunStatus.SUCCEEDED and steps is None:
+        tracked = TrackingState.SYNCED if state.get("mlflow_run_id") else TrackingState.OFF
+        return run_result(folder, 0, tracked, [])
     stopped = stop_leftover_launch(folder)
     if stopped:
         print(
@@ -402,7 +356,8 @@ def resume(
     devices, chosen = _placement(config, dp)
     _prepare_launch(config, devices)
     tracker = _tracker(config) if folder.state().get("tracking_enabled", True) else None
-    return _train(folder, config, chosen, devices, tracker, progress, _init_of(folder, config))
+    init = _init_of(folder, config)
+    return train_segment(folder, config, chosen, devices, tracker, progress, init)
 
 
 def _record_extension(folder: RunFolder, config: ExperimentConfig) -> None:
@@ -466,158 +421,14 @@ def _prepare_launch(config: ExperimentConfig, devices: Devices) -> None:
         warm_start.prepare(cpu_start_env())
 
 
-def _tracker(config: ExperimentConfig) -> Any:
+def _tracker(config: ExperimentConfig) -> Tracker | None:
     """A Tracker for ``config``, checked now; None when offline training is allowed and needed."""
-    from orchestrator.tracking.tracker import Tracker, reachable_uri
+    from orchestrator.tracking.tracker import Tracker
+    from orchestrator.tracking.uris import reachable_uri
 
     t = config.tracking
     uri = reachable_uri(t.uri, t.offline_ok, Path.cwd())
     return None if uri is None else Tracker(uri, t.experiment)
-
-
-def _train(
-    folder: RunFolder,
-    config: ExperimentConfig,
-    dp: int,
-    devices: Devices,
-    tracker: Any,
-    progress: TextIO | None,
-    init: InitCheckpoint | None,
-) -> RunResult:
-    """Launch one segment of ``folder``'s training on ``dp`` ranks (from the initial
-    checkpoint ``init`` unless the folder has its own) and track it."""
-    from orchestrator.tracking.tracker import resolve_uri
-
-    state = folder.state()
-    messages: list[str] = []
-    start_step = folder.last_checkpoint_step() or 0
-    segments = [
-        *state.get("segments", []),
-        {
-            "dp_size": dp,
-            "start_step": start_step,
-            "device": devices.label,
-            "started_at": time.time(),
-        },
-    ]
-    write_data_spec(folder.data_spec_path, config.data)  # the trainer's --dataloader.spec
-    folder.update_state(
-        status="running",
-        segments=segments,
-        tracking_uri=resolve_uri(config.tracking.uri, Path.cwd()),
-        mlflow_experiment=config.tracking.experiment,
-    )
-    tracking = "off" if tracker is None else "synced"
-    if tracker is not None:
-        try:
-            tracker.start(folder)  # tags and parent from the folder, as `zephon sync` does
-        except TrackingError as e:
-            messages.append(f"tracking unavailable, training continues: {e}")
-            tracker, tracking = None, "pending"
-    if tracker is None and config.tracking.offline_ok and tracking == "off":
-        tracking = "pending"
-
-    bar = Progress(config.train.steps, progress, label=f"{folder.name} dp={dp} ")
-    last_sync = [time.monotonic()]
-
-    def tick(f: RunFolder) -> None:
-        nonlocal tracking
-        bar.update(f)
-        if tracker is not None and time.monotonic() - last_sync[0] >= SYNC_EVERY_S:
-            last_sync[0] = time.monotonic()
-            try:
-                tracker.sync(f)
-                tracking = "synced"
-            except TrackingError as e:
-                if tracking != "pending":
-                    messages.append(f"tracking unavailable, metrics kept in {f.path}: {e}")
-                tracking = "pending"
-
-    r = config.resources
-    init_path = None if init is None else init.path
-    try:
-        if r.launcher == "slurm":
-            from orchestrator.run import slurm
-
-            code = slurm.run_slurm(
-                folder,
-                trainer_args(config, folder, init_path),
-                slurm.allocation(config, dp),
-                r.slurm,
-                timeout_s=r.timeout_s,
-                on_tick=tick,
-            )
-        else:
-            launch = Launch(
-                [_command(config, folder, dp, init_path)],
-                launch_env(folder, devices, dp // r.nodes, r.max_procs),
-                folder,
-                timeout_s=r.timeout_s,
-                on_tick=tick,
-            )
-            code = run_local(launch)
-    finally:
-        bar.close()
-    done = max(folder.steps(), default=0)
-    status = _status(code, done >= config.train.steps)
-    segments[-1].update(ended_at=time.time(), returncode=code, end_step=done)
-    state = folder.update_state(status=status, segments=segments)
-    if status == "interrupted":
-        checkpoint = folder.last_checkpoint_step()
-        line = (
-            f"{folder.name}: interrupted at step {done}/{config.train.steps} (last checkpoint: "
-            f"{f'step {checkpoint}' if checkpoint else 'none'}); continue: "
-            f"{shlex.join([*zephon_command(), 'resume', str(folder.path.absolute())])}"
-        )
-        interrupts.note_unfinished(line)
-        messages.append(line)
-    elif status != "succeeded":
-        messages.append(
-            f"training {status} (exit status {code}); log {folder.log_path}:\n{folder.log_tail()}"
-        )
-    if tracker is not None:
-        try:
-            tracker.finish(folder, status)
-            tracking = "synced"
-        except TrackingError as e:
-            tracking = "pending"
-            messages.append(f"tracking unavailable: {e}")
-    if tracking == "pending":
-        messages.append(
-            f"metrics are kept in {folder.path}; send them with `zephon sync {folder.path}`"
-        )
-    return _result(folder, code, tracking, messages)
-
-
-def zephon_command() -> list[str]:
-    """How to call the ``zephon`` CLI of this installation (for the commands Zephon prints)."""
-    beside = Path(sys.executable).parent / "zephon"
-    found = shutil.which("zephon")
-    if found and (not beside.exists() or Path(found).resolve() == beside.resolve()):
-        return ["zephon"]
-    return [str(beside)] if beside.exists() else [sys.executable, "-m", "orchestrator.cli"]
-
-
-def _result(folder: RunFolder, code: int, tracking: str, messages: list[str]) -> RunResult:
-    state = folder.state()
-    experiment = folder.experiment()
-    evals = folder.evals()
-    return RunResult(
-        run_name=folder.name,
-        folder=str(folder.path.absolute()),
-        status=state.get("status", "unknown"),
-        returncode=code,
-        dp_sizes=[s["dp_size"] for s in state.get("segments", [])],
-        steps=max(folder.steps(), default=0),
-        data_fingerprint=folder.data_fingerprint(),
-        contract_fingerprint=experiment["contract_fingerprint"],
-        variant=experiment["variant"],
-        recipe_fingerprint=experiment.get("recipe_fingerprint"),
-        eval=evals[max(evals)] if evals else None,
-        mlflow_run_id=state.get("mlflow_run_id"),
-        tracking=tracking,
-        messages=messages,
-    )
 
 
 def sync(folder: str | Path | RunFolder) -> dict[str, Any]:
@@ -658,7 +469,9 @@ def compare(
     pairs as one question lowers the error of each, e.g. a search's confirmation).
     """
     from orchestrator import guard
-    from orchestrator.tracking.tracker import Tracker, resolve_uri, training_run_ids
+    from orchestrator.tracking.reading import training_run_ids
+    from orchestrator.tracking.tracker import Tracker
+    from orchestrator.tracking.uris import resolve_uri
 
     guard.decisions.check_options(threshold, confidence)  # before any run is read
     uri = resolve_uri(tracking_uri, Path.cwd())
@@ -684,86 +497,3 @@ def compare(
         "tracking_uri": uri,
         "markdown": comparison.to_markdown(),
     }
-
-
-def verify_elastic(
-    config: ExperimentConfig | dict[str, Any] | str | Path,
-    *,
-    first_dp: int,
-    second_dp: int,
-    split_step: int | None = None,
-    overrides: list[str] | None = None,
-    progress: TextIO | None = None,
-) -> dict[str, Any]:
-    """Train to ``split_step`` on ``first_dp`` ranks and to the end uninterrupted on
-    ``first_dp``; resume the first on ``second_dp``; report whether every digest matches.
-
-    The two first runs are independent: where the free devices hold both, they train side by
-    side, each on half of them (CPU: half the cores; CUDA: half the GPUs).
-    """
-    base = load_experiment(config, overrides)
-    steps = base.train.steps
-    problems = split_step_problems(steps, split_step)
-    if problems:
-        raise ExperimentError(problems)
-    split = steps // 2 if split_step is None else split_step
-    base = replace(
-        base,
-        train=replace(base.train, checkpoint_interval=split, keep_checkpoints=0),
-        eval=replace(base.eval, enable=False),
-    )
-    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-    short = replace(base, train=replace(base.train, steps=split))
-    jobs = {"ref": base, "split": short}
-    halves = _halves(base.resources, first_dp)
-    if halves is not None:  # room for both at once, and they are independent
-        jobs = {n: replace(c, resources=h) for (n, c), h in zip(jobs.items(), halves, strict=True)}
-    with ThreadPoolExecutor(1 if halves is None else 2) as pool:
-        futures = {
-            n: pool.submit(
-                run,
-                c,
-                dp=first_dp,
-                run_name=f"{base.name}-verify-{stamp}-{n}",
-                progress=progress,
-                tracking=False,
-            )
-            for n, c in jobs.items()
-        }
-        reference, first = futures["ref"].result(), futures["split"].result()
-    if first.status != "succeeded" or reference.status != "succeeded":
-        raise LaunchError("\n".join(reference.messages + first.messages))
-    # like=short: on the resources of the experiment, not of the half it trained on
-    resumed = resume(Path(first.folder), dp=second_dp, progress=progress, steps=steps, like=short)
-    want = RunFolder(reference.folder).digests()
-    got = RunFolder(resumed.folder).digests()
-    mismatched = sorted(s for s in want if got.get(s) != want[s])
-    return {
-        "ok": not mismatched and resumed.status == "succeeded",
-        "first_dp": first_dp,
-        "second_dp": second_dp,
-        "split_step": split,
-        "steps": steps,
-        "matched_steps": len(want) - len(mismatched),
-        "first_mismatch": mismatched[0] if mismatched else None,
-        "reference_folder": reference.folder,
-        "resumed_folder": resumed.folder,
-        "messages": resumed.messages,
-    }
-
-
-def _halves(r: ResourcesSection, dp: int) -> tuple[ResourcesSection, ResourcesSection] | None:
-    """``r`` split into two halves of this node's free devices that each hold ``dp``
-    processes (CPU: cores, CUDA: GPUs); None where the devices do not hold two."""
-    if r.nodes != 1 or r.launcher != "local":
-        return None
-    devices = discover(r.device, r.gpu_ids)
-    if devices.kind == "cuda":
-        ids = list(devices.gpu_ids)
-        if len(ids) < 2 * dp:
-            return None
-        return replace(r, gpu_ids=ids[:dp]), replace(r, gpu_ids=ids[dp : 2 * dp])
-    cores = r.max_procs or devices.count
-    if cores < 2 * dp:
-        return None
-    return replace(r, max_procs=cores // 2), replace(r, max_procs=cores // 2)

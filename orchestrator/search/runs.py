@@ -29,7 +29,9 @@ def observations_from_runs(
     as the guard's aggregate). Replicates (seeds, dp sizes) are separate observations.
     """
     from orchestrator import guard
-    from orchestrator.tracking.tracker import Tracker, resolve_uri, training_run_ids
+    from orchestrator.tracking.reading import training_run_ids
+    from orchestrator.tracking.tracker import Tracker
+    from orchestrator.tracking.uris import resolve_uri
 
     if not run_ids and not sweep and not experiment:
         raise SearchError(["name the runs: run ids, a sweep or an experiment"])
@@ -67,7 +69,8 @@ def run_experiment(run_id: str, tracking_uri: str | None = None) -> ExperimentCo
 
     from orchestrator.experiment import load_experiment
     from orchestrator.tracking.names import ARTIFACT_DIR, ARTIFACT_EXPERIMENT
-    from orchestrator.tracking.tracker import Tracker, resolve_uri
+    from orchestrator.tracking.tracker import Tracker
+    from orchestrator.tracking.uris import resolve_uri
 
     uri = resolve_uri(tracking_uri, Path.cwd())
     with tempfile.TemporaryDirectory(prefix="zephon-search-") as folder:

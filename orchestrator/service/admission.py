@@ -13,7 +13,7 @@ object, validated like any experiment, plus the service's own rules:
   name folders) is refused, ``runs_root``, ``data.cache_dir`` and
   ``tracking.uri`` are the service's, the launcher is the local one on one node.
 
-A job of kind ``verify`` (an elasticity check, ``api.verify_elastic``) submits
+A job of kind ``verify`` (an elasticity check, ``verify_elastic``) submits
 ``{"experiment": <spec>, "first_dp": A, "second_dp": B, "split_step": S or null}``
 (:func:`verify_request`): the experiment is admitted as above, and both dp sizes must
 divide its lanes.

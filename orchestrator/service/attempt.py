@@ -14,7 +14,7 @@ written by anyone who can write it), puts the experiment on *this* lease
     run     ``api.run`` into ``<root>/runs/<job id>``; if that folder exists (an earlier
             attempt was preempted), ``api.resume`` of it on this lease (``like=``: the
             recorded resources are replaced, the rest must match)
-    verify  ``api.verify_elastic`` on this lease (its runs untracked, in ``<root>/runs``)
+    verify  ``verify_elastic`` on this lease (its runs untracked, in ``<root>/runs``)
 
 It returns (and the CLI prints as one JSON line) an object with ``status``: succeeded,
 failed or interrupted, which the scheduler records.
@@ -27,7 +27,7 @@ from typing import Any
 
 from orchestrator.errors import LaunchError
 from orchestrator.experiment import ExperimentConfig
-from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.run import interrupts
 from orchestrator.service.admission import admit_job
 from orchestrator.service.client import ServiceConfig
@@ -75,6 +75,7 @@ def on_lease(config: ExperimentConfig, lease: Lease) -> ExperimentConfig:
 def run(service: ServiceConfig, job_id: str, lease: Lease) -> dict[str, Any]:
     """Run one attempt of ``job_id`` on ``lease`` (module docstring); its result object."""
     from orchestrator.run import api
+    from orchestrator.run.elastic_check import verify_elastic
 
     job = service.queue().get(job_id)
     admitted = admit_job(job.kind, job.spec, service.rules())
@@ -86,20 +87,21 @@ def run(service: ServiceConfig, job_id: str, lease: Lease) -> dict[str, Any]:
         return api.run(config, dp=lease.dp, run_name=job.id).to_dict()
     check = admitted.check
     try:
-        report = api.verify_elastic(
+        report = verify_elastic(
             config,
             first_dp=check.first_dp,
             second_dp=check.second_dp,
             split_step=check.split_step,
         )
     except LaunchError as e:  # one of its trainings did not succeed
-        return {"status": "interrupted" if interrupts.requested() else "failed", "error": str(e)}
+        failed = RunStatus.INTERRUPTED if interrupts.requested() else RunStatus.FAILED
+        return {"status": failed, "error": str(e)}
     if report["ok"]:
-        return {"status": "succeeded", **report}
+        return {"status": RunStatus.SUCCEEDED, **report}
     mismatch = report["first_mismatch"]
     error = (
         f"the digests differ from step {mismatch} on"
         if mismatch is not None
         else "the resumed run did not finish: " + "; ".join(report["messages"])
     )
-    return {"status": "failed", "error": error, **report}
+    return {"status": RunStatus.FAILED, "error": error, **report}

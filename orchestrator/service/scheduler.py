@@ -55,6 +55,7 @@ import psutil
 
 from orchestrator.errors import ExperimentError, TransitionError
 from orchestrator.experiment import ExperimentConfig, divisors, dp_problems
+from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.run.devices import discover
 from orchestrator.service import attempt
 from orchestrator.service.admission import AdmittedJob, admit, admit_job
@@ -204,9 +205,9 @@ class Scheduler:
         result = _read_result(self.service.job_dir(job_id) / f"attempt-{attempt}.json")
         status = _status(result)
         fields = {"result": result, "mlflow_run_id": (result or {}).get("mlflow_run_id")}
-        if status == "succeeded":
+        if status == RunStatus.SUCCEEDED:
             self.queue.transition(job_id, "succeeded", expect={"running"}, **fields)
-        elif status == "interrupted" or result is None:
+        elif status == RunStatus.INTERRUPTED or result is None:
             if job.cancel_requested:
                 self.queue.transition(job_id, "cancelled", expect={"running"}, **fields)
             elif result is None and job.attempts >= self.service.max_attempts:
@@ -306,7 +307,7 @@ def _status(result: dict[str, Any] | None) -> str | None:
         return None
     error = result.get("error")
     if "status" not in result and isinstance(error, dict) and error.get("kind") == "interrupted":
-        return "interrupted"
+        return RunStatus.INTERRUPTED
     return result.get("status")
 
 

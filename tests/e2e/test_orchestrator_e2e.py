@@ -53,7 +53,7 @@ from orchestrator.tracking.names import (
     TAG_VARIANT,
     eval_metric,
 )
-from orchestrator.tracking.tracker import resolve_uri
+from orchestrator.tracking.uris import resolve_uri
 from tests.support import REPO
 from tests.support.titan_run import corpus
 

@@ -30,7 +30,7 @@ from mlflow import MlflowClient
 
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.tracking.names import TAG_BEST, TAG_DECISIONS, TAG_KIND, TAG_SWEEP, TAG_VERDICT
-from orchestrator.tracking.tracker import resolve_uri
+from orchestrator.tracking.uris import resolve_uri
 from pipeline import Dataset
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO

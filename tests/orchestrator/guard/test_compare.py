@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from orchestrator.guard import (
     Comparison,
+    Refusal,
+    RefusalCode,
     RunSummary,
     check,
     compare,
@@ -39,7 +41,8 @@ from orchestrator.tracking.names import (
     TAG_VERDICT,
     flatten,
 )
-from orchestrator.tracking.tracker import Tracker, training_run_ids
+from orchestrator.tracking.reading import training_run_ids
+from orchestrator.tracking.tracker import Tracker
 
 DOMAINS = ("code", "docs", "i18n")
 MIX_A = {"code": 0.5, "docs": 0.3, "i18n": 0.2}
@@ -175,7 +178,7 @@ def four_runs() -> list[RunSummary]:
     ]
 
 
-def codes(refusals) -> list[str]:
+def codes(refusals: list[Refusal]) -> list[RefusalCode]:
     return [r.code for r in refusals]
 
 
@@ -189,24 +192,24 @@ def test_accepted_rows_means_and_spread(tmp_path: Path) -> None:
     assert result.refusals == [] and check(runs) == []
     assert result.eval_step == 10
     assert result.domains == list(DOMAINS)
-    assert [row["mixture"] for row in result.rows] == [
+    assert [row.mixture for row in result.rows] == [
         mixture_label(MIX_B),
         mixture_label(MIX_A),
     ]
     best, second = result.rows
-    assert best["rank"] == 1 and second["rank"] == 2
+    assert best.rank == 1 and second.rank == 2
     assert mixture_label(MIX_A) == "code=0.500 docs=0.300 i18n=0.200"
-    assert best["variant"] == runs[2].variant[:12] and len(best["variant"]) == 12
-    assert best["replicates"] == 2 and best["runs"] == ["b-1", "b-2"]
-    assert best["dp_sizes"] == "1,2" and second["dp_sizes"] == "1,2"
+    assert best.variant == runs[2].variant[:12] and len(best.variant) == 12
+    assert best.replicates == 2 and best.runs == ["b-1", "b-2"]
+    assert best.dp_sizes == "1,2" and second.dp_sizes == "1,2"
     # means: base + 0.1*i - 0.1 at step 10
-    assert second["bpb"]["code"] == pytest.approx(1.01 - 0.1)
-    assert second["bpb"]["i18n"] == pytest.approx(1.01 + 0.2 - 0.1)
-    assert second["aggregate_bpb"] == pytest.approx(1.01 + 0.1 - 0.1)
-    assert second["aggregate_range"] == pytest.approx(0.02)
-    assert second["aggregate_std"] == pytest.approx(0.02 / 2**0.5)
-    assert best["aggregate_range"] == pytest.approx(0.0)
-    assert best["aggregate_std"] == pytest.approx(0.0)
+    assert second.bpb["code"] == pytest.approx(1.01 - 0.1)
+    assert second.bpb["i18n"] == pytest.approx(1.01 + 0.2 - 0.1)
+    assert second.aggregate_bpb == pytest.approx(1.01 + 0.1 - 0.1)
+    assert second.aggregate_range == pytest.approx(0.02)
+    assert second.aggregate_std == pytest.approx(0.02 / 2**0.5)
+    assert best.aggregate_range == pytest.approx(0.0)
+    assert best.aggregate_std == pytest.approx(0.0)
     assert result.common_steps == 10
 
     payload = result.to_json()
@@ -221,14 +224,14 @@ def test_accepted_rows_means_and_spread(tmp_path: Path) -> None:
     assert "code=0.200 docs=0.300 i18n=0.500" in md and "b-1, b-2" in md
     assert md.count("\n| ") == 5  # header + two rows, then the decisions' header + one pair
     (pair,) = payload["pairs"]
-    assert (pair["a"], pair["b"]) == (best["variant"], second["variant"])
-    assert pair["difference"] == pytest.approx(best["aggregate_bpb"] - second["aggregate_bpb"])
+    assert (pair["a"], pair["b"]) == (best.variant, second.variant)
+    assert pair["difference"] == pytest.approx(best.aggregate_bpb - second.aggregate_bpb)
     lo, hi = pair["interval"]
     assert lo < pair["difference"] < hi < 0  # the documents alone would separate them...
     assert pair["decision"] == "cannot_tell"  # ...but one seed leaves training noise unmeasured
     assert "1 seed: training noise not measured, so not decided" in pair["method"]
-    assert not best["best"] and (best["tier"], second["tier"]) == (1, 1)
-    assert 0 < best["aggregate_se"] < 0.1 and "± docs" in md  # the held-out sample's error
+    assert not best.best and (best.tier, second.tier) == (1, 1)
+    assert 0 < best.aggregate_se < 0.1 and "± docs" in md  # the held-out sample's error
     assert payload["best"] is None and payload["smallest_detectable"] is None
     assert "**cannot_tell**" in md and "One seed decides nothing" in md
 
@@ -239,11 +242,54 @@ def test_accepted_rows_means_and_spread(tmp_path: Path) -> None:
     assert width > 400 and height > 400
 
 
+ROW_KEYS = [
+    "rank",
+    "variant",
+    "variant_id",
+    "mixture",
+    "shares",
+    "replicates",
+    "seeds",
+    "dp_sizes",
+    "bpb",
+    "aggregate_bpb",
+    "aggregate_se",
+    "aggregate_range",
+    "aggregate_std",
+    "dp_range",
+    "runs",
+    "run_ids",
+    "vs_best",
+    "tier",
+    "best",
+]
+"""The keys of a row in ``comparison.json``, in the order readers of the file know."""
+
+
+def test_rows_and_refusal_codes_serialise_as_plain_json() -> None:
+    payload = compare(four_runs()).to_json()
+    assert [list(row) for row in payload["rows"]] == [ROW_KEYS, ROW_KEYS]
+    (refusal,) = compare([make_run("only")]).to_json()["refusals"]
+    assert list(refusal) == ["code", "message", "runs", "detail"]
+    assert refusal["code"] == "too_few_runs" and type(refusal["code"]) is str
+    assert [code.value for code in RefusalCode] == [
+        "too_few_runs",
+        "no_data",
+        "diverged_data",
+        "contract_mismatch",
+        "no_common_eval",
+        "unfinished",
+        "recipe_mismatch",
+        "init_mismatch",
+        "unpaired_seeds",
+    ]
+
+
 def test_one_replicate_has_zero_spread() -> None:
     result = compare([make_run("a", MIX_A), make_run("b", MIX_B, base=1.5)])
     assert result.accepted
-    assert all(r["aggregate_std"] == 0.0 and r["aggregate_range"] == 0.0 for r in result.rows)
-    assert [r["runs"] for r in result.rows] == [["a"], ["b"]]
+    assert all(r.aggregate_std == 0.0 and r.aggregate_range == 0.0 for r in result.rows)
+    assert [r.runs for r in result.rows] == [["a"], ["b"]]
     assert "no variant had two replicates" in result.to_markdown()
 
 
@@ -260,7 +306,7 @@ def test_seed_tampered_names_seed_and_both_values() -> None:
     runs = [make_run("run a", MIX_A), make_run("run b", MIX_B, contract=make_contract(seed=1))]
     result = compare(runs)
     assert not result.accepted and result.rows == []
-    assert codes(result.refusals) == ["contract_mismatch"]
+    assert codes(result.refusals) == [RefusalCode.CONTRACT_MISMATCH]
     refusal = result.refusals[0]
     assert refusal.detail["fields"] == {"seed": {"run a": 0, "run b": 1}}
     assert "seed: 0 (run a) vs 1 (run b)" in refusal.message
@@ -274,7 +320,7 @@ def test_dataset_fingerprint_tampered_names_dotted_field() -> None:
     contract["datasets"][0]["fingerprint"] = "f" * 64
     runs = [make_run("a", MIX_A), make_run("b", MIX_B, contract=contract)]
     (refusal,) = check(runs)
-    assert refusal.code == "contract_mismatch"
+    assert refusal.code == RefusalCode.CONTRACT_MISMATCH
     assert list(refusal.detail["fields"]) == ["datasets.code.fingerprint"]
     assert "datasets.code.fingerprint" in refusal.message
 
@@ -294,7 +340,7 @@ def test_equal_contracts_different_fingerprint_refused() -> None:
     a, b = make_run("a", MIX_A), make_run("b", MIX_B)
     b.contract_fingerprint = "0" * 64
     (refusal,) = check([a, b])
-    assert refusal.code == "contract_mismatch"
+    assert refusal.code == RefusalCode.CONTRACT_MISMATCH
     assert "contract_fingerprint" in refusal.detail["fields"]
     assert "contract_fingerprint" in refusal.message
 
@@ -305,7 +351,7 @@ def test_same_variant_diverging_at_step_5() -> None:
     for step in range(5, 11):
         b.digests[step] = _sha("other data", step)
     (refusal,) = check([b, a])  # order of input does not matter
-    assert refusal.code == "diverged_data"
+    assert refusal.code == RefusalCode.DIVERGED_DATA
     assert refusal.detail["step"] == 5
     assert "step 5" in refusal.message and "re-run one of them" in refusal.message
     assert a.digests[5][:12] in refusal.message and b.digests[5][:12] in refusal.message
@@ -316,13 +362,13 @@ def test_same_variant_without_common_steps() -> None:
     a, b = make_run("a"), make_run("b")
     b.digests = {s + 100: d for s, d in b.digests.items()}
     (refusal,) = check([a, b])
-    assert refusal.code == "diverged_data" and "no common steps" in refusal.message
+    assert refusal.code == RefusalCode.DIVERGED_DATA and "no common steps" in refusal.message
 
 
 def test_shorter_replicate_checked_on_common_steps_only() -> None:
     a, b = make_run("a"), make_run("b", base=1.01)
     b.digests = {s: d for s, d in b.digests.items() if s <= 6}
-    assert codes(compare([a, b]).refusals) == ["unfinished"]  # not diverged_data
+    assert codes(compare([a, b]).refusals) == [RefusalCode.UNFINISHED]  # not diverged_data
 
 
 # -- recipes, initial weights, unfinished runs --------------------------------------------------
@@ -343,7 +389,7 @@ def test_recipe_change_is_refused_naming_the_field_and_both_values(
 ) -> None:
     changed = make_run("b", MIX_B, recipe=make_recipe(**{field: value}), base=0.9)
     result = compare([make_run("a"), make_run("a-2", base=1.01), changed])
-    assert not result.accepted and codes(result.refusals) == ["recipe_mismatch"]
+    assert not result.accepted and codes(result.refusals) == [RefusalCode.RECIPE_MISMATCH]
     (refusal,) = result.refusals
     assert refusal.detail["fields"] == {field: {"a": flatten(RECIPE)[field], "b": value}}
     assert field in refusal.message and json.dumps(value) in refusal.message
@@ -353,20 +399,20 @@ def test_recipe_change_is_refused_naming_the_field_and_both_values(
 def test_recipe_change_within_a_variant_is_refused_too() -> None:
     a2 = make_run("a-2", recipe=make_recipe(**{"lr_scheduler.warmup_steps": 5}))
     result = compare([make_run("a"), a2, make_run("b", MIX_B)])
-    assert codes(result.refusals) == ["recipe_mismatch"]
+    assert codes(result.refusals) == [RefusalCode.RECIPE_MISMATCH]
     assert list(result.refusals[0].detail["fields"]) == ["lr_scheduler.warmup_steps"]
 
 
 def test_extended_schedule_counts_as_a_recipe_field() -> None:
     extended = make_run("b", MIX_B, recipe=make_recipe(extended_at_steps=[5]))
     result = compare([make_run("a"), extended])
-    assert codes(result.refusals) == ["recipe_mismatch"]
+    assert codes(result.refusals) == [RefusalCode.RECIPE_MISMATCH]
     assert "extended_at_steps" in result.refusals[0].detail["fields"]
 
 
 def test_same_recipe_other_initial_weights_refused() -> None:
     result = compare([make_run("a"), make_run("b", MIX_B, init="init-made-elsewhere")])
-    assert codes(result.refusals) == ["init_mismatch"]
+    assert codes(result.refusals) == [RefusalCode.INIT_MISMATCH]
     assert set(result.refusals[0].detail["fields"]["init_sha256"]) == {"a", "b"}
 
 
@@ -377,7 +423,7 @@ def test_unfinished_run_refused_with_its_state_and_the_command(status: str, step
     short = make_run("b", MIX_B, status=status)
     short.digests = {s: d for s, d in short.digests.items() if s <= steps}
     result = compare([make_run("a"), make_run("a-2"), short])
-    assert codes(result.refusals) == ["unfinished"]
+    assert codes(result.refusals) == [RefusalCode.UNFINISHED]
     (refusal,) = result.refusals
     assert refusal.detail == {
         "run": "b",
@@ -394,7 +440,7 @@ def test_run_without_recorded_recipe_has_no_data() -> None:
     old = make_run("b", MIX_B)
     old.recipe_fingerprint, old.recipe = "", {}
     result = compare([make_run("a"), old])
-    assert codes(result.refusals) == ["no_data"]
+    assert codes(result.refusals) == [RefusalCode.NO_DATA]
     assert "no recipe" in result.refusals[0].message
 
 
@@ -408,16 +454,16 @@ def test_all_refusals_collected() -> None:
     result = compare([a1, a2, b, empty, no_eval])
     assert not result.accepted and result.rows == []
     assert sorted(codes(result.refusals)) == [
-        "contract_mismatch",
-        "diverged_data",
-        "no_common_eval",
-        "no_data",
+        RefusalCode.CONTRACT_MISMATCH,
+        RefusalCode.DIVERGED_DATA,
+        RefusalCode.NO_COMMON_EVAL,
+        RefusalCode.NO_DATA,
     ]
     by_code = {r.code: r for r in result.refusals}
-    assert by_code["diverged_data"].detail["step"] == 7
-    assert "global_batch_size" in by_code["contract_mismatch"].detail["fields"]
-    assert "c has no per-step batch digests" in by_code["no_data"].message
-    assert "d has no held-out eval scores" in by_code["no_common_eval"].message
+    assert by_code[RefusalCode.DIVERGED_DATA].detail["step"] == 7
+    assert "global_batch_size" in by_code[RefusalCode.CONTRACT_MISMATCH].detail["fields"]
+    assert "c has no per-step batch digests" in by_code[RefusalCode.NO_DATA].message
+    assert "d has no held-out eval scores" in by_code[RefusalCode.NO_COMMON_EVAL].message
     md = result.to_markdown()
     assert "4 reasons" in md and all(c in md for c in by_code)
 
@@ -428,7 +474,7 @@ def test_no_common_eval_step() -> None:
         make_run("b", MIX_B, evals=evals_for(1.0, (6, 12))),
     ]
     result = compare(runs)
-    assert codes(result.refusals) == ["no_common_eval"]
+    assert codes(result.refusals) == [RefusalCode.NO_COMMON_EVAL]
     assert result.eval_step is None
 
 
@@ -444,7 +490,7 @@ def test_different_eval_domains_refused() -> None:
     evals = evals_for(1.0)
     del evals[10]["i18n"]
     result = compare([make_run("a", MIX_A), make_run("b", MIX_B, evals=evals)])
-    assert codes(result.refusals) == ["no_common_eval"]
+    assert codes(result.refusals) == [RefusalCode.NO_COMMON_EVAL]
     assert "different held-out domains" in result.refusals[0].message
 
 
@@ -452,7 +498,7 @@ def test_different_eval_domains_refused() -> None:
 def test_too_few_runs(runs: list[RunSummary]) -> None:
     result = compare(runs)
     assert not result.accepted
-    assert "too_few_runs" in codes(result.refusals)
+    assert RefusalCode.TOO_FEW_RUNS in codes(result.refusals)
 
 
 def test_duplicate_names_get_distinct_labels() -> None:
@@ -486,7 +532,7 @@ def test_refusal_names_exactly_the_mutated_step(digests: list[bytes], data: st.D
             mutated[s] = "ff" + mutated[s]
     bad = make_run("r-3", digests=mutated)
     refusals = check([ref, copy_ok, bad])
-    assert codes(refusals) == ["diverged_data"]
+    assert codes(refusals) == [RefusalCode.DIVERGED_DATA]
     assert refusals[0].detail["step"] == k
     assert f"step {k} " in refusals[0].message
     assert refusals[0].runs == [ref.run_id, bad.run_id]
@@ -597,8 +643,8 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
     result = compare(loaded)
     assert result.accepted, result.refusals
     expected = compare(originals).rows
-    assert [{k: v for k, v in row.items() if k != "run_ids"} for row in result.rows] == [
-        {k: v for k, v in row.items() if k != "run_ids"} for row in expected
+    assert [{k: v for k, v in row.to_json().items() if k != "run_ids"} for row in result.rows] == [
+        {k: v for k, v in row.to_json().items() if k != "run_ids"} for row in expected
     ]
 
     parent = client.create_run(experiment_id, run_name="sweep-parent").info.run_id
@@ -633,7 +679,7 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
     assert bare_summary.digests == {} and bare_summary.evals == {}
     refused = compare([*loaded, bare_summary])
     assert not refused.accepted
-    assert "no_data" in codes(refused.refusals)
+    assert RefusalCode.NO_DATA in codes(refused.refusals)
     refused_id = log_comparison(tracker, refused, [*loaded, bare_summary], workdir=tmp_path / "w2")
     refused_run = client.get_run(refused_id)
     assert refused_run.info.status == "FINISHED"
@@ -690,9 +736,9 @@ def test_paired_seeds_are_accepted_and_decided_over_seeds() -> None:
     assert result.accepted, result.refusals
     assert len(result.seeds) == 2 and "data 1, shuffle 1, init 1" in result.seeds
     best = result.rows[0]
-    assert best["mixture"] == mixture_label(MIX_B) and best["seeds"] == 2
-    assert best["replicates"] == 2 and best["runs"] == ["b-s0", "b-s1"]
-    assert best["variant"] != runs[2].variant[:12]  # one id across the seeds, not seed 0's
+    assert best.mixture == mixture_label(MIX_B) and best.seeds == 2
+    assert best.replicates == 2 and best.runs == ["b-s0", "b-s1"]
+    assert best.variant != runs[2].variant[:12]  # one id across the seeds, not seed 0's
     (pair,) = result.pairs
     assert pair["difference"] == pytest.approx(((0.8 - 1.0) + (0.86 - 1.05)) / 2)
     assert pair["seeds"] == 2 and "2 seeds" in pair["method"]
@@ -705,14 +751,14 @@ def test_paired_seeds_are_accepted_and_decided_over_seeds() -> None:
 def test_unpaired_seeds_are_refused_with_the_missing_blocks() -> None:
     runs = paired_runs((1.0, 1.0), (0.9, 0.9))[:3]
     (refusal,) = check(runs)
-    assert refusal.code == "unpaired_seeds"
+    assert refusal.code == RefusalCode.UNPAIRED_SEEDS
     assert refusal.detail["missing"] == {mixture_label(MIX_B): ["data 1, shuffle 1, init 1"]}
     assert "replicate_seeds" in refusal.message and refusal.runs == ["id-b-s0"]
 
 
 def test_one_variant_under_two_seeds_is_not_a_pairing() -> None:
     refusals = check([seeded("a-s0", MIX_A, 0, 1.0), seeded("a-s1", MIX_A, 1, 1.0)])
-    assert codes(refusals) == ["contract_mismatch", "recipe_mismatch"]
+    assert codes(refusals) == [RefusalCode.CONTRACT_MISMATCH, RefusalCode.RECIPE_MISMATCH]
     assert set(refusals[0].detail["fields"]) == {"seed", "shuffle.seed"}
     assert set(refusals[1].detail["fields"]) == {"debug.seed"}
 
@@ -721,14 +767,14 @@ def test_paired_seeds_still_check_the_initial_weights_within_a_seed() -> None:
     runs = paired_runs((1.0, 1.0), (0.9, 0.9))
     runs[3].init_sha256 = "f" * 64
     (refusal,) = check(runs)
-    assert refusal.code == "init_mismatch" and refusal.runs == ["id-a-s1", "id-b-s1"]
+    assert refusal.code == RefusalCode.INIT_MISMATCH and refusal.runs == ["id-a-s1", "id-b-s1"]
 
 
 def test_paired_seeds_do_not_excuse_another_field() -> None:
     runs = paired_runs((1.0, 1.0), (0.9, 0.9))
     runs[3].recipe = {**runs[3].recipe, "optimizer.param_groups.0.optimizer_kwargs.lr": 1e-3}
     (refusal,) = check(runs)
-    assert refusal.code == "recipe_mismatch"
+    assert refusal.code == RefusalCode.RECIPE_MISMATCH
     assert list(refusal.detail["fields"]) == ["optimizer.param_groups.0.optimizer_kwargs.lr"]
 
 
@@ -749,7 +795,7 @@ def test_other_held_out_text_is_refused() -> None:
     a, b = make_run("a", MIX_A), make_run("b", MIX_B)
     b.documents[10]["code"]["bytes"] = [1] * len(DOC_BYTES)
     (refusal,) = check([a, b])
-    assert refusal.code == "no_common_eval" and "other held-out text" in refusal.message
+    assert refusal.code == RefusalCode.NO_COMMON_EVAL and "other held-out text" in refusal.message
     assert refusal.detail == {"step": 10, "runs_with_other_documents": ["b"]}
     a.documents = {}  # recorded before per-document scores
     (refusal,) = check([a, b])
@@ -766,12 +812,12 @@ def test_decide_on_some_domains_ranks_and_decides_their_mean() -> None:
         *(seeded(f"a-s{seed}", MIX_A, seed, 1.0, evals=a_evals) for seed in (0, 1)),
         *(seeded(f"b-s{seed}", MIX_B, seed, 0.9) for seed in (0, 1)),
     ]
-    assert compare(runs).rows[0]["mixture"] == mixture_label(MIX_A)
+    assert compare(runs).rows[0].mixture == mixture_label(MIX_A)
     result = compare(runs, decide_on=["code", "docs"])
     assert result.decided_on == ["code", "docs"]
     best = result.rows[0]
-    assert best["mixture"] == mixture_label(MIX_B)
-    assert best["aggregate_bpb"] == pytest.approx((0.9 - 0.1 + 1.0 - 0.1) / 2)
+    assert best.mixture == mixture_label(MIX_B)
+    assert best.aggregate_bpb == pytest.approx((0.9 - 0.1 + 1.0 - 0.1) / 2)
     assert result.pairs[0]["decision"] == "a_better"
     assert "mean over code, docs only" in result.to_markdown()
     with pytest.raises(ValueError, match=r"cannot decide on held-out domain\(s\) \['web'\]"):
@@ -788,6 +834,6 @@ def test_dp_range_is_within_a_seed_and_the_seeds_spread_is_apart() -> None:
     result = compare([*runs, *twins])
     assert result.accepted, result.refusals
     for row in result.rows:
-        assert row["replicates"] == 4 and row["dp_sizes"] == "1,2"
-        assert row["dp_range"] == pytest.approx(0.001)  # dp 1 vs dp 2 under one seed
-        assert row["aggregate_range"] == pytest.approx(0.301)  # the seeds apart
+        assert row.replicates == 4 and row.dp_sizes == "1,2"
+        assert row.dp_range == pytest.approx(0.001)  # dp 1 vs dp 2 under one seed
+        assert row.aggregate_range == pytest.approx(0.301)  # the seeds apart

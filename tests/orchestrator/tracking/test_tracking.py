@@ -1,4 +1,4 @@
-"""orchestrator.tracking.tracker against real MLflow stores: embedded SQLite, and one real server.
+"""orchestrator.tracking against real MLflow stores: embedded SQLite, and one real server.
 
 Run folders are synthetic (the JSONL formats of orchestrator.experiment.runfolder / titan.runlog);
 everything else is real: MlflowClient, SQLite, artifacts on disk, HTTP to `mlflow server`.
@@ -22,6 +22,7 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from orchestrator.errors import EXIT_INVALID, TrackingError, TrackingUnavailable
 from orchestrator.experiment.runfolder import (
     EVAL_FILE,
     METRICS_FILE,
@@ -30,7 +31,7 @@ from orchestrator.experiment.runfolder import (
     RunFolder,
 )
 from orchestrator.run.launch import free_port
-from orchestrator.tracking import tracker as tracking
+from orchestrator.tracking import provenance
 from orchestrator.tracking.names import (
     METRIC_DATA_WAIT,
     METRIC_EVAL_AGGREGATE,
@@ -51,14 +52,10 @@ from orchestrator.tracking.names import (
     TAG_VERSIONS,
     eval_metric,
 )
-from orchestrator.tracking.tracker import (
-    Tracker,
-    TrackingError,
-    TrackingUnavailable,
-    check_tracking,
-    resolve_uri,
-    sync_folder,
-)
+from orchestrator.tracking.reading import training_run_ids
+from orchestrator.tracking.tracker import Tracker, sync_folder
+from orchestrator.tracking.uris import check_tracking, resolve_uri
+from pipeline.errors import ConfigError
 
 CONTRACT = {
     "datasets": [
@@ -69,14 +66,14 @@ CONTRACT = {
     "seq_len": 64,
     "shuffle": True,
 }
-REAL_GIT_REVISION = tracking.git_revision  # before the autouse fixture replaces it
+REAL_GIT_REVISION = provenance.git_revision  # before the autouse fixture replaces it
 METRICS_PER_STEP = 7  # loss, max loss, tokens_per_s, grad_norm, memory, mfu, data_wait_s
 
 
 @pytest.fixture(autouse=True)
 def _no_git(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests do not run git in the checkout; git_revision itself is tested on its own."""
-    monkeypatch.setattr(tracking, "git_revision", lambda cwd=None: "test-rev")
+    monkeypatch.setattr(provenance, "git_revision", lambda cwd=None: "test-rev")
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +187,7 @@ def _open_store(uri: str, barrier: Any) -> None:
     import mlflow  # noqa: F401  (imported before the barrier: both open the store together)
 
     barrier.wait(timeout=60)
-    tracking.check_tracking(uri)
+    check_tracking(uri)
 
 
 def test_processes_opening_a_new_store_at_once_all_get_it(tmp_path: Path) -> None:
@@ -501,7 +498,7 @@ def test_offline_from_the_start_keeps_its_sweep_parent_and_device_on_sync(
         if runs["offline"].get(k) != v and k not in (TAG_RUN_FOLDER, TAG_STATUS, "mlflow.runName")
     }
     assert not different  # the same start tags as the run tracked from its launch
-    found = tracking.training_run_ids(db_uri, experiment=experiment_name, sweep="mix-7")
+    found = training_run_ids(db_uri, experiment=experiment_name, sweep="mix-7")
     assert set(found) == {f.state()["mlflow_run_id"] for f in (online, offline)}
 
 
@@ -564,6 +561,20 @@ def test_finish_maps_status(
     assert run.info.status == mlflow_status and run.info.end_time is not None
     assert run.data.tags[TAG_STATUS] == status
     assert len(history(MlflowClient(tracking_uri=db_uri), run_id, METRIC_LOSS)) == 10
+
+
+def test_runs_asked_for_that_are_not_there_are_invalid_requests(
+    db_uri: str, experiment_name: str, tmp_path: Path
+) -> None:
+    """ConfigError: the CLI's exit code 2 ("invalid"), and still a ValueError for callers."""
+    with pytest.raises(ConfigError, match="no MLflow experiment named") as error:
+        training_run_ids(db_uri, experiment=experiment_name)
+    assert isinstance(error.value, ValueError) and error.value.exit_code == EXIT_INVALID
+    Tracker(db_uri, experiment_name).experiment_id()
+    with pytest.raises(ConfigError, match="no training runs of sweep 'none' in experiment"):
+        training_run_ids(db_uri, experiment=experiment_name, sweep="none")
+    with pytest.raises(ConfigError, match="no MLflow run 'nope'"):
+        Tracker(db_uri, experiment_name).download_run("nope", "zephon", tmp_path)
 
 
 def test_finish_rejects_unknown_status(db_uri: str, experiment_name: str, tmp_path: Path) -> None:

@@ -1,0 +1,145 @@
+"""The comparison guard's Markdown report: the table and decisions, or the reasons refused."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestrator.guard.comparison import SHORT
+
+if TYPE_CHECKING:
+    from orchestrator.guard.comparison import Comparison, ComparisonRow
+
+_NUMERIC_COLUMNS = ("rank", "n", "seeds", "± docs", "vs best", "dp range", "std")
+"""Table columns aligned right (besides the ``... bpb`` ones)."""
+
+
+def comparison_markdown(comparison: Comparison) -> str:
+    """A readable report: the table and decisions if accepted, the reasons if refused."""
+    if not comparison.accepted:
+        return _refusals_markdown(comparison)
+    header = ["rank", "tier", "variant", "mixture", "n", "seeds", "dp sizes"]
+    header += [f"{d} bpb" for d in comparison.domains]
+    header += ["aggregate bpb", "± docs", "vs best", "dp range", "std", "runs"]
+    lines = [
+        "## Comparison accepted",
+        "",
+        f"Held-out bits per byte (lower is better) at eval step {comparison.eval_step}, the last "
+        "step every run evaluated; means over replicates, the aggregate's standard error from "
+        "the held-out documents (± docs), the largest range of the aggregate among replicates "
+        "of one seed (dp range: they saw the same data) and its standard deviation over all "
+        "replicates (std)"
+        f"{_decided_on_note(comparison)}. "
+        "Variants of one tier cannot be told apart; **best** only if decided better than "
+        "every other variant.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(_column_alignment(h) for h in header) + "|",
+    ]
+    lines += [_table_line(row, comparison.domains) for row in comparison.rows]
+    lines += ["", *_decisions_lines(comparison), "", _checked_paragraph(comparison)]
+    return "\n".join(lines) + "\n"
+
+
+def _refusals_markdown(comparison: Comparison) -> str:
+    """The heading of a refused comparison and one bullet per refusal."""
+    count = len(comparison.refusals)
+    lines = [f"## Comparison refused ({count} reason{'s' if count != 1 else ''})", ""]
+    lines += [f"- **{r.code}**: {r.message}" for r in comparison.refusals]
+    return "\n".join(lines) + "\n"
+
+
+def _table_line(row: ComparisonRow, domains: list[str]) -> str:
+    """One variant's line of the table."""
+    cells = [
+        str(row.rank),
+        f"{row.tier}{' **best**' if row.best else ''}",
+        f"`{row.variant}`",
+        row.mixture,
+        str(row.replicates),
+        str(row.seeds),
+        row.dp_sizes,
+    ]
+    cells += [f"{row.bpb[d]:.4f}" for d in domains]
+    cells += [
+        f"**{row.aggregate_bpb:.4f}**",
+        _format_small_number(row.aggregate_se),
+        f"{row.vs_best:+.4f}",
+        _format_small_number(row.dp_range),
+        _format_small_number(row.aggregate_std),
+        ", ".join(row.runs),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _decided_on_note(comparison: Comparison) -> str:
+    """Which domains the aggregate is the mean over, when not all of them ("" if all)."""
+    if comparison.decided_on == comparison.domains:
+        return ""
+    return (
+        "; the aggregate (ranked and decided on) is the mean over "
+        f"{', '.join(comparison.decided_on)} only"
+    )
+
+
+def _decisions_lines(comparison: Comparison) -> list[str]:
+    """The decisions section: one table line per pair, the method and what it can detect."""
+    if not comparison.pairs:
+        return ["One variant (its replicates only): nothing to decide."]
+    confidence = f"{comparison.confidence:.0%}"
+    lines = [
+        f"### Decisions (threshold {comparison.threshold:g} bits/byte, {confidence} intervals)",
+        "",
+        f"| a | b | a - b | {confidence} interval | decision |",
+        "|---|---|---:|---|---|",
+    ]
+    for pair in comparison.pairs:
+        lo, hi = pair["interval"]
+        lines.append(
+            f"| `{pair['a']}` {pair['a_mixture']} | `{pair['b']}` {pair['b_mixture']} | "
+            f"{pair['difference']:+.4f} | [{lo:+.4f}, {hi:+.4f}] | **{pair['decision']}** |"
+        )
+    methods = sorted({pair["method"] for pair in comparison.pairs})
+    detectable = (
+        f"Smallest difference this design detects (80% power, every pair): "
+        f"{comparison.smallest_detectable:.4f} bits/byte."
+        if comparison.smallest_detectable is not None
+        else "One seed decides nothing: rerun with hydra.sweeper.replicate_seeds=[0,1,2]."
+    )
+    lines += ["", f"Method: {'; '.join(methods)}. {detectable}"]
+    return lines
+
+
+def _checked_paragraph(comparison: Comparison) -> str:
+    """What the guard checked before accepting: the paragraph closing the report."""
+    agreed = (
+        f"every replicate of a variant had the same global batch digests over its "
+        f"{comparison.common_steps} common steps or more"
+        if comparison.common_steps
+        else "no variant had two replicates to cross-check"
+    )
+    seeds = (
+        f"the seed ({len(comparison.seeds)} seed blocks, each run by every variant: "
+        f"{'; '.join(comparison.seeds)})"
+        if len(comparison.seeds) > 1
+        else "nothing else"
+    )
+    return (
+        f"Checked: every run finished its schedule; all data fingerprints agreed ({agreed}); "
+        f"all runs share data contract `{(comparison.contract_fingerprint or '')[:SHORT]}` (data "
+        f"files, tokenizer, batch layout, seeds) and recipe "
+        f"`{(comparison.recipe_fingerprint or '')[:SHORT]}` (model, optimizer, schedule, steps, "
+        "init seed, precision, TorchTitan flags, versions) but for "
+        f"{seeds}, and runs of one seed started from one initial checkpoint. What differs "
+        "between variants is the mixture; within a variant, the dp size and micro-batch size "
+        "at most."
+    )
+
+
+def _column_alignment(header: str) -> str:
+    """The Markdown alignment of a table column: numbers right, text left."""
+    return "---:" if header in _NUMERIC_COLUMNS or header.endswith("bpb") else "---"
+
+
+def _format_small_number(value: float) -> str:
+    """A spread: 4 decimals, or two significant digits below 1e-4 (replicates agree closely)."""
+    return f"{value:.4f}" if value == 0 or value >= 1e-4 else f"{value:.1e}"

@@ -1,0 +1,218 @@
+"""The comparison guard's scoring: one table row per variant and a decision on every pair.
+
+:func:`compare` applies the rules (:mod:`orchestrator.guard.rules`) and, if none refuses,
+scores each variant at the common eval step, ranks the variants and decides every pair
+(:mod:`orchestrator.guard.decisions`). What a row holds: ``docs/design/guard.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from orchestrator.guard import decisions
+from orchestrator.guard.comparison import (
+    SHORT,
+    Comparison,
+    ComparisonRow,
+    RunSummary,
+    mixture_label,
+    ordered_runs,
+)
+from orchestrator.guard.rules import apply_rules, runs_by_arm
+
+
+@dataclass(frozen=True)
+class _ScoredVariant:
+    """One variant's runs scored at the eval step, before the variants are ranked."""
+
+    arm: str
+    """:func:`~orchestrator.guard.rules.arm_key` of its runs."""
+    runs: list[RunSummary]
+    """Its runs, in :func:`ordered_runs` order."""
+    blocks: dict[str, list[RunSummary]]
+    """Seed block -> its runs."""
+    aggregates: dict[str, float]
+    """Run id -> the run's mean bits per byte over the decided-on domains."""
+    bpb: dict[str, float]
+    """Held-out domain -> mean bits per byte over seed blocks of the blocks' means."""
+    aggregate_bpb: float
+    """``aggregates`` averaged like ``bpb``: what the variants are ranked by."""
+    document_bits: decisions.Scores
+    """Seed block -> decided-on domain -> per-document bits, mean over the block's runs."""
+    aggregate_se: float
+    """The aggregate's standard error from the held-out sample of documents."""
+
+    @property
+    def variant_id(self) -> str:
+        """Its runs' variant under one seed block, else a hash of :attr:`arm` (across seeds)."""
+        if len(self.blocks) == 1:
+            return self.runs[0].variant
+        return hashlib.sha256(self.arm.encode()).hexdigest()
+
+    @property
+    def mixture(self) -> str:
+        """Its mixture as canonical text (:func:`mixture_label`)."""
+        return mixture_label(self.runs[0].mixture)
+
+    def to_row(self, *, rank: int, vs_best: float, tier: int, best: bool) -> ComparisonRow:
+        """Its row in the table, once ranked (``vs_best``: its difference to the first row)."""
+        aggregates = list(self.aggregates.values())
+        return ComparisonRow(
+            rank=rank,
+            variant=self.variant_id[:SHORT],
+            variant_id=self.variant_id,
+            mixture=self.mixture,
+            shares={k: float(v) for k, v in sorted(self.runs[0].mixture.items())},
+            replicates=len(self.runs),
+            seeds=len(self.blocks),
+            dp_sizes=",".join(str(n) for n in sorted({n for r in self.runs for n in r.dp_sizes})),
+            bpb=self.bpb,
+            aggregate_bpb=self.aggregate_bpb,
+            aggregate_se=self.aggregate_se,
+            aggregate_range=_value_range(aggregates),
+            aggregate_std=statistics.stdev(aggregates) if len(aggregates) > 1 else 0.0,
+            dp_range=max(
+                _value_range([self.aggregates[r.run_id] for r in block])
+                for block in self.blocks.values()
+            ),
+            runs=[r.name for r in self.runs],
+            run_ids=[r.run_id for r in self.runs],
+            vs_best=vs_best,
+            tier=tier,
+            best=best,
+        )
+
+
+def _score_variant(
+    arm: str,
+    runs: list[RunSummary],
+    step: int,
+    domains: list[str],
+    chosen: list[str],
+    doc_bytes: dict[str, np.ndarray],
+) -> _ScoredVariant:
+    """Score the variant ``arm`` (its ``runs``) at ``step``, its aggregate over ``chosen``."""
+    blocks: dict[str, list[RunSummary]] = {}
+    for run in runs:
+        blocks.setdefault(run.seed, []).append(run)
+    document_bits = {
+        seed: {d: np.mean([r.documents[step][d]["bits"] for r in block], axis=0) for d in chosen}
+        for seed, block in blocks.items()
+    }
+    aggregates = {r.run_id: _mean_bpb(r, step, chosen) for r in runs}
+    return _ScoredVariant(
+        arm=arm,
+        runs=runs,
+        blocks=blocks,
+        aggregates=aggregates,
+        bpb={d: _mean_over_blocks(blocks, lambda r, d=d: float(r.evals[step][d])) for d in domains},
+        aggregate_bpb=_mean_over_blocks(blocks, lambda r: aggregates[r.run_id]),
+        document_bits=document_bits,
+        aggregate_se=decisions.sampling_error(document_bits, doc_bytes),
+    )
+
+
+def compare(
+    runs: list[RunSummary],
+    *,
+    threshold: float = 0.0,
+    confidence: float = 0.95,
+    decide_on: list[str] | None = None,
+) -> Comparison:
+    """Check ``runs`` and, if nothing is refused, score each variant at the common eval step
+    and decide every pair of variants (:mod:`orchestrator.guard.decisions`): a difference
+    counts only if its whole ``confidence`` interval is beyond ``threshold`` bits per byte.
+    The aggregate (ranking and decisions) is the mean over the held-out domains
+    ``decide_on`` (default: all of them)."""
+    decisions.check_options(threshold, confidence)
+    outcome = apply_rules(runs)
+    step, domains = outcome.eval_step, outcome.domains
+    if outcome.refusals or step is None:
+        return Comparison(
+            accepted=False,
+            refusals=outcome.refusals,
+            eval_step=step,
+            rows=[],
+            domains=domains,
+            common_steps=outcome.common_steps,
+        )
+    unknown = sorted(set(decide_on or []) - set(domains))
+    if unknown:
+        raise ValueError(
+            f"cannot decide on held-out domain(s) {unknown}: the runs were scored on "
+            f"{', '.join(domains)}"
+        )
+    chosen = [d for d in domains if d in (decide_on or domains)]
+    first_run = ordered_runs(runs)[0]
+    doc_bytes = {
+        d: np.asarray(first_run.documents[step][d]["bytes"], dtype=np.float64) for d in chosen
+    }
+    variants = sorted(
+        (
+            _score_variant(arm, group, step, domains, chosen, doc_bytes)
+            for arm, group in runs_by_arm(runs).items()
+        ),
+        key=lambda v: (v.aggregate_bpb, v.mixture, v.variant_id),
+    )
+    order = [v.arm for v in variants]
+    decided = decisions.decide_all(
+        order,
+        {v.arm: v.document_bits for v in variants},
+        doc_bytes,
+        threshold=threshold,
+        confidence=confidence,
+    )
+    tier, best = decisions.tiers(order, decided), decisions.best(order, decided)
+    top = variants[0].aggregate_bpb
+    rows = [
+        v.to_row(rank=rank, vs_best=v.aggregate_bpb - top, tier=tier[v.arm], best=best[v.arm])
+        for rank, v in enumerate(variants, 1)
+    ]
+    row_of_arm = dict(zip(order, rows, strict=True))
+    pairs = [
+        {
+            **pair.to_json(),
+            "a": row_of_arm[pair.a].variant,
+            "b": row_of_arm[pair.b].variant,
+            "a_mixture": row_of_arm[pair.a].mixture,
+            "b_mixture": row_of_arm[pair.b].mixture,
+        }
+        for pair in decided
+    ]
+    return Comparison(
+        accepted=True,
+        refusals=[],
+        eval_step=step,
+        rows=rows,
+        domains=domains,
+        common_steps=outcome.common_steps,
+        contract_fingerprint=first_run.contract_fingerprint,
+        recipe_fingerprint=first_run.recipe_fingerprint,
+        pairs=pairs,
+        seeds=sorted({r.seed for r in runs}),
+        threshold=threshold,
+        confidence=confidence,
+        decided_on=chosen,
+    )
+
+
+def _mean_bpb(run: RunSummary, step: int, domains: list[str]) -> float:
+    """``run``'s aggregate at ``step`` over ``domains``: the mean of their bits per byte."""
+    return statistics.fmean(float(run.evals[step][d]) for d in domains)
+
+
+def _mean_over_blocks(
+    blocks: dict[str, list[RunSummary]], score: Callable[[RunSummary], float]
+) -> float:
+    """The mean over seed blocks of the mean ``score`` of a block's runs."""
+    return statistics.fmean(statistics.fmean(score(r) for r in block) for block in blocks.values())
+
+
+def _value_range(values: list[float]) -> float:
+    """Largest minus smallest of ``values``."""
+    return max(values) - min(values)

@@ -1,0 +1,100 @@
+"""Provenance of a training run: package versions, git revision, its MLflow run's first tags.
+
+Everything here is read from the run folder and this checkout alone, so a run tracked
+from its launch and one created later by ``zephon sync`` get the same tags.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.tracking.names import (
+    TAG_CONTRACT,
+    TAG_DEVICE,
+    TAG_GIT,
+    TAG_INIT,
+    TAG_KIND,
+    TAG_PRECISION,
+    TAG_RECIPE,
+    TAG_RUN_FOLDER,
+    TAG_SWEEP,
+    TAG_VARIANT,
+    TAG_VERSIONS,
+)
+
+VERSIONED_PACKAGES = ("zephon", "torch", "torchtitan", "mlflow", "tiktoken")
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of the packages a run's results depend on (None if absent)."""
+    versions: dict[str, str | None] = {}
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_revision(cwd: Path | None = None) -> str:
+    """``git describe --always --dirty`` of the checkout holding this file, or ``unknown``."""
+    cwd = Path(__file__).resolve().parent if cwd is None else cwd
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    revision = done.stdout.strip()
+    return revision if done.returncode == 0 and revision else "unknown"
+
+
+def recorded_precision(experiment: dict[str, Any]) -> str | None:
+    """The precision a run folder's ``experiment.json`` records (None: recorded before
+    ``train.precision`` existed)."""
+    return ((experiment.get("config") or {}).get("train") or {}).get("precision")
+
+
+def run_start_tags(folder: RunFolder) -> dict[str, str]:
+    """The tags a training run's MLflow run starts with, from its run folder alone.
+
+    Fingerprints (contract, variant, recipe, initial checkpoint), precision and the
+    folder from ``experiment.json``; the device of the latest launch segment and the sweep
+    from ``run.json``; versions and git revision of this checkout. A run
+    tracked from its launch and one trained offline and created later by ``zephon sync``
+    get the same tags, so ``compare --sweep`` finds both.
+    """
+    experiment = folder.experiment()
+    state = folder.state()
+    segments = state.get("segments") or []
+    precision = recorded_precision(experiment)
+    return {
+        TAG_KIND: "run",
+        TAG_CONTRACT: str(experiment.get("contract_fingerprint", "")),
+        TAG_VARIANT: str(experiment.get("variant", "")),
+        TAG_RECIPE: str(experiment.get("recipe_fingerprint", "")),
+        TAG_INIT: str((experiment.get("init_checkpoint") or {}).get("sha256", "")),
+        TAG_RUN_FOLDER: str(folder.path.resolve()),
+        TAG_VERSIONS: json.dumps(package_versions(), sort_keys=True),
+        TAG_GIT: git_revision(),
+        TAG_DEVICE: str(segments[-1].get("device") or "cpu") if segments else "cpu",
+        **({TAG_PRECISION: precision} if precision else {}),
+        **({TAG_SWEEP: str(state["sweep"])} if state.get("sweep") else {}),
+    }
+
+
+def run_parent(folder: RunFolder) -> str | None:
+    """The MLflow run a training run is a child of (its sweep's parent run), from ``run.json``."""
+    return folder.state().get("parent_run_id") or None

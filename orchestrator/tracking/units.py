@@ -1,0 +1,137 @@
+"""What a sync sends as metrics: a run folder's new steps and evals as units, and their batches.
+
+A unit is the metric points of one training step (``metrics.jsonl`` and ``steps.jsonl``)
+or of one eval (``eval.jsonl``). It goes whole into the cursor of ``run.json``: the
+cursor passes a unit only once MLflow accepted the batch holding its last point.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.tracking.names import (
+    METRIC_DATA_WAIT,
+    METRIC_EVAL_AGGREGATE,
+    METRIC_LOSS,
+    METRIC_TOKENS_PER_S,
+    eval_metric,
+    metric_key,
+)
+from orchestrator.tracking.store import MAX_KEY, MAX_METRICS_PER_BATCH, Point
+
+TITAN_LOSS = "loss_metrics/global_avg_loss"
+TITAN_THROUGHPUT = "throughput_tps"
+STEP_DATA_WAIT = "data_wait_s"
+
+TITAN_RENAMED = {TITAN_LOSS: METRIC_LOSS, TITAN_THROUGHPUT: METRIC_TOKENS_PER_S}
+"""TorchTitan's metric names that Zephon logs under names of its own."""
+
+METRICS_CURSOR = "metrics_step"
+"""The field of ``run.json["tracking"]`` holding the last training step sent."""
+EVAL_CURSOR = "eval_step"
+"""The field of ``run.json["tracking"]`` holding the last eval step sent."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The metrics of one step, sent together; ``cursor`` names the cursor field it advances."""
+
+    cursor: str
+    step: int
+    values: dict[str, float]
+
+
+def as_number(value: object) -> float | None:
+    """``value`` as a float if it is a number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def metric_units(
+    metrics: dict[int, dict[str, Any]],
+    steps: dict[int, dict[str, Any]],
+    sent: int | None,
+    *,
+    final: bool,
+) -> list[Unit]:
+    """One unit per training step after ``sent``, from ``metrics.jsonl`` and ``steps.jsonl``.
+
+    A step's data line comes before TorchTitan's loss line: unless ``final``, every step
+    after the newest one whose loss is in is held back.
+    """
+    horizon = (
+        None if final else max((s for s, m in metrics.items() if TITAN_LOSS in m), default=None)
+    )
+    return [
+        Unit(METRICS_CURSOR, step, _step_values(metrics.get(step, {}), steps.get(step, {})))
+        for step in sorted(set(metrics) | set(steps))
+        if (sent is None or step > sent) and (final or (horizon is not None and step <= horizon))
+    ]
+
+
+def _step_values(logged: dict[str, Any], record: dict[str, Any]) -> dict[str, float]:
+    """The metrics of one step: TorchTitan's ``logged`` numbers, and the data wait of its
+    ``steps.jsonl`` ``record``."""
+    values: dict[str, float] = {}
+    for name, raw in logged.items():
+        value = as_number(raw)
+        if name == "step" or value is None:
+            continue
+        key = TITAN_RENAMED.get(name, metric_key(name))
+        if key:
+            values[key[:MAX_KEY]] = value
+    wait = as_number(record.get(STEP_DATA_WAIT))
+    if wait is not None:
+        values[METRIC_DATA_WAIT] = wait
+    return values
+
+
+def eval_units(evals: dict[int, dict[str, Any]], sent: int | None) -> list[Unit]:
+    """One unit per eval step after ``sent`` of ``eval.jsonl``: bits per byte per dataset
+    and their aggregate (the mean of the datasets' if the eval recorded none)."""
+    return [
+        Unit(EVAL_CURSOR, step, _eval_scores(evals[step]))
+        for step in sorted(evals)
+        if sent is None or step > sent
+    ]
+
+
+def _eval_scores(record: dict[str, Any]) -> dict[str, float]:
+    """The metrics of one ``eval.jsonl`` record."""
+    bpb = {str(d): as_number(x) for d, x in (record.get("bpb") or {}).items()}
+    values = {eval_metric(d): x for d, x in bpb.items() if x is not None}
+    aggregate = as_number(record.get("aggregate_bpb"))
+    if aggregate is None and values:
+        aggregate = math.fsum(values.values()) / len(values)
+    if aggregate is not None:
+        values[METRIC_EVAL_AGGREGATE] = aggregate
+    return values
+
+
+def batches(
+    units: list[Unit], size: int = MAX_METRICS_PER_BATCH
+) -> Iterator[tuple[list[Point], list[Unit]]]:
+    """The points of ``units`` in batches of at most ``size``, each with the units it completes.
+
+    A unit's points share a batch when they fit in one; a unit larger than a batch spans
+    several, and only the batch holding its last point completes it. A unit without
+    points completes with the next batch (possibly an empty one, last).
+    """
+    points: list[Point] = []
+    completed: list[Unit] = []
+    for unit in units:
+        if points and len(points) + len(unit.values) > size:
+            yield points, completed
+            points, completed = [], []
+        for key, value in unit.values.items():
+            if len(points) == size:  # a unit larger than a batch
+                yield points, []
+                points = []
+            points.append((key, value, unit.step))
+        completed.append(unit)
+    if points or completed:
+        yield points, completed

@@ -15,6 +15,8 @@ by reading the class, never by the order of its checks::
     │       └── TransitionError         2 invalid
     ├── NoFit                           2 invalid
     ├── LaunchError                     1 launch_failed
+    ├── RunFailed                       1 failed       a zephon-run job's run did not succeed
+    ├── SweepFailed                     1 failed       a job, the launcher or the guard
     └── TrackingError                   4 tracking_error
         ├── TrackingUnavailable         4 tracking_unavailable
         └── NotTracked                  2 invalid
@@ -137,3 +139,13 @@ class NotTracked(TrackingError):
     """A run folder that was never tracked: there is nothing to send."""
 
     exit_code, kind = EXIT_INVALID, "invalid"
+
+
+class RunFailed(ZephonError):
+    """A run that ended in another status than ``succeeded`` (``zephon-run`` reports its
+    Hydra job failed with it)."""
+
+
+class SweepFailed(ZephonError):
+    """Some job of the sweep failed, the launcher failed, or the guard refused the
+    comparison (all logged)."""

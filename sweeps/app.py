@@ -25,20 +25,16 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+from orchestrator.errors import RunFailed
 from orchestrator.experiment import load_experiment
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.run import interrupts
 from orchestrator.run.launch import prepare_cpu_launches
-from pipeline import ZephonError
 from sweeps.config import split
 
 CONFIG_PATH = "pkg://zephon_conf"
 """The config tree: the repository's ``conf/``, installed as the package ``zephon_conf``
 (pyproject.toml), so that wheel and editable installs find it wherever they run."""
-
-
-class RunFailed(ZephonError):
-    """A run that ended in another status than ``succeeded``."""
 
 
 def run_job(cfg: DictConfig) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from hydra.core.utils import JobReturn
 
-from orchestrator.errors import ExperimentError
+from orchestrator.errors import ExperimentError, SweepFailed
 from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.search import Bounds, Observations, Proposal, fit, initial_design, propose
 from orchestrator.search.budget import dataset_tokens, token_budget
@@ -51,7 +51,7 @@ from sweeps.config import experiment_from
 from sweeps.mixes import mix_label, variants
 from sweeps.search_report import plot_search, report_lines, trajectory
 from sweeps.search_state import SearchRound, SearchSpec, SearchState
-from sweeps.sweeper import SWEEP_FILE, MixSweeper, SweepFailed, job_outcome, sweep_report
+from sweeps.sweeper import SWEEP_FILE, MixSweeper, job_outcome, sweep_report
 
 if TYPE_CHECKING:
     from sweeps.sweeper import Job, MixSweeper

@@ -53,23 +53,17 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from orchestrator.errors import ExperimentError
+from orchestrator.errors import ExperimentError, SweepFailed
 from orchestrator.experiment import validate
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.guard.comparison import SEED_SETTINGS
 from orchestrator.run import interrupts
-from pipeline import ZephonError
 from sweeps.config import experiment_from
 from sweeps.mixes import MixSpace, describe, mix_label, override_strings, variants
 
 log = logging.getLogger(__name__)
 
 SWEEP_FILE = "sweep.json"
-
-
-class SweepFailed(ZephonError):
-    """Some job of the sweep failed, the launcher failed, or the guard refused the
-    comparison (all logged)."""
 
 
 @dataclass

@@ -12,9 +12,7 @@ import orchestrator.errors as errors
 from orchestrator import cli
 from orchestrator.experiment.runfolder import RunFolder
 from pipeline import ConfigError, DataError, StageError, StateError, TokenizerError, ZephonError
-from sweeps.app import RunFailed
 from sweeps.mixes import MixError
-from sweeps.sweeper import SweepFailed
 
 EXPECTED = {
     ConfigError: (2, "invalid"),
@@ -32,8 +30,8 @@ EXPECTED = {
     errors.TrackingError: (4, "tracking_error"),
     errors.TrackingUnavailable: (4, "tracking_unavailable"),
     errors.NotTracked: (2, "invalid"),
-    SweepFailed: (1, "failed"),
-    RunFailed: (1, "failed"),
+    errors.SweepFailed: (1, "failed"),
+    errors.RunFailed: (1, "failed"),
 }
 
 

@@ -322,12 +322,13 @@ def run_local(launch: Launch) -> int:
 def _start(command: list[str], launch: Launch, log: BinaryIO) -> Agent:
     """Start one torchrun of ``launch``: from the warm server when it can
     (:mod:`orchestrator.run.warm_start`: CPU launches of the trainer), else cold."""
-    argv = warm_start.torchrun_arguments(command)
-    if argv is not None and warm_start.enabled() and launch.env.get("CUDA_VISIBLE_DEVICES") == "":
+    warm = warm_start.torchrun_arguments(command) is not None and warm_start.enabled()
+    if warm and launch.env.get("CUDA_VISIBLE_DEVICES") == "":
+        log.write(f"{warm_start.WARM_LOG_LINE}\n".encode())
         log.flush()
         try:
             server = warm_start.starter(launch.env)
-            return server.start(argv, launch.env, launch.folder.path, launch.log_path)
+            return server.start(command, launch.env, launch.folder.path, launch.log_path)
         except warm_start.WarmStartUnavailable as e:
             log.write(f"[zephon] warm start unavailable ({e}); starting torchrun cold\n".encode())
             log.flush()

@@ -48,7 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import setproctitle
+
 WARM_START_ENV = "ZEPHON_WARM_START"
+WARM_LOG_LINE = "[zephon] starting torchrun from the warm server"
+"""What a warm launch writes to its run's ``launch.log`` before its torchrun starts."""
 """``0`` turns warm starts off (every launch is a cold ``torchrun``)."""
 TRAIN_MODULE = "orchestrator.titan.train"
 PRELOAD_MODULES = (
@@ -162,19 +166,21 @@ class WarmStarter:
         threading.Thread(target=self._read_replies, name="zephon-warm-start", daemon=True).start()
 
     def start(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path
+        self, command: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path
     ) -> WarmProcess:
-        """Start torchrun with arguments ``argv`` (as :func:`torchrun_arguments` gives them) in
-        ``cwd`` with ``env``, its output appended to ``log``; raise
-        :class:`WarmStartUnavailable` if the server cannot."""
-        title = " ".join([sys.executable, "-m", "torch.distributed.run", *argv])
+        """Start the torchrun ``command`` (one :func:`torchrun_arguments` accepts) in ``cwd``
+        with ``env``, its output appended to ``log``; raise :class:`WarmStartUnavailable` if
+        the server cannot."""
+        argv = torchrun_arguments(command)
+        assert argv is not None, f"not a torchrun of {TRAIN_MODULE}: {command}"
         request = {
-            "argv": list(argv),
+            "argv": argv,
             "env": dict(env),
             "cwd": str(cwd.absolute()),
             "log": str(log.absolute()),
+            "title": " ".join(command),
         }
-        reply = self._ask({**request, "title": title})
+        reply = self._ask(request)
         if "error" in reply:
             raise WarmStartUnavailable(reply["error"])
         process = WarmProcess(int(reply["pid"]))
@@ -299,14 +305,11 @@ def serve() -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import setproctitle
-
     from orchestrator.titan import cpu_compat
 
     cpu_compat.apply()
     for module in PRELOAD_MODULES:
         __import__(module)
-    del setproctitle  # imported here so that a launch need not
     _reply({"ready": True})
     stdin = sys.stdin.fileno()
     pending = b""
@@ -378,7 +381,6 @@ def _fork_launch(request: dict[str, Any]) -> int:
 
 def _run_torchrun(request: dict[str, Any]) -> int:
     """In the forked child: become the launch's torchrun (module docstring)."""
-    import setproctitle
     from torch.distributed import run as torchrun
 
     os.setsid()

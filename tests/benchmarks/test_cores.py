@@ -7,6 +7,7 @@ import datetime
 from pathlib import Path
 
 from benchmarks.cores import measure_startup, titan_times
+from orchestrator.run.warm_start import WARM_LOG_LINE
 
 
 def test_titan_times_reads_the_training_start_and_the_first_and_last_steps(tmp_path: Path) -> None:
@@ -43,4 +44,5 @@ def test_a_warm_dp1_start_up_is_measured_from_the_command(tmp_path: Path) -> Non
     assert 0 < measured["to_training_start_s"] <= measured["to_first_step_s"] < measured["wall_s"]
     assert 0 < measured["last_step_to_return_s"] < measured["wall_s"]
     log = (tmp_path / "runs" / "warm-dp1" / "launch.log").read_text()
-    assert "starting torchrun cold" not in log and "Training starts at step 1" in log
+    assert WARM_LOG_LINE in log and "starting torchrun cold" not in log
+    assert "Training starts at step 1" in log

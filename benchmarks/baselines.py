@@ -1,33 +1,11 @@
 """Baselines: the ceiling (raw tiktoken) and the loaders users would pick instead of Zephon.
 
-All three use the same gpt2 encoding object as Zephon (``load_tokenizer("gpt2").encoding``,
-the tiktoken ``r50k_base`` Encoding built from the provisioned file) and read the same
-documents (see :mod:`benchmarks.workload`).
+``measure_raw`` (``encode_ordinary_batch`` on texts already in memory),
+``measure_dataloader`` (a hand-written PyTorch ``IterableDataset``) and
+``measure_torchtitan`` (TorchTitan's ``HuggingFaceTextDataLoader``) all use Zephon's gpt2
+encoding object and read the same documents (:mod:`benchmarks.workload`).
 
-``measure_raw``
-    ``encoding.encode_ordinary_batch(texts, num_threads=N)`` over every document of the
-    corpus, read into memory before timing: no reading, parsing, packing or batching.
-    Called on slices of ``COUNT_BATCH`` texts so that only token counts are kept.
-``measure_dataloader``
-    What a user writes by hand: a ``torch.utils.data.IterableDataset`` that reads the
-    JSONL.zst / JSONL.gz / Parquet shards itself (shards split between DataLoader
-    workers with ``get_worker_info``), encodes each document with ``encode_ordinary``,
-    appends EOS, cuts the token stream into ``SEQ_LEN + 1``-token tensors (consecutive
-    sequences overlap by one token, as in Zephon), ``DataLoader(num_workers=N,
-    batch_size=MICROBATCH)``. No shuffling, no mixture, no resumable state.
-``measure_torchtitan``
-    TorchTitan 0.3.0's ``HuggingFaceTextDataLoader`` (``torchtitan.hf_datasets.text_datasets``),
-    built through its ``Config.build(...)`` as TorchTitan's trainer does, with
-    ``snapshot_every_n_steps=None`` (the trainer's value when checkpointing is off).
-    The documents are registered in its ``DATASETS`` table as a local HuggingFace
-    dataset: an Arrow copy of the corpus written once with ``save_to_disk`` (rows in a
-    seeded random order, so that contiguous worker shards get similar content), loaded
-    with ``load_from_disk`` and handed over as ``to_iterable_dataset(num_shards=...)``.
-    The iterable form matters: with a map-style ``datasets.Dataset`` every DataLoader
-    worker iterates the whole dataset (``HuggingFaceTextDataset`` only splits by dp rank),
-    so ``num_workers=2`` would deliver every document twice. The tokenizer is a
-    ``BaseTokenizer`` around the gpt2 encoding; gpt2 has no BOS token, so ``add_bos``
-    is ignored and ``add_eos`` appends ``<|endoftext|>``.
+Design: docs/design/benchmarks_throughput.md
 """
 
 from __future__ import annotations
@@ -120,7 +98,7 @@ def iter_shard_texts(path: str) -> Iterator[str]:
 
 
 class ShardTokenStream(IterableDataset):
-    """Shards -> gpt2 tokens + EOS -> ``seq_len + 1``-token int64 tensors (see module docstring)."""
+    """Shards -> gpt2 tokens + EOS -> ``seq_len + 1``-token int64 tensors (see the design doc)."""
 
     def __init__(self, shards: list[str], seq_len: int) -> None:
         self.shards = shards

@@ -29,7 +29,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 STDERR_TAIL = 2000
 
 
-def _measurements() -> dict[str, Callable[..., Any]]:
+def _import_measurements() -> dict[str, Callable[..., Any]]:
     """Measurement functions by kind (imported here: the parent never needs them)."""
     from benchmarks import baselines, lanes
 
@@ -43,7 +43,7 @@ def _measurements() -> dict[str, Callable[..., Any]]:
     }
 
 
-def _jsonable(result: Any) -> Any:
+def _to_jsonable(result: Any) -> Any:
     if isinstance(result, Throughput):
         return {**asdict(result), "tokens_per_s": result.tokens_per_s}
     return result
@@ -75,11 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     """Child entry point; returns the exit code (1 when the measurement raised)."""
     kind, params, workload_path, out = argv if argv is not None else sys.argv[1:]
     try:
-        measure = _measurements()[kind]
+        measure = _import_measurements()[kind]
         with TreeMemory() as tree:
             result = measure(Workload.load(Path(workload_path)), **json.loads(params))
         peak = {"process": peak_rss_mb(), "tree": tree.peak_mb}
-        payload = {"ok": True, "result": _jsonable(result), "peak_rss_mb": peak}
+        payload = {"ok": True, "result": _to_jsonable(result), "peak_rss_mb": peak}
         code = 0
     except Exception as exc:
         lines = traceback.format_exception(exc)

@@ -1,25 +1,11 @@
 """Every core busy: a run's start-up and teardown, the main job's wall and CPU, the pipeline's speed.
 
-``bash scripts/bench.sh --cores`` (or ``python -m benchmarks.cores``) measures, in one run:
+``bash scripts/bench.sh --cores`` (or ``python -m benchmarks.cores``) measures in one run a
+4-step run's start-up and teardown (cold and warm, dp 1 and 2), the main job's wall and CPU
+time as it runs now and as scheduled before issue 26, and the pipeline against raw tiktoken
+at 2 threads. Results: ``benchmarks/results/cores.{json,md}``.
 
-* **Start-up and teardown** of ``zephon-run model=mini train=smoke`` (4 steps, held-out
-  evaluation at the end) at dp 1 and dp 2, cold (``ZEPHON_WARM_START=0``: a fresh
-  ``torchrun`` that imports torch and TorchTitan) and warm (the default:
-  :mod:`orchestrator.run.warm_start`), interleaved, ``--reps`` times each, after one
-  unmeasured run per dp size that fills the caches (initial checkpoint, precision,
-  MLflow store). From the command's start: to TorchTitan's "Training starts" line,
-  and to its step-1 line; from the last step's line to the command's return (held-out
-  evaluation included). Goal: a warm dp-1 run's command to first step under 5 s.
-* **The main job** (``zephon-run --config-name main``, what ``bash scripts/main.sh`` runs),
-  as it runs now and as before issue 26's schedule (``ZEPHON_WARM_START=0
-  hydra.launcher.extra_processes=0``): wall time and its process tree's CPU time over
-  wall (``os.wait4``). Goals on 2 cores: under 240 s, at 170% CPU or more.
-* **The pipeline against raw tiktoken** at 2 threads, on prose and on code
-  (:mod:`benchmarks.tokenizer_ratio`), after the first batch (start-up apart) and over
-  the whole run. Goal: >= 0.95x on both after the first batch.
-
-TorchTitan's log times are this machine's clock, as is the command's start. Results:
-``benchmarks/results/cores.{json,md}``.
+Design: docs/design/benchmarks_training.md
 """
 
 from __future__ import annotations
@@ -129,7 +115,7 @@ def measure_startups(work: Path, reps: int) -> dict[str, Any]:
 
 
 def measure_main_jobs(work: Path, overrides: list[str]) -> dict[str, Any]:
-    """The main job now and as scheduled before (module docstring), each in its own folder."""
+    """The main job now and as scheduled before (design doc), each in its own folder."""
     jobs = {}
     for label, env, extra in (
         ("now", {}, []),
@@ -229,7 +215,7 @@ def to_markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The ``benchmarks.cores`` command (module docstring)."""
+    """The ``benchmarks.cores`` command (design doc)."""
     parser = argparse.ArgumentParser(prog="benchmarks.cores", description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=2, help="runs per start-up measurement")
     parser.add_argument("--pipeline-steps", type=int, default=400, help="pipeline steps timed")

@@ -1,26 +1,11 @@
 """How often the guard's decisions are noise: A/A and planted A/B sweeps with real training.
 
 ``bash scripts/bench.sh --decisions [--seeds K] [--steps N]`` (or ``python -m
-benchmarks.decisions``) builds a corpus whose variants are known in advance::
+benchmarks.decisions``) trains twin mixtures (A/A: nothing to find) and a mixture with half
+of A's code planted as junk (A/B) under K seeds, and reports per number of seeds the guard's
+false-decision rate on A/A (goal <= 5%) and its power on A/B.
 
-    code_a, code_b   the local corpus's code records split in two alternately
-                     (one distribution, different documents)
-    docs             its docstrings and help topics
-    junk             code records with their characters shuffled (code's bytes, no code)
-
-and runs one mix sweep of three mixtures under seeds 0..K-1 (``replicate_seeds``;
-``zephon_mini``, N steps, dp 1, the zephon launcher: real TorchTitan training)::
-
-    A   code_a 0.5, docs 0.5
-    A'  code_b 0.5, docs 0.5                    A/A: A's twin, nothing to find
-    B   code_a 0.25, junk 0.25, docs 0.5        A/B: half of A's code planted as junk
-
-Then the guard (``orchestrator.guard.compare``, decided on the code_a, code_b and docs
-held-out sets: junk is not what anyone wants to model) judges every subset of m seeds,
-m = 1, 2, 3, of the A/A pair and of the A/B pair. Reported per m: the comparisons
-(C(K, m), overlapping when m > 1), the false-decision rate on A/A (anything but
-``cannot_tell``; goal <= 5%), the power on A/B (``A`` decided better) and the rate of
-decisions in the wrong direction. Results: ``benchmarks/results/decisions.{json,md}``.
+Design: docs/design/benchmarks_decisions.md
 """
 
 from __future__ import annotations
@@ -53,7 +38,7 @@ MIXES = {
 
 
 def build_corpus(work: Path) -> dict[str, list[Path]]:
-    """The four datasets of the module docstring, as JSONL files under ``work``."""
+    """The four datasets of the design doc, as JSONL files under ``work``."""
     from demo.local_corpus import build_local_corpus
     from pipeline import Dataset
 
@@ -72,7 +57,7 @@ def build_corpus(work: Path) -> dict[str, list[Path]]:
 
 
 def run_sweep(work: Path, corpus: dict[str, list[Path]], seeds: int, steps: int) -> str:
-    """The sweep of the module docstring; returns its name (MLflow tag ``zephon.sweep``)."""
+    """The sweep of the design doc; returns its name (MLflow tag ``zephon.sweep``)."""
     datasets = ",".join(
         f"{name}:[{','.join(repr(str(p)) for p in paths)}]"
         for name, paths in sorted(corpus.items())
@@ -194,7 +179,7 @@ def to_markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The ``benchmarks.decisions`` command (module docstring)."""
+    """The ``benchmarks.decisions`` command (design doc)."""
     parser = argparse.ArgumentParser(
         prog="benchmarks.decisions", description=__doc__.split("\n")[0]
     )

@@ -33,6 +33,8 @@ class PipelineSpec:
     max_length: int = SEQ_LEN
     global_batch_size: int = GLOBAL_BATCH
     microbatch_size: int = MICROBATCH
+    tokenizer: str = TOKENIZER_ID
+    """Tokenizer spec (``pipeline.load_tokenizer``)."""
 
     @property
     def label(self) -> str:
@@ -54,7 +56,7 @@ def build_pipeline(source: WorkSource, spec: PipelineSpec) -> Pipeline:
     return (
         Pipeline(source)
         .options(**options)
-        .tokenize(tokenizer_id=TOKENIZER_ID, field="text", parallelism=spec.parallelism)
+        .tokenize(tokenizer_id=spec.tokenizer, field="text", parallelism=spec.parallelism)
         .pack_flat(max_length=spec.max_length, algorithm="wrap")
         .shuffle(buffer_size=SHUFFLE_BUFFER, seed=SEED)
         .batch(microbatch_size=spec.microbatch_size, global_batch_size=spec.global_batch_size)
@@ -82,11 +84,11 @@ def measure_pipeline(workload: Workload, tokens: int, spec: dict[str, Any]) -> T
         pipeline, consume, enough=lambda batch, total: batch.is_last and total >= tokens
     )
     stats = pipeline.stats()
-    result.extra.update(spec=asdict(pipeline_spec), stats=_summary(stats))
+    result.extra.update(spec=asdict(pipeline_spec), stats=_summarize_stats(stats))
     return result
 
 
-def _summary(stats: dict[str, Any]) -> dict[str, Any]:
+def _summarize_stats(stats: dict[str, Any]) -> dict[str, Any]:
     """The counters worth keeping from ``Pipeline.stats()`` (whatever this build provides)."""
     keep = ("steps", "microbatches", "consumer_wait_s", "padded_sequences", "data_wait_s")
     summary = {k: stats[k] for k in keep if k in stats}
@@ -121,7 +123,7 @@ class _Checkpoint:
         return statistics.fmean(lane["delivered"] for lane in self.state["lanes"].values())
 
 
-def _checkpoints(source: WorkSource, steps: Iterable[int]) -> tuple[list[_Checkpoint], float]:
+def _take_checkpoints(source: WorkSource, steps: Iterable[int]) -> tuple[list[_Checkpoint], float]:
     """Iterate from step 0, keeping the state after each of ``steps``; return them and the time
     from ``iter()`` to the last one (what replaying progress from the start would cost)."""
     wanted = sorted(set(steps))
@@ -172,9 +174,9 @@ def measure_restore(
     ``late_step``: late/matched isolates progress from the position in the window.
     """
     source = calibrated_source(workload)
-    (early, late), replay_s = _checkpoints(source, (early_step, late_step))
+    (early, late), replay_s = _take_checkpoints(source, (early_step, late_step))
     matched_step = max(1, round(late.mean_offset))
-    (matched,), _ = _checkpoints(source, (matched_step,))
+    (matched,), _ = _take_checkpoints(source, (matched_step,))
     points = {"early": early, "matched": matched, "late": late}
     timings: dict[str, list[dict[str, Any]]] = {name: [] for name in points}
     for _ in range(reps):
@@ -183,11 +185,11 @@ def measure_restore(
     return {
         "spec": asdict(RESTORE_SPEC),
         "replay_from_start_s": replay_s,
-        "points": {name: _point(cp, timings[name]) for name, cp in points.items()},
+        "points": {name: _describe_checkpoint(cp, timings[name]) for name, cp in points.items()},
     }
 
 
-def _point(checkpoint: _Checkpoint, runs: list[dict[str, Any]]) -> dict[str, Any]:
+def _describe_checkpoint(checkpoint: _Checkpoint, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Where a checkpoint stands in its flush windows, and its restore runs."""
     return {
         "step": checkpoint.step,

@@ -55,7 +55,7 @@ def _runs_used(used: int, total: int, disturbed: bool) -> str:
     return f"{used} of {total}" + (" (all disturbed)" if disturbed else "")
 
 
-def _evidence(undisturbed_runs: int, successful_runs: int) -> dict[str, int]:
+def _make_run_evidence(undisturbed_runs: int, successful_runs: int) -> dict[str, int]:
     return {"undisturbed_runs": undisturbed_runs, "successful_runs": successful_runs}
 
 
@@ -79,7 +79,7 @@ class Summary:
     @property
     def evidence(self) -> dict[str, int]:
         """How many undisturbed runs the medians rest on, of the successful runs."""
-        return _evidence(0 if self.disturbed else len(self.runs), self.successful)
+        return _make_run_evidence(0 if self.disturbed else len(self.runs), self.successful)
 
     def median(self, name: str) -> float | None:
         """Median of a ``Throughput`` field over the runs used (None if absent)."""
@@ -179,11 +179,13 @@ def family_headlines(family: Family, section: dict[str, Any]) -> list[Row]:
         value = None if row.get("ratio") is None else row["ratio"]["ratio"]
         pair = (family.baseline.label, row["variant"])
         name = " ÷ ".join(pair if family.inverted else pair[::-1])
-        headlines.append(_headline(name, value, family.target, at_least=True, sides=(row, base)))
+        headlines.append(
+            _make_headline(name, value, family.target, at_least=True, sides=(row, base))
+        )
     return headlines
 
 
-def _headline(
+def _make_headline(
     name: str, value: float | None, target: float | None, at_least: bool, sides: Sequence[Row]
 ) -> Row:
     """A headline ratio of the measurements ``sides`` (rows with their run counts; none when
@@ -228,7 +230,7 @@ def restore_section(restore: dict[str, Any]) -> dict[str, Any]:
                 "batch_matches": all(r["matches"] for r in point["runs"]),
                 "other_load_percent": statistics.median(loads) if loads else None,
                 "runs": _runs_used(len(runs), len(point["runs"]), disturbed),
-                **_evidence(0 if disturbed else len(runs), len(point["runs"])),
+                **_make_run_evidence(0 if disturbed else len(runs), len(point["runs"])),
             }
         )
     for row in rows:
@@ -245,13 +247,15 @@ def restore_headlines(section: dict[str, Any]) -> list[Row]:
     """late/early and late/matched restore time ratios (not measured: the restore failed)."""
     if "error" in section:
         return [
-            _headline(f"restore late ÷ {other}", None, RESTORE_TARGET, at_least=False, sides=())
+            _make_headline(
+                f"restore late ÷ {other}", None, RESTORE_TARGET, at_least=False, sides=()
+            )
             for other in RESTORE_BASES
         ]
     by_state = {r["state"]: r for r in section["rows"]}
     late = by_state["late"]
     return [
-        _headline(
+        _make_headline(
             f"restore step {late['step']:,} ÷ step {by_state[other]['step']:,} ({other})",
             late["median_s"] / by_state[other]["median_s"],
             RESTORE_TARGET,
@@ -283,7 +287,7 @@ def build_report(
 # -- markdown ------------------------------------------------------------------------------------
 
 
-def _fmt(value: Any, digits: int = 2) -> str:
+def _format_value(value: Any, digits: int = 2) -> str:
     if value is None:
         return "n/a"
     if isinstance(value, bool):
@@ -295,7 +299,7 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
-def _verdict(headline: Row) -> str:
+def _format_verdict(headline: Row) -> str:
     if headline["target"] is None:
         return "no target"
     if headline["met"] is None:
@@ -303,7 +307,7 @@ def _verdict(headline: Row) -> str:
     return "met" if headline["met"] else "missed"
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def _render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     return "\n".join(lines)
@@ -325,11 +329,11 @@ def _throughput_markdown(section: dict[str, Any]) -> str:
             rows.append([row["variant"], f"error: {row['error']}"] + [""] * (len(headers) - 2))
             continue
         versus = row["ratio"]
-        cells = [row["variant"], _fmt(row["M_tokens_per_s"])]
+        cells = [row["variant"], _format_value(row["M_tokens_per_s"])]
         cells += _ratio_cells(versus)
-        cells += [_fmt(row[c], digits) for c, (_, digits) in COLUMNS.items()]
+        cells += [_format_value(row[c], digits) for c, (_, digits) in COLUMNS.items()]
         rows.append(cells)
-    return "\n\n".join([f"## {section['title']}", section["note"], _table(headers, rows)])
+    return "\n\n".join([f"## {section['title']}", section["note"], _render_table(headers, rows)])
 
 
 def _restore_markdown(section: dict[str, Any]) -> str:
@@ -362,20 +366,20 @@ def _restore_markdown(section: dict[str, Any]) -> str:
     rows = [
         [
             r["state"],
-            _fmt(r["step"]),
-            _fmt(r["mean_window"], 1),
-            _fmt(r["mean_offset"], 0),
-            _fmt(r["median_s"], 3),
-            _fmt(r["median_s_per_lane"], 4),
+            _format_value(r["step"]),
+            _format_value(r["mean_window"], 1),
+            _format_value(r["mean_offset"], 0),
+            _format_value(r["median_s"], 3),
+            _format_value(r["median_s_per_lane"], 4),
             f"{r['vs_early']:.2f}x",
-            _fmt(r["tokenized_k"], 0),
-            _fmt(r["batch_matches"]),
-            _fmt(r["other_load_percent"], 0),
-            _fmt(r["runs"]),
+            _format_value(r["tokenized_k"], 0),
+            _format_value(r["batch_matches"]),
+            _format_value(r["other_load_percent"], 0),
+            _format_value(r["runs"]),
         ]
         for r in section["rows"]
     ]
-    return "\n\n".join([title, note, _table(headers, rows)])
+    return "\n\n".join([title, note, _render_table(headers, rows)])
 
 
 def to_markdown(report: dict[str, Any]) -> str:
@@ -400,15 +404,15 @@ def to_markdown(report: dict[str, Any]) -> str:
         "## Headline ratios",
         "Every ratio the benchmarks measure, its target met or missed. Undisturbed runs: those of "
         "the one of its two measurements that has fewer (its medians rest on them).",
-        _table(
+        _render_table(
             ["metric", "value", "target", "target met", "undisturbed runs"],
             [
                 [
                     h["metric"],
-                    _fmt(h["value"]),
-                    _fmt(h["target"]),
-                    _verdict(h),
-                    _fmt(h["undisturbed_runs"]),
+                    _format_value(h["value"]),
+                    _format_value(h["target"]),
+                    _format_verdict(h),
+                    _format_value(h["undisturbed_runs"]),
                 ]
                 for h in report["headlines"]
             ],

@@ -53,7 +53,7 @@ FULL = Mode("full", 25_000_000, reps=3, early_step=10, late_step=10_000, noise_b
 QUICK = Mode("quick", 1_000_000, reps=1, early_step=10, late_step=3_000, noise_budget_s=20)
 
 
-def _environment(work_dir: Path) -> None:
+def _set_offline_environment(work_dir: Path) -> None:
     """Keep HuggingFace caches in the work dir and forbid network access (children inherit)."""
     hf = work_dir / "hf"
     os.environ.update(
@@ -66,7 +66,9 @@ def _environment(work_dir: Path) -> None:
     )
 
 
-def _meta(mode: Mode, reps: int, workload: Workload, load_before: tuple[float, ...]) -> dict:
+def _build_report_meta(
+    mode: Mode, reps: int, workload: Workload, load_before: tuple[float, ...]
+) -> dict:
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": mode.name,
@@ -86,11 +88,11 @@ def _meta(mode: Mode, reps: int, workload: Workload, load_before: tuple[float, .
     }
 
 
-def _progress(message: str) -> None:
+def _print_progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _describe(output: dict[str, Any]) -> str:
+def _describe_output(output: dict[str, Any]) -> str:
     if not output.get("ok"):
         return f"error: {output.get('error', '?')[:200]}"
     result = output["result"]
@@ -116,7 +118,9 @@ def run_rounds(
             outputs[variant.key].append({**output, "round": rep})
             retried = [f"{load:.0f}%" for load in output["discarded_loads"]]
             note = f" (repeated: other load {', '.join(retried)})" if retried else ""
-            _progress(f"[round {rep + 1}/{reps}] {variant.label}: {_describe(output)}{note}")
+            _print_progress(
+                f"[round {rep + 1}/{reps}] {variant.label}: {_describe_output(output)}{note}"
+            )
     return outputs
 
 
@@ -144,17 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     if reps < 1:
         parser.error("--reps must be >= 1")
     work_dir = (args.work_dir / mode.name).resolve()
-    _environment(work_dir)
+    _set_offline_environment(work_dir)
     load_before = os.getloadavg()
 
-    _progress(f"preparing the {mode.name} corpus in {work_dir} (untimed, cached)")
+    _print_progress(f"preparing the {mode.name} corpus in {work_dir} (untimed, cached)")
     workload = prepare_workload(work_dir, mode.max_bytes_per_domain)
     workload_path = work_dir / WORKLOAD_NAME
     selected: list[Family] = [f for f in families(workload.total_tokens) if f.name in args.only]
     variants = variants_of(selected)
     for kind in dict.fromkeys(v.prepare for v in variants if v.prepare):
-        _progress(
-            f"set-up {kind}: {_describe(run_in_child(kind, {}, workload_path, CHILD_TIMEOUT_S))}"
+        _print_progress(
+            f"set-up {kind}: {_describe_output(run_in_child(kind, {}, workload_path, CHILD_TIMEOUT_S))}"
         )
     budget = mode.noise_budget_s if args.noise_budget is None else args.noise_budget
     guard = NoiseGuard(budget)
@@ -162,14 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     restore = None
     if "restore" in args.only:
         params = {"early_step": mode.early_step, "late_step": mode.late_step, "reps": max(3, reps)}
-        _progress(
+        _print_progress(
             f"restore: iterating to step {mode.late_step:,}, then {params['reps']} x 3 restores"
         )
         restore = guard.measure(
             partial(run_in_child, "restore", params, workload_path, CHILD_TIMEOUT_S)
         )
 
-    meta = _meta(mode, reps, workload, load_before)
+    meta = _build_report_meta(mode, reps, workload, load_before)
     meta["noise_budget_s"] = budget
     meta["noise_spent_s"] = guard.spent_s
     report = build_report(meta, selected, outputs, restore)

@@ -155,10 +155,12 @@ class TreeMemory:
         self._psutil = psutil
         self._interval_s = interval_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-memory", daemon=True)
+        self._thread = threading.Thread(
+            target=self._sample_until_stopped, name="bench-memory", daemon=True
+        )
         self.peak_mb = 0.0
 
-    def _sample(self) -> None:
+    def _sample_rss(self) -> None:
         total = 0
         for proc in [self._process, *self._process.children(recursive=True)]:
             try:
@@ -167,12 +169,12 @@ class TreeMemory:
                 continue
         self.peak_mb = max(self.peak_mb, total / 2**20)
 
-    def _run(self) -> None:
+    def _sample_until_stopped(self) -> None:
         while not self._stop.wait(self._interval_s):
-            self._sample()
+            self._sample_rss()
 
     def __enter__(self) -> TreeMemory:
-        self._sample()
+        self._sample_rss()
         self._thread.start()
         return self
 

@@ -1,39 +1,32 @@
-"""Zephon's lane pipeline against raw tiktoken on one kind of text: prose or code.
+"""Zephon's lane pipeline against the raw tokenizer library on one kind of text.
 
-``python -m benchmarks.tokenizer_ratio`` measures, for each text kind, parallelism (1, 2)
-and runner (threads, processes), raw tiktoken ``encode_ordinary_batch`` (gpt2,
-``num_threads=parallelism``) and the pipeline (8 lanes, sequence length 512, micro-batch
-64 = one step, shuffle buffer 64) on the same text, alternating the two in one process,
-and writes ``benchmarks/results/tokenizer_ratio.{json,md}``.
+``python -m benchmarks.tokenizer_ratio [--tokenizer SPEC]`` runs both on the same text (the
+local corpus's ``docs`` or ``code`` domain), alternating them in one process, and reports
+the pipeline's tokens/s over the raw library's (tiktoken's ``encode_ordinary_batch``, or
+``tokenizers``' ``encode_batch_fast`` on the same number of threads), over the whole run
+(``ratio``) and after the first micro-batch (``ratio_steady``):
+``benchmarks/results/tokenizer_ratio[_<kind>].{json,md}``.
 
-Text. The local corpus of :mod:`demo.local_corpus`, built once (uncapped) under
-``.zephon/tokenizer_ratio``: ``code`` is its ``code`` domain (the standard library's
-``.py`` files, 12 MB), ``prose`` its ``docs`` domain (pydoc help topics and docstrings,
-2.3 MB: all the standard library has). Both sides read the domain's training records
-(the plan's held-out documents excluded): raw tiktoken encodes them in record order,
-pass after pass, until it has encoded as many tokens as the pipeline delivers
-(``steps`` x 64 x 512 label tokens); the pipeline draws them in its seeded order.
-
-Ratios. ``ratio``: the pipeline's tokens/s over its whole run (worker start-up, the
-shuffle buffers' fill and shutdown included) divided by raw tiktoken's, ``ratio_steady``:
-after the first micro-batch; each the median over repetitions of the ratio of the two
-runs of one repetition. CPU time is split by thread: the consumer (main thread and the
-step-assembly thread: packing, shuffling, batching, digests) and the tokenize workers
-(threads, or the worker processes' CPU).
+Design: docs/design/benchmarks_throughput.md
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import resource
 import statistics
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import tokenizers
 
 from benchmarks.lanes import PipelineSpec, build_pipeline, consume
 from benchmarks.machine import describe_machine
@@ -42,6 +35,7 @@ from benchmarks.timing import Stopwatch, Throughput, time_batches
 from benchmarks.workload import COUNT_BATCH, SEED, TOKENIZER_ID
 from demo.local_corpus import build_local_corpus
 from pipeline import Dataset, WorkSource, load_tokenizer
+from pipeline.tokenizer import HuggingFaceTokenizer, TiktokenTokenizer, TokenizerSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORK_DIR = REPO_ROOT / ".zephon" / "tokenizer_ratio"
@@ -55,26 +49,50 @@ CONSUMER_THREADS = ("MainThread", "zephon-steps")
 WORKER_THREAD_PREFIX = "zephon-tokenize"
 
 
-def open_text(text_kind: str, work_dir: Path, max_bytes_per_domain: int | None) -> WorkSource:
+def open_text(
+    text_kind: str, work_dir: Path, max_bytes_per_domain: int | None, tokenizer: str
+) -> WorkSource:
     """The plan over one domain of the local corpus (built once under ``work_dir``), calibrated."""
     domain = TEXT_DOMAINS[text_kind]
     corpus = build_local_corpus(work_dir / "corpus", max_bytes_per_domain=max_bytes_per_domain)
     dataset = Dataset(domain, corpus[domain], cache_dir=work_dir / "cache")
     source = WorkSource([dataset], {domain: 1.0}, seed=SEED)
-    source.calibrate(load_tokenizer(TOKENIZER_ID))
+    source.calibrate(load_tokenizer(tokenizer))
     return source
 
 
-def measure_raw(texts: list[str], parallelism: int, tokens: int) -> Throughput:
-    """Encode ``texts`` with ``encode_ordinary_batch`` pass after pass until ``tokens``."""
-    encoding = load_tokenizer(TOKENIZER_ID).encoding
+def raw_batch_encoder(tokenizer: str, parallelism: int) -> Callable[[list[str]], int]:
+    """Tokens of a batch of texts, encoded by the raw library on ``parallelism`` threads."""
+    loaded = load_tokenizer(tokenizer)
+    if isinstance(loaded, TiktokenTokenizer):
+        encoding = loaded.encoding
+
+        def tiktoken_tokens(batch: list[str]) -> int:
+            encoded = encoding.encode_ordinary_batch(batch, num_threads=parallelism)
+            return sum(len(ids) for ids in encoded)
+
+        return tiktoken_tokens
+    assert isinstance(loaded, HuggingFaceTokenizer), f"no raw library for {loaded!r}"
+    raw = tokenizers.Tokenizer.from_file(str(TokenizerSpec.parse(tokenizer).path))
+    pool = ThreadPoolExecutor(parallelism)  # lives as long as the process: a benchmark's
+
+    def huggingface_tokens(batch: list[str]) -> int:
+        size = -(-len(batch) // parallelism)
+        parts = [batch[i : i + size] for i in range(0, len(batch), size)]
+        encode = functools.partial(raw.encode_batch_fast, add_special_tokens=False)
+        return sum(len(e.ids) for encoded in pool.map(encode, parts) for e in encoded)
+
+    return huggingface_tokens
+
+
+def measure_raw(texts: list[str], parallelism: int, tokens: int, tokenizer: str) -> Throughput:
+    """Encode ``texts`` with the raw library, pass after pass, until ``tokens``."""
+    encode = raw_batch_encoder(tokenizer, parallelism)
     done = 0
     with Stopwatch() as watch:
         while done < tokens:
             for start in range(0, len(texts), COUNT_BATCH):
-                batch = texts[start : start + COUNT_BATCH]
-                encoded = encoding.encode_ordinary_batch(batch, num_threads=parallelism)
-                done += sum(len(ids) for ids in encoded)
+                done += encode(texts[start : start + COUNT_BATCH])
                 if done >= tokens:
                     break
     return watch.result(done)
@@ -94,9 +112,13 @@ def thread_cpu_seconds() -> dict[str, float]:
     return out
 
 
-def measure_pipeline(source: WorkSource, parallelism: int, runner: str, steps: int) -> Throughput:
+def measure_pipeline(
+    source: WorkSource, parallelism: int, runner: str, steps: int, tokenizer: str
+) -> Throughput:
     """Run the pipeline for ``steps`` steps; the CPU split is taken before the workers stop."""
-    spec = PipelineSpec(**{**asdict(SPEC), "parallelism": parallelism, "runner": runner})
+    spec = PipelineSpec(
+        **{**asdict(SPEC), "parallelism": parallelism, "runner": runner, "tokenizer": tokenizer}
+    )
     pipeline = build_pipeline(source, spec)
     split: dict[str, float] = {}
     main_cpu0 = time.thread_time()
@@ -132,14 +154,16 @@ def measure_pipeline_ratio(
     reps: int = REPS,
     work_dir: Path = DEFAULT_WORK_DIR,
     max_bytes_per_domain: int | None = None,
+    tokenizer: str = TOKENIZER_ID,
 ) -> dict[str, Any]:
-    """Raw tiktoken and the pipeline on the same ``text_kind`` text, ``reps`` times alternately.
+    """The raw library and the pipeline on the same ``text_kind`` text, ``reps`` times
+    alternately.
 
-    Returns medians (tokens/s of both, ratios, CPU nanoseconds per token of raw
-    tiktoken, the whole pipeline, its consumer and its workers) and every run.
+    Returns medians (tokens/s of both, ratios, CPU nanoseconds per token of the raw
+    library, the whole pipeline, its consumer and its workers) and every run.
     ``max_bytes_per_domain`` caps the corpus (tests use a tiny one).
     """
-    source = open_text(text_kind, work_dir, max_bytes_per_domain)
+    source = open_text(text_kind, work_dir, max_bytes_per_domain, tokenizer)
     dataset = source.datasets[0]
     texts = dataset.read_texts(source.training_records(0))
     tokens = steps * SPEC.global_batch_size * SPEC.max_length
@@ -149,9 +173,11 @@ def measure_pipeline_ratio(
         # Alternate which goes first, so that neither always runs on a warmer machine.
         for which in ("raw", "pipeline") if rep % 2 == 0 else ("pipeline", "raw"):
             if which == "raw":
-                raw_runs.append(measure_raw(texts, parallelism, tokens))
+                raw_runs.append(measure_raw(texts, parallelism, tokens, tokenizer))
             else:
-                pipeline_runs.append(measure_pipeline(source, parallelism, runner, steps))
+                pipeline_runs.append(
+                    measure_pipeline(source, parallelism, runner, steps, tokenizer)
+                )
 
     def median(values: list[float]) -> float:
         return statistics.median(values)
@@ -162,6 +188,7 @@ def measure_pipeline_ratio(
     pairs = list(zip(raw_runs, pipeline_runs, strict=True))
     return {
         "text_kind": text_kind,
+        "tokenizer": load_tokenizer(tokenizer).name,
         "domain": dataset.name,
         "parallelism": parallelism,
         "runner": runner,
@@ -190,15 +217,25 @@ def measure_pipeline_ratio(
     }
 
 
-def render_markdown(results: list[dict[str, Any]], machine: str, date: str, seconds: float) -> str:
+RAW_CALLS = {
+    "gpt2": "`encode_ordinary_batch(num_threads=p)`",
+    "tiktoken": "`encode_ordinary_batch(num_threads=p)`",
+    "huggingface": "`encode_batch_fast` of `tokenizers` on p threads",
+}
+
+
+def render_markdown(
+    results: list[dict[str, Any]], machine: str, date: str, seconds: float, kind: str
+) -> str:
     """The results as a markdown page."""
+    library = "raw tiktoken" if kind in ("gpt2", "tiktoken") else f"raw {kind} `tokenizers`"
     lines = [
-        "# Zephon pipeline ÷ raw tiktoken, prose and code",
+        f"# Zephon pipeline ÷ {library}, prose and code",
         "",
         f"{date} · {machine} · {seconds:.0f} s · `python -m benchmarks.tokenizer_ratio`",
         "",
         "Pipeline: 8 lanes, sequence length 512, micro-batch 64 (one step), shuffle buffer 64. "
-        "Raw: `encode_ordinary_batch(num_threads=p)` on the same text. Medians of the "
+        f"Raw: {RAW_CALLS[kind]} on the same text. Medians of the "
         "repetitions; `ratio` counts the whole run (start-up and shutdown included), "
         "`steady` the run after the first micro-batch. CPU: nanoseconds per token, the "
         "pipeline's split into its consumer (packing, shuffle, batching, digests) and "
@@ -229,22 +266,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=REPS)
     parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
     parser.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS_DIR)
+    parser.add_argument(
+        "--tokenizer",
+        default=TOKENIZER_ID,
+        help="tokenizer spec (default gpt2; docs/tokenizers.md)",
+    )
+    parser.add_argument(
+        "--runners", default="threads,processes", help="tokenize runners measured, comma-separated"
+    )
     args = parser.parse_args(argv)
     began = time.perf_counter()
     results = [
         measure_pipeline_ratio(
-            kind, parallelism, runner, args.steps, reps=args.reps, work_dir=args.work_dir
+            text_kind,
+            parallelism,
+            runner,
+            args.steps,
+            reps=args.reps,
+            work_dir=args.work_dir,
+            tokenizer=args.tokenizer,
         )
-        for kind in TEXT_DOMAINS
+        for text_kind in TEXT_DOMAINS
         for parallelism in (1, 2)
-        for runner in ("threads", "processes")
+        for runner in args.runners.split(",")
     ]
     seconds = time.perf_counter() - began
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    machine = describe_machine(["numpy", "tiktoken"])
-    markdown = render_markdown(results, machine, date, seconds)
+    kind = load_tokenizer(args.tokenizer).name
+    machine = describe_machine(["numpy", "tiktoken", "tokenizers"])
+    markdown = render_markdown(results, machine, date, seconds, kind)
     report = {"date": date, "machine": machine, "seconds": seconds, "results": results}
-    publish(args.results_dir, "tokenizer_ratio", report, markdown)
+    name = "tokenizer_ratio" if kind == "gpt2" else f"tokenizer_ratio_{kind}"
+    publish(args.results_dir, name, report, markdown)
     return 0
 
 

@@ -1,30 +1,11 @@
 """Training speed on this machine: seconds per step per precision, and the main job's wall time.
 
-``bash scripts/bench.sh --training [--steps N] [--reps N] [--main-job]`` (or
-``python -m benchmarks.training``) trains ``zephon_debug`` (TorchTitan's debug llama3,
-gpt2 vocabulary, 8 x 128 tokens a step) through ``zephon run``'s code path
-(:func:`orchestrator.run.api.run`, torchrun, dp 1, no eval, no tracking) on a small local
-corpus, once per precision in each round::
-
-    auto       train.precision=auto (what every run gets by default)
-    float32    forced
-    bfloat16   forced (TorchTitan's default precision)
-
-rounds rotate the order, so no precision always runs first. Seconds per step are
-TorchTitan's own ``time_metrics/end_to_end_s`` of every step after the first (the
-first includes warm-up), median over steps and rounds. Target: ``auto`` within 10% of
-the faster forced precision.
-
-``--main-job`` also runs the main job (``zephon-run --config-name main``, what
-``bash scripts/main.sh`` runs) in a scratch folder and reports its wall time and
-the user and system CPU time of its whole process tree, and from the guard's table each
-variant's replicate range across dp 1 and dp 2 next to the gaps between variants, the
-guard's decision on every pair of variants and the seconds of every held-out evaluation.
-Targets: under 10 minutes; every replicate range below 1e-3 bits/byte.
-
-Before each measurement the benchmark waits for a quiet machine
-(:func:`benchmarks.noise.machine_load_percent`); the load each one started at is
-reported. Results: ``benchmarks/results/training.{json,md}``.
+``bash scripts/bench.sh --training [--steps N] [--reps N] [--main-job]`` (or ``python -m
+benchmarks.training``) trains ``zephon_debug`` once per precision (auto, float32, bfloat16)
+in each round, the order rotated (target: ``auto`` within 10% of the faster forced
+precision); ``--main-job`` also times the main job.
+Results: ``benchmarks/results/training.{json,md}``.
+Design: docs/design/benchmarks_training.md
 """
 
 from __future__ import annotations
@@ -110,7 +91,7 @@ def seconds_per_step(folder: Path) -> list[float]:
 
 
 def measure_precisions(work: Path, steps: int, reps: int) -> dict[str, Any]:
-    """Every precision ``reps`` times, order rotated per round (module docstring)."""
+    """Every precision ``reps`` times, order rotated per round (design doc)."""
     from demo.local_corpus import build_local_corpus
     from orchestrator.experiment.runfolder import RunStatus
     from orchestrator.run import api
@@ -176,7 +157,7 @@ def measure_main_job(
         )
         _, status, usage = os.wait4(process.pid, 0)
     wall = time.monotonic() - start
-    comparison = _comparison(work)
+    comparison = _load_comparison(work)
     rows = list(comparison.get("rows") or [])
     ranges = [row["dp_range"] for row in rows]
     scores = sorted(row["aggregate_bpb"] for row in rows)
@@ -204,7 +185,7 @@ def measure_main_job(
     }
 
 
-def _comparison(work: Path) -> dict[str, Any]:
+def _load_comparison(work: Path) -> dict[str, Any]:
     """The guard's verdict on the main job's sweep (``multirun/*/*/sweep.json``); {} if none."""
     found = sorted(work.glob("multirun/*/*/sweep.json"))
     if not found:
@@ -299,7 +280,7 @@ def to_markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The ``benchmarks.training`` command (module docstring)."""
+    """The ``benchmarks.training`` command (design doc)."""
     parser = argparse.ArgumentParser(prog="benchmarks.training", description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=4, help="steps per precision run")
     parser.add_argument("--reps", type=int, default=1, help="rounds over the precisions")

@@ -1,19 +1,11 @@
 """The benchmark workload: one real corpus, the same for every variant.
 
-``prepare_workload`` builds (or reuses) the local three-domain corpus of
-:mod:`demo.local_corpus` under the benchmark work dir, indexes it with
-Zephon's ``Dataset`` (cached under ``<work_dir>/cache``) and counts its gpt2
-tokens per domain once with raw tiktoken. The result is stored as
-``<work_dir>/workload.json`` and reused while the corpus manifest is unchanged.
+``prepare_workload`` builds (or reuses) the local corpus of :mod:`demo.local_corpus`,
+indexes it with Zephon's ``Dataset`` and counts its gpt2 tokens per domain once, so that the
+pipeline's mixture is each domain's *natural* token share and its token budget the corpus's
+token count: a pipeline run reads about the documents one pass of the baselines reads.
 
-Why count tokens: the pipeline's mixture is set to each domain's *natural*
-token share and its token budget to the corpus's token count, so a pipeline
-run reads about the same documents as one pass of the baselines over the
-corpus (with the brief's example mixture, ``docs`` at 2% of the tokens would
-be repeated ten times while the baselines read it once).
-
-Every variant sees the same documents: the records Zephon's ``Dataset``
-indexes (bad or empty records skipped), read in dataset order.
+Design: docs/design/benchmarks_throughput.md
 """
 
 from __future__ import annotations

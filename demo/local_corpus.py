@@ -1,64 +1,12 @@
 """Build a small, real, multi-domain text corpus from what Python itself ships.
 
-The main job, the demo, the tests and the benchmarks need real text whose domains
-differ in how many gpt2 tokens a byte costs, without downloading anything and
-without anything outside Python's own installation: no ``/usr/share`` (slim
-images strip it), no network. Every byte comes from one root, the standard
-library's folder (``sysconfig``'s ``stdlib`` path, also for a venv: its base
-interpreter's), or from the Unicode database compiled into ``unicodedata``:
+Three domains whose gpt2 bytes per token differ: ``code`` (the standard library's ``.py``
+files), ``docs`` (pydoc help topics and docstrings) and ``unicode`` (the graphic characters
+of the Unicode database), read from the standard library's folder and ``unicodedata`` only:
+no download, no network. The build is deterministic and idempotent (``corpus.json``,
+written last, records what was built; a later identical call returns at once).
 
-``code`` (JSONL.zst shards of ~6 MB, field ``text``)
-    The standard library's ``.py`` files, one source per file, in sorted path
-    order; files that are empty or not UTF-8 are skipped.
-``docs`` (JSONL.gz)
-    The help topics of ``pydoc_data/topics.py`` (read with ``ast``, sorted by
-    key), then, per source file of ``code``, its module, class and function
-    docstrings joined by blank lines (read with ``ast``; nothing is imported).
-``unicode`` (Parquet)
-    The graphic characters (general categories L, N, P and S: letters, numbers,
-    punctuation, symbols; no marks, spaces, controls, surrogates, private use or
-    unassigned code points) of the Unicode database of ``unicodedata``, one
-    record per 128 code points (id ``unicode/U+XXXX``, its first code point)
-    with a line per 32, records with none skipped. Byte-level BPE trained on
-    English is at its most expensive on text outside ASCII: about one token per
-    byte, so this domain sits far from the other two.
-
-Not walked under the root, so that every install of one Python version gives the
-same text: third-party packages (``site-packages``, ``dist-packages``), test
-suites (``test``, ``tests``, ``idle_test``: Docker's python images delete them,
-Debian ships them apart) and files describing this machine's build
-(``config-*/``, ``_sysconfigdata*``). What remains can still differ where a
-distribution splits packages off (Debian: ``idlelib``, ``lib2to3``, ``tkinter``,
-``ensurepip``, ``venv``, ``distutils``) or patches modules; ``unicode`` depends on
-the Python version only (its Unicode version).
-
-Sources longer than ``MAX_RECORD_BYTES`` (4 KB) are cut at line boundaries into
-several records (see ``_split`` for why). Every record has an ``id``: its source,
-relative to its root, plus ``#part`` when cut. Measured with gpt2 (r50k_base,
-tiktoken 0.14; ``pipeline.load_tokenizer("gpt2")`` over every record) with
-CPython 3.11.7 (pyenv, Unicode 14.0) on Debian 12, ``python -m demo.local_corpus
-OUT --max-mb 3 --tokens`` (the main job's build) and without ``--max-mb``::
-
-    3 MB a domain   records   text bytes      tokens   bytes/token   on disk
-    code                848    2,999,995   1,338,168          2.24   0.65 MB
-    docs              1,093    2,269,790     643,156          3.53   0.69 MB
-    unicode           1,181      517,122     502,899          1.03   0.36 MB
-
-    everything      records   text bytes      tokens   bytes/token   on disk
-    code              3,438   12,079,736   5,636,480          2.14   2.39 MB
-    (docs and unicode as above: all there is)
-
-so ``docs`` has 3.4x the bytes per token of ``unicode`` and 1.6x those of
-``code``. Every domain has hundreds of records, so the main job's held-out documents
-(``data.holdout_docs`` = 64, at most a quarter of a domain's records:
-``pipeline.source``) are held out in full. A build takes ~4 s on one core (``docs``
-parses every source).
-
-The build is deterministic (sorted traversal, fixed compression settings, gzip
-mtime 0) and idempotent: ``corpus.json``, written last, records the build
-parameters, the shards and, per domain, its sizes and the SHA-256 of its records
-(as JSONL, so independent of the shard formats and compression libraries); a
-later call with the same parameters whose shards all exist returns at once.
+Design: docs/design/benchmarks_local_corpus.md
 """
 
 from __future__ import annotations
@@ -143,7 +91,7 @@ def _code_records(root: Path) -> Iterator[Record]:
         yield {"id": f"stdlib/{rel}", "text": text}
 
 
-def _parse(source: str | bytes) -> ast.Module | None:
+def _parse_source(source: str | bytes) -> ast.Module | None:
     """``source``'s syntax tree; None where it does not parse."""
     # Some stdlib files hold invalid escapes: warnings, not our concern.
     with warnings.catch_warnings():
@@ -154,9 +102,9 @@ def _parse(source: str | bytes) -> ast.Module | None:
             return None
 
 
-def _docstrings(source: str) -> list[str]:
+def _collect_docstrings(source: str) -> list[str]:
     """Module, class and function docstrings of ``source``, in ``ast.walk`` order."""
-    tree = _parse(source)
+    tree = _parse_source(source)
     if tree is None:
         return []
     kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -172,7 +120,7 @@ def _help_topics(root: Path) -> dict[str, str]:
 
     Read, not imported, so that the corpus comes from ``root`` only."""
     try:
-        tree = _parse((root / "pydoc_data" / "topics.py").read_bytes())
+        tree = _parse_source((root / "pydoc_data" / "topics.py").read_bytes())
     except OSError:
         return {}
     for node in tree.body if tree else []:
@@ -189,7 +137,7 @@ def _docs_records(root: Path) -> Iterator[Record]:
             yield {"id": f"pydoc-topics/{key}", "text": topics[key]}
     # The topics alone are under 1 MB; docstrings add prose of the same kind.
     for rel, source in _stdlib_sources(root):
-        docs = _docstrings(source)
+        docs = _collect_docstrings(source)
         if docs:
             yield {"id": f"docstrings/{rel}", "text": "\n\n".join(docs)}
 
@@ -207,7 +155,7 @@ def _unicode_records() -> Iterator[Record]:
             yield {"id": f"unicode/U+{start:04X}", "text": "".join(lines)}
 
 
-def _split(records: Iterable[Record], max_bytes: int) -> Iterator[Record]:
+def _split_long_records(records: Iterable[Record], max_bytes: int) -> Iterator[Record]:
     """Cut records longer than ``max_bytes`` at line boundaries (ids get ``#part``).
 
     Why: the pipeline's mixer and packer work per record, and test-sized runs
@@ -236,7 +184,7 @@ def _split(records: Iterable[Record], max_bytes: int) -> Iterator[Record]:
             yield {"id": f"{rec['id']}#{n}", "text": "".join(part)}
 
 
-def _capped(records: Iterable[Record], max_bytes: int | None) -> Iterator[Record]:
+def _cap_records(records: Iterable[Record], max_bytes: int | None) -> Iterator[Record]:
     """Records in order until the next one would pass ``max_bytes`` of text.
 
     The first record is always taken so that no domain comes out empty.
@@ -264,18 +212,18 @@ def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         raise
 
 
-def _jsonl(records: list[Record]) -> bytes:
+def _encode_jsonl(records: list[Record]) -> bytes:
     return b"".join(orjson.dumps(r) + b"\n" for r in records)
 
 
 def _write_zst(path: Path, records: list[Record]) -> None:
-    data = zstandard.ZstdCompressor(level=10).compress(_jsonl(records))
+    data = zstandard.ZstdCompressor(level=10).compress(_encode_jsonl(records))
     _write_atomic(path, lambda tmp: tmp.write_bytes(data))
 
 
 def _write_gz(path: Path, records: list[Record]) -> None:
     # mtime=0 keeps the gzip header, hence the file, identical across builds.
-    data = gzip.compress(_jsonl(records), compresslevel=9, mtime=0)
+    data = gzip.compress(_encode_jsonl(records), compresslevel=9, mtime=0)
     _write_atomic(path, lambda tmp: tmp.write_bytes(data))
 
 
@@ -309,9 +257,9 @@ def _build_domain(out_dir: Path, name: str, root: Path, max_bytes: int | None) -
         write(out_dir / rel, batch)
         shards.append(rel)
 
-    for rec in _capped(_split(source(root), MAX_RECORD_BYTES), max_bytes):
+    for rec in _cap_records(_split_long_records(source(root), MAX_RECORD_BYTES), max_bytes):
         batch.append(rec)
-        content.update(_jsonl([rec]))
+        content.update(_encode_jsonl([rec]))
         size = len(rec["text"].encode())
         batch_bytes += size
         text_bytes += size

@@ -1,48 +1,12 @@
 """``zephon``: the command line over :mod:`orchestrator.run.api`, for people and agents.
 
-::
+Subcommands plan, run, resume, compare, verify-elastic, sync, fit and propose, and the
+job service's serve, submit, status, wait, cancel, logs, jobs, datasets, mcp and attempt.
+``--json`` prints exactly one JSON object on stdout, errors too; the exit codes are
+stable (agents rely on them): 0 success, 1 failed, 2 invalid, 3 refused, 4 tracking
+unreachable, 5 queue full, 124 timed out, 130 interrupted.
 
-    zephon plan    [-c FILE] [key=value ...] [--dp N]          dry run: resolved plan + fingerprints
-    zephon run     [-c FILE] [key=value ...] [--dp N] [--name NAME]
-    zephon resume  RUN_FOLDER [--dp N] [--steps N] [resources.key=value ...]
-    zephon compare [RUN_ID ...] [--experiment NAME | --sweep NAME] [--tracking-uri URI]
-                   [--threshold BITS_PER_BYTE] [--decide-on DOMAIN,...]
-    zephon verify-elastic [-c FILE] [key=value ...] --dp A --resume-dp B [--split-step S]
-    zephon sync    RUN_FOLDER
-    zephon fit     (--mixtures M.csv --scores S.csv --target COL[,COL] | RUN_ID ... | --sweep NAME
-                   | --experiment NAME) [--predict P.csv] [--folds K] [--seed S]
-    zephon propose (the same inputs) [--n N] [--min DOMAIN=X ...] [--max DOMAIN=X ...]
-                   [--tokens DOMAIN=N ... --budget N] [--max-epochs 4] [--seed S]
-
-The job service (``--root DIR``, default ``./zephon-service``; see orchestrator/service/client.py)::
-
-    zephon serve   [--data-root DIR ...] [--capacity N] [--device D] [--extra-processes K]
-                   [--until-idle]
-    zephon submit  (-c FILE | --spec JSON) --key KEY [--kind run|plan|verify]
-    zephon status JOB | wait JOB [--timeout S] | cancel JOB | logs JOB [--tail N]
-    zephon jobs    [--state S ...] [--submitter NAME] [--kind K] [--limit N]
-    zephon datasets  the data files under the data roots, per dataset, with their sizes
-    zephon mcp     the MCP server (stdio) over the same functions, for LLM agents
-    zephon attempt JOB ...   one attempt of a job on its lease (the scheduler starts it)
-
-The submitter of ``submit`` (and the only one who may ``cancel`` the job) is the OS user
-running the command; there is no option to name another.
-
-``--json`` prints exactly one JSON object on stdout (errors too:
-``{"error": {"kind", "message", "problems"}}``); progress goes to stderr.
-
-Exit codes (stable; agents rely on them):
-
-====  ==========================================================================
-0     success (comparison accepted, every digest matched)
-1     training failed or was killed; the log tail is in the output
-2     invalid experiment, arguments or files: nothing was launched
-3     the guarantee check failed: comparison refused, or digests differ
-4     the tracking server is unreachable (before launch, or on sync)
-5     the submitter's queue limit is reached: retry when some of its jobs finish
-124   ``wait`` timed out (the job goes on)
-130   interrupted (SIGINT/SIGTERM); resume the run folder later
-====  ==========================================================================
+Design: docs/design/orchestrator_cli.md
 """
 
 from __future__ import annotations
@@ -70,7 +34,7 @@ from orchestrator.service.queue import KINDS
 from pipeline import ConfigError, ZephonError
 
 
-def _parser() -> argparse.ArgumentParser:
+def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zephon", description="Data-mix experiments with elastic-deterministic data."
     )
@@ -113,8 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--decide-on",
-        metavar="DOMAIN,...",
-        help="rank and decide on the mean of these held-out domains only (default: all)",
+        metavar="DOMAIN,...|task:NAME[:METRIC]",
+        help="rank and decide on the mean of these held-out domains only (default: all), or "
+        "on a task of eval.tasks (default metric: acc, else bits_per_byte)",
     )
     p = command(
         "verify-elastic", "train, checkpoint, resume on another dp size, check digests", True
@@ -232,7 +197,7 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--dp", type=int, required=True, help="data-parallel size on the lease")
 
 
-def _plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.run import api
 
     return EXIT_OK, api.plan(args.config, dp=args.dp, overrides=args.overrides).to_dict()
@@ -245,7 +210,7 @@ def _run_result(result: Any) -> tuple[int, dict[str, Any]]:
     return code, result.to_dict()
 
 
-def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.run import api
 
     result = api.run(
@@ -254,7 +219,7 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return _run_result(result)
 
 
-def _resume(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_resume(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.run import api
 
     result = api.resume(
@@ -263,7 +228,7 @@ def _resume(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return _run_result(result)
 
 
-def _compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.run import api
 
     if not args.run_ids and not args.experiment and not args.sweep:
@@ -279,7 +244,7 @@ def _compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return (EXIT_OK if verdict["accepted"] else EXIT_REFUSED), verdict
 
 
-def _verify(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_verify_elastic(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.run.elastic_check import verify_elastic
 
     report = verify_elastic(
@@ -293,13 +258,13 @@ def _verify(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return (EXIT_OK if report["ok"] else EXIT_REFUSED), report
 
 
-def _sync(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_sync(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.run import api
 
     return EXIT_OK, api.sync(args.folder)
 
 
-def _observations(args: argparse.Namespace) -> Any:
+def _read_observations(args: argparse.Namespace) -> Any:
     from orchestrator.search import read_tables
     from orchestrator.search.runs import observations_from_runs
 
@@ -319,17 +284,17 @@ def _observations(args: argparse.Namespace) -> Any:
     )
 
 
-def _fitted(args: argparse.Namespace) -> Any:
+def _fit_observations(args: argparse.Namespace) -> Any:
     from orchestrator.search import fit
 
     models = args.models.split(",") if args.models else None
-    return fit(_observations(args), models=models, folds=args.folds, seed=args.seed)
+    return fit(_read_observations(args), models=models, folds=args.folds, seed=args.seed)
 
 
-def _fit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_fit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.search.observations import read_mixtures
 
-    result = _fitted(args)
+    result = _fit_observations(args)
     payload = result.to_json()
     if args.predict:
         ids, mixtures = read_mixtures(args.predict, result.observations.domains)
@@ -340,24 +305,24 @@ def _fit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return EXIT_OK, payload
 
 
-def _propose(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_propose(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.search import Bounds, propose
 
-    bounds = Bounds(_shares(args.min, "--min"), _shares(args.max, "--max"))
+    bounds = Bounds(_parse_shares(args.min, "--min"), _parse_shares(args.max, "--max"))
     if args.tokens or args.budget:
         if not (args.tokens and args.budget):
             raise ConfigError("a repetition cap needs both --tokens DOMAIN=N ... and --budget N")
         bounds = bounds.with_repetition_cap(
-            _shares(args.tokens, "--tokens"), args.budget, args.max_epochs
+            _parse_shares(args.tokens, "--tokens"), args.budget, args.max_epochs
         )
-    fitted = _fitted(args)
+    fitted = _fit_observations(args)
     if not args.mixtures:  # Zephon runs: the cap from their datasets and token budget
         from orchestrator.search.budget import capped_bounds
         from orchestrator.search.runs import run_experiment
 
         experiment = run_experiment(fitted.observations.ids[0], args.tracking_uri)
         bounds = capped_bounds(experiment, bounds, args.max_epochs)
-    prior = _shares(args.prior.split(","), "--prior") if args.prior else None
+    prior = _parse_shares(args.prior.split(","), "--prior") if args.prior else None
     proposal = propose(
         fitted,
         count=args.n,
@@ -370,7 +335,7 @@ def _propose(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return EXIT_OK, proposal.to_json()
 
 
-def _shares(pairs: list[str], option: str) -> dict[str, float]:
+def _parse_shares(pairs: list[str], option: str) -> dict[str, float]:
     """``["code=0.2", ...]`` as ``{"code": 0.2}``; ConfigError naming ``option`` if malformed."""
     shares = {}
     for pair in pairs:
@@ -382,7 +347,7 @@ def _shares(pairs: list[str], option: str) -> dict[str, float]:
     return shares
 
 
-def _serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.service.client import ServiceConfig
     from orchestrator.service.scheduler import Scheduler
 
@@ -403,7 +368,7 @@ def _serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return EXIT_OK, {"root": str(service.path), "counts": scheduler.queue.counts()}
 
 
-def _submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.service import client as service
 
     if (args.config is None) == (args.spec is None):
@@ -425,7 +390,7 @@ def _submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     )
 
 
-def _job_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_job(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.service import client as service
 
     svc = service.load_service(args.root)
@@ -443,7 +408,7 @@ def _job_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return code, report
 
 
-def _jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.service import client as service
 
     return EXIT_OK, service.list_jobs(
@@ -455,13 +420,13 @@ def _jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     )
 
 
-def _datasets(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_datasets(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.service import client as service
 
     return EXIT_OK, service.list_datasets(service.load_service(args.root))
 
 
-def _attempt(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_attempt(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.run.devices import Devices
     from orchestrator.service import attempt
     from orchestrator.service.client import load_service
@@ -476,7 +441,7 @@ def _attempt(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return (EXIT_FAILED if code is None else code), result
 
 
-def _mcp(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+def _command_mcp(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from orchestrator.service.mcp_server import serve_stdio
 
     serve_stdio(args.root)
@@ -484,24 +449,24 @@ def _mcp(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], tuple[int, dict[str, Any]]]] = {
-    "plan": _plan,
-    "run": _run,
-    "resume": _resume,
-    "compare": _compare,
-    "verify-elastic": _verify,
-    "sync": _sync,
-    "fit": _fit,
-    "propose": _propose,
-    "serve": _serve,
-    "submit": _submit,
-    "status": _job_command,
-    "wait": _job_command,
-    "cancel": _job_command,
-    "logs": _job_command,
-    "jobs": _jobs,
-    "datasets": _datasets,
-    "mcp": _mcp,
-    "attempt": _attempt,
+    "plan": _command_plan,
+    "run": _command_run,
+    "resume": _command_resume,
+    "compare": _command_compare,
+    "verify-elastic": _command_verify_elastic,
+    "sync": _command_sync,
+    "fit": _command_fit,
+    "propose": _command_propose,
+    "serve": _command_serve,
+    "submit": _command_submit,
+    "status": _command_job,
+    "wait": _command_job,
+    "cancel": _command_job,
+    "logs": _command_job,
+    "jobs": _command_jobs,
+    "datasets": _command_datasets,
+    "mcp": _command_mcp,
+    "attempt": _command_attempt,
 }
 
 
@@ -509,10 +474,10 @@ TRAINING = ("run", "resume", "verify-elastic", "attempt")
 """Commands that train here (and so handle SIGINT/SIGTERM by stopping their launch)."""
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
+def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     """The command line; ``key=value`` overrides may follow options too (argparse alone
     gives ``resume FOLDER --dp 1 resources.nodes=1`` no place for the override)."""
-    parser = _parser()
+    parser = _build_parser()
     args, extra = parser.parse_known_args(argv)
     overrides = [word for word in extra if "=" in word and not word.startswith("-")]
     if extra and (overrides != extra or not hasattr(args, "overrides")):
@@ -524,7 +489,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one ``zephon`` command; returns (and, as a script, exits with) its exit code."""
-    args = _parse(argv)
+    args = _parse_arguments(argv)
     if args.command in TRAINING:
         from orchestrator.run.launch import prepare_cpu_launches
 
@@ -537,10 +502,10 @@ def main(argv: list[str] | None = None) -> int:
     except interrupts.Interrupted:
         code, payload = EXIT_INTERRUPTED, _interrupted_payload()
     except (Exception, KeyboardInterrupt) as error:  # a stable exit code and a clear message
-        code, payload = _error(error)
+        code, payload = _describe_error(error)
     if interrupts.requested():
         code = EXIT_INTERRUPTED
-    _print(payload, args.json)
+    _print_payload(payload, args.json)
     if interrupts.requested():
         interrupts.report("zephon")
     return code
@@ -551,7 +516,7 @@ def _interrupted_payload() -> dict[str, Any]:
     return {"error": {"kind": "interrupted", "message": message, "problems": [message]}}
 
 
-def _error(error: BaseException) -> tuple[int, dict[str, Any]]:
+def _describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     """The exit code and JSON payload of ``error`` (the class says which: orchestrator/errors.py)."""
     if isinstance(error, ZephonError):
         code, kind = error.exit_code, error.kind
@@ -566,7 +531,7 @@ def _error(error: BaseException) -> tuple[int, dict[str, Any]]:
     return code, {"error": {"kind": kind, "message": str(error), "problems": problems}}
 
 
-def _print(payload: dict[str, Any], as_json: bool) -> None:
+def _print_payload(payload: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(payload, default=str))
     elif "error" in payload:

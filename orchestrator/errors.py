@@ -1,28 +1,10 @@
 """Every error the orchestrator raises, with the exit code the ``zephon`` CLI ends with.
 
-They all derive from ``pipeline.ZephonError`` (the pipeline's own errors are in
-``pipeline/errors.py``), so the CLI maps an error to its code and JSON ``kind``
-by reading the class, never by the order of its checks::
+They all derive from ``pipeline.ZephonError``, so the CLI maps an error to its code and
+JSON ``kind`` by reading the class, never by the order of its checks. Exit codes the CLI
+uses beyond errors: 0 ok, 3 the guard refused, 124 timed out, 130 interrupted.
 
-    ZephonError                         1 failed
-    ├── ConfigError                     2 invalid
-    │   ├── ProblemsError               2 invalid      every reason in .problems
-    │   │   ├── ExperimentError         2 invalid
-    │   │   ├── MixError                2 invalid      a mix or mix request
-    │   │   └── SearchError             2 invalid      observations or a search request
-    │   └── QueueError                  2 invalid
-    │       ├── QueueFull               5 queue_full
-    │       └── TransitionError         2 invalid
-    ├── NoFit                           2 invalid
-    ├── LaunchError                     1 launch_failed
-    ├── RunFailed                       1 failed       a zephon-run job's run did not succeed
-    ├── SweepFailed                     1 failed       a job, the launcher or the guard
-    └── TrackingError                   4 tracking_error
-        ├── TrackingUnavailable         4 tracking_unavailable
-        └── NotTracked                  2 invalid
-
-Exit codes the CLI uses beyond errors: 0 ok, 3 the guard refused, 124 timed out,
-130 interrupted.
+Design: docs/design/orchestrator_cli.md
 """
 
 from __future__ import annotations

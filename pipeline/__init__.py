@@ -1,23 +1,11 @@
 """Zephon's lane pipeline: on-the-fly tokenize, pack, shuffle and batch with elastic determinism.
 
-The global batch of every step is a pure function of the data contract,
-whatever the number of data-parallel ranks, workers or restarts::
-
-    Dataset(s) ──► WorkSource (plan: mixture, permutations, lanes) ──► work chunks per lane
-                                                                          │
-             ┌────────────────────────── LaneStream (one per owned lane) ─┘
-             │  Runner: stateless tokenize workers, results re-ordered by chunk number
-             │  WrapPacker ─► ShuffleBuffer   (accumulators; flushed every K chunks)
-             ▼
-    Pipeline: G/L sequences per lane per step, lanes in order ─► MicroBatch ─► to_training()
-             └─ lane digests ─► global_batch_digest ─► DigestChain (data fingerprint)
-
-Rank ``r`` of ``dp`` owns lanes ``[r*L/dp, (r+1)*L/dp)``; changing ``dp`` only
-moves whole lanes between ranks. ``state_dict()`` records, per lane, the plan
-position at the last flush point and how many sequences were delivered since;
-``merge_states`` joins the ranks' states so any dp size can resume.
+The global batch of every step is a pure function of the data contract, whatever the
+number of data-parallel ranks, workers or restarts: rank ``r`` of ``dp`` owns lanes
+``[r*L/dp, (r+1)*L/dp)``, so changing ``dp`` only moves whole lanes between ranks.
 
 This package must not import ``orchestrator`` or ``sweeps``.
+Design: docs/design/pipeline_overview.md
 """
 
 from pipeline.batch import IGNORE_INDEX, MicroBatch
@@ -34,7 +22,7 @@ from pipeline.errors import (
 from pipeline.pipeline import Pipeline
 from pipeline.source import WorkSource
 from pipeline.state import fingerprint, merge_states
-from pipeline.tokenizer import Tokenizer, load_tokenizer
+from pipeline.tokenizer import Tokenizer, canonical_tokenizer_spec, load_tokenizer
 
 __all__ = [
     "IGNORE_INDEX",
@@ -51,6 +39,7 @@ __all__ = [
     "TokenizerError",
     "WorkSource",
     "ZephonError",
+    "canonical_tokenizer_spec",
     "fingerprint",
     "global_batch_digest",
     "lane_digest",

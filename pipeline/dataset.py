@@ -1,26 +1,12 @@
 """Datasets: named, fingerprinted sets of shards whose records are read by pointer.
 
-A ``Dataset`` resolves its file patterns at construction and reads nothing
-else until first used. It then indexes every shard once (record offsets and
-text byte lengths) and caches each index on disk, keyed by the shard's
-content fingerprint, so later runs and other processes reuse it. Cache layout
-under ``cache_dir`` (default ``zephon_home()/"cache"``)::
+A ``Dataset`` resolves its file patterns at construction and reads nothing else until first
+used. It then indexes every shard once and caches each index on disk under ``cache_dir``,
+keyed by the shard's content fingerprint; every cache file is written by atomic rename, so
+later runs and concurrent processes share it. Remote shards are read from verified local
+copies (:mod:`pipeline.io`), with the same fingerprint as the same bytes read locally.
 
-    stat/<sha256(path, size, mtime_ns, inode)>          content fingerprint of a file
-    index/<content-fp>.<format>.<field-hash>.v1.npz    ShardIndex of a shard
-    decompressed/<content-fp>.jsonl                     plain copy of a .gz/.zst shard
-    remote/...                                          IO cache of remote shards (pipeline.io)
-
-Every file is written to a temporary name and renamed into place, so
-concurrent processes can share the cache.
-
-Shards may also be fsspec URLs (``https://``, ``s3://``, ...). A remote shard
-is downloaded at first use by ``pipeline.io.ShardCache`` and its local copy is
-then indexed and read like a local file; its fingerprint is the SHA-256 of its
-bytes, as for a local file, so the same bytes give the same dataset
-fingerprint whether read locally or over a URL. With the IO cache disabled
-(the default), local copies and decompressed copies of remote shards live in
-a private temporary directory of the process instead of the shared cache.
+Design: docs/design/pipeline_datasets.md
 """
 
 from __future__ import annotations
@@ -99,7 +85,7 @@ class _Shard:
 
 
 @dataclass(frozen=True)
-class _Indexed:
+class _DatasetIndex:
     """Everything the lazy indexing pass produces; built once, then read-only."""
 
     fingerprints: list[str]
@@ -160,13 +146,18 @@ class Dataset:
         self.cache_dir = (
             Path(cache_dir).expanduser() if cache_dir is not None else zephon_home() / "cache"
         )
+        self.set_io_options(io_options)
+        self._shards = [_Shard(p, *detect_format(p)) for p in _resolve_shards(name, paths)]
+        self._state: _DatasetIndex | None = None
+        self._init_transients()
+
+    def set_io_options(self, io_options: Mapping[str, Any] | None) -> None:
+        """Configure remote shard IO (the ``io_options`` of the class docstring); raises
+        ConfigError naming the dataset when they are invalid."""
         try:
             self._io = io.ShardCache(io.IOOptions.parse(io_options), self.cache_dir)
         except ConfigError as e:
-            raise ConfigError(f"dataset {name!r}: {e}") from e
-        self._shards = [_Shard(p, *detect_format(p)) for p in _resolve(name, paths)]
-        self._state: _Indexed | None = None
-        self._init_transients()
+            raise ConfigError(f"dataset {self.name!r}: {e}") from e
 
     def __repr__(self) -> str:
         records = f"{self.num_records} records" if self._state else "not indexed"
@@ -180,7 +171,7 @@ class Dataset:
         Process workers receive a Dataset once; they reuse the parent's index and open
         the shards themselves.
         """
-        self._indexed()
+        self._ensure_indexed()
         state = self.__dict__.copy()
         for transient in ("_formats", "_lock", "_handles", "_handles_lock"):
             state.pop(transient)
@@ -213,26 +204,26 @@ class Dataset:
     @property
     def fingerprint(self) -> str:
         """SHA-256 over the field and each shard's format and content fingerprint, in order."""
-        return self._indexed().fingerprint
+        return self._ensure_indexed().fingerprint
 
     @property
     def shard_fingerprints(self) -> list[str]:
         """SHA-256 of each shard file's raw bytes."""
-        return list(self._indexed().fingerprints)
+        return list(self._ensure_indexed().fingerprints)
 
     @property
     def num_records(self) -> int:
         """Usable records over all shards."""
-        return int(self._indexed().starts[-1])
+        return int(self._ensure_indexed().starts[-1])
 
     @property
     def record_bytes(self) -> np.ndarray:
         """UTF-8 byte length of each record's text (int64), in global record order."""
-        return self._indexed().record_bytes
+        return self._ensure_indexed().record_bytes
 
     def pointer(self, i: int) -> RecordPointer:
         """Pointer of global record ``i``."""
-        state = self._indexed()
+        state = self._ensure_indexed()
         self._check_range(np.array([i]), state)
         shard = int(np.searchsorted(state.starts, i, side="right")) - 1
         return RecordPointer(self.name, shard, int(i - state.starts[shard]))
@@ -243,7 +234,7 @@ class Dataset:
         Raises ``DataError`` naming the record if a shard no longer holds what
         was indexed.
         """
-        state = self._indexed()
+        state = self._ensure_indexed()
         idx = np.asarray(indices, dtype=np.int64)
         self._check_range(idx, state)
         shard_of = np.searchsorted(state.starts, idx, side="right") - 1
@@ -253,13 +244,13 @@ class Dataset:
             rows = idx[positions] - state.starts[s]
             index = state.indexes[s]
             fmt = self._formats[self._shards[s].format]
-            got = fmt.read(self._handle(int(s), state), index, rows, self.field)
+            got = fmt.read(self._open_shard_handle(int(s), state), index, rows, self.field)
             expected = index.text_bytes[rows].tolist()
             for pos, row, text, size in zip(
                 positions.tolist(), rows.tolist(), got, expected, strict=True
             ):
                 if text is None or utf8_len(text) != size:
-                    raise self._changed(int(s), row)
+                    raise self._shard_changed_error(int(s), row)
                 texts[pos] = text
         return texts
 
@@ -269,7 +260,7 @@ class Dataset:
         ``empty_shards`` counts shards without usable records; Parquet
         examples give 1-based row numbers instead of lines.
         """
-        state = self._indexed()
+        state = self._ensure_indexed()
         skipped, examples = self._skip_summary(state)
         return {
             "records": int(state.starts[-1]),
@@ -281,16 +272,16 @@ class Dataset:
 
     # -- indexing --------------------------------------------------------------
 
-    def _indexed(self) -> _Indexed:
+    def _ensure_indexed(self) -> _DatasetIndex:
         state = self._state
         if state is None:
             with self._lock:
                 if self._state is None:
-                    self._state = self._build()
+                    self._state = self._index_shards()
                 state = self._state
         return state
 
-    def _build(self) -> _Indexed:
+    def _index_shards(self) -> _DatasetIndex:
         fingerprints, local_paths, stats, read_paths, indexes = [], [], [], [], []
         for shard in self._shards:
             try:
@@ -307,7 +298,7 @@ class Dataset:
                     fp = self._content_fingerprint(local, st)
                 read_path = local
                 if shard.compression:
-                    read_path = self._decompressed(shard, local, fp)
+                    read_path = self._ensure_decompressed_copy(shard, local, fp)
                 index = self._shard_index(shard, fp, read_path)
             except OSError as e:
                 raise DataError(f"dataset {self.name!r}: cannot index {shard.source}: {e}") from e
@@ -326,7 +317,7 @@ class Dataset:
             self.field,
             [[s.format, fp] for s, fp in zip(self._shards, fingerprints, strict=True)],
         ]
-        state = _Indexed(
+        state = _DatasetIndex(
             fingerprints=fingerprints,
             local_paths=local_paths,
             stats=stats,
@@ -368,7 +359,7 @@ class Dataset:
             io.atomic_write(entry, lambda out: out.write(fp.encode()))
         return fp
 
-    def _decompressed(self, shard: _Shard, local: Path, fp: str) -> Path:
+    def _ensure_decompressed_copy(self, shard: _Shard, local: Path, fp: str) -> Path:
         """Path of the decompressed copy of ``local`` (the shard's bytes), writing it if missing."""
         # Without a shared IO cache, remote data stays in the private directory.
         root = self._io.root if shard.remote and not self._io.shared else self.cache_dir
@@ -401,7 +392,7 @@ class Dataset:
                 "this file); fix or remove the record, or pass on_bad_record='skip'"
             )
 
-    def _skip_summary(self, state: _Indexed) -> tuple[dict[str, int], dict[str, list[str]]]:
+    def _skip_summary(self, state: _DatasetIndex) -> tuple[dict[str, int], dict[str, list[str]]]:
         skipped: dict[str, int] = {}
         examples: dict[str, list[str]] = {}
         for shard, index in zip(self._shards, state.indexes, strict=True):
@@ -415,7 +406,7 @@ class Dataset:
 
     # -- reading ---------------------------------------------------------------
 
-    def _handle(self, s: int, state: _Indexed) -> Any:
+    def _open_shard_handle(self, s: int, state: _DatasetIndex) -> Any:
         """Open handle of shard ``s`` (LRU-cached; evicted handles close once unused)."""
         with self._handles_lock:
             handle = self._handles.get(s)
@@ -425,7 +416,7 @@ class Dataset:
             try:
                 st = os.stat(state.local_paths[s])
                 if (st.st_size, st.st_mtime_ns) != state.stats[s]:
-                    raise self._changed(s, None)
+                    raise self._shard_changed_error(s, None)
                 handle = self._formats[self._shards[s].format].open(state.read_paths[s])
             except OSError as e:
                 raise DataError(
@@ -437,7 +428,7 @@ class Dataset:
                 self._handles.popitem(last=False)
             return handle
 
-    def _changed(self, s: int, row: int | None) -> DataError:
+    def _shard_changed_error(self, s: int, row: int | None) -> DataError:
         what = f"shard {self._shards[s].source}"
         if row is not None:
             what = f"record {RecordPointer(self.name, s, row).as_tuple()}: {what}"
@@ -447,13 +438,13 @@ class Dataset:
             f"(this changes its fingerprint; if the file is unchanged, delete {self.cache_dir})"
         )
 
-    def _check_range(self, idx: np.ndarray, state: _Indexed) -> None:
+    def _check_range(self, idx: np.ndarray, state: _DatasetIndex) -> None:
         n = int(state.starts[-1])
         if idx.size and (idx.min() < 0 or idx.max() >= n):
             raise IndexError(f"dataset {self.name!r}: record index out of range [0, {n})")
 
 
-def _resolve(
+def _resolve_shards(
     name: str, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 ) -> list[Path | str]:
     """Expand files, URLs and glob patterns into a sorted, de-duplicated list of shards.

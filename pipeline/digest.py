@@ -1,22 +1,11 @@
 """Canonical SHA-256 digests of global batches (definition ``zephon.batch.v1``).
 
-A step's global batch is the ``G`` packed sequences of the step in lane order
-(lane 0's ``G/L`` sequences, then lane 1's, ...). Its digest is defined so
-that every rank can hash its own lanes and ranks only exchange 32-byte lane
-digests, never data. All integers are unsigned 32-bit little-endian::
+A step's global batch is its ``G`` packed sequences in lane order. Every rank hashes its own
+lanes (tag, lane number and each sequence's lengths, document starts and tokens, as
+little-endian u32) and ranks only exchange 32-byte lane digests, never data. The chain of
+global digests over all steps is the run's data fingerprint.
 
-    seq_bytes(s)   = u32(len(tokens)) || u32(num_valid) || u32(len(doc_starts))
-                     || u32[...](doc_starts) || u32[...](tokens)
-    lane_digest    = SHA256(b"zephon.lane.v1" || u32(lane) || seq_bytes(s_0) || ... )
-                     over the lane's G/L sequences of the step, in delivery order
-    global_digest  = SHA256(b"zephon.batch.v1" || u32(L) || lane_digest_0 || ... || lane_digest_{L-1})
-    chain_0        = SHA256(b"zephon.chain.v1")
-    chain_s        = SHA256(chain_{s-1} || global_digest_s)
-
-``tokens`` are the ``T+1`` token ids of the sequence (inputs plus the final
-label; padding included), ``num_valid`` how many of them are real tokens and
-``doc_starts`` the input positions where a document (or a document's
-continuation) starts. The chain over all steps is the run's data fingerprint.
+Design: docs/design/pipeline_digests.md
 """
 
 from __future__ import annotations

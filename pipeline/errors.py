@@ -1,16 +1,11 @@
 """Errors raised by the lane pipeline, and the base of every Zephon error.
 
-Every error says what is wrong and what to change. Configuration errors are
-raised before any record is read; data errors name the stage, the dataset and
-the record pointer involved. Each class carries the exit code and the ``kind``
-the ``zephon`` CLI reports it with (``orchestrator/errors.py`` adds the rest)::
+Every error says what is wrong and what to change. Configuration errors are raised before
+any record is read; data errors name the stage, the dataset and the record pointer
+involved. Each class carries the exit code and the ``kind`` the ``zephon`` CLI reports it
+with (``orchestrator/errors.py`` adds the rest).
 
-    ZephonError      1 failed
-    ├── ConfigError  2 invalid     (also a ValueError)
-    ├── DataError    2 invalid
-    ├── TokenizerError 2 invalid
-    ├── StateError   2 invalid     (also a ValueError)
-    └── StageError   1 failed
+Design: docs/design/pipeline_overview.md
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Shard formats: how a shard's records are indexed once and read back by position.
 
-One class per format, each with the same three methods:
+One class per format (JSONL, plain text, Parquet), each with ``build_index``, ``open`` and
+``read``, chosen by file name (``detect_format``). Compressed JSONL is not a format of its
+own: ``decompress`` writes a plain copy, because records cannot be read by offset from a
+compressed stream.
 
-* ``build_index(path, field) -> ShardIndex`` reads the whole shard once and
-  records where every usable record lives, its text's UTF-8 length, and what
-  was skipped and why;
-* ``open(path)`` returns a handle the caller keeps open and passes to ``read``;
-* ``read(handle, index, rows, field)`` returns the texts of the given rows of
-  the index, or ``None`` for a row whose stored location no longer holds a
-  usable record (the shard changed since it was indexed).
-
-Formats are chosen by file name (``detect_format``; for a URL, by its path's).
-Compressed JSONL is not a format of its own: ``decompress`` writes a plain
-copy that ``JsonlFormat`` indexes and reads, because records cannot be read
-by offset from a compressed stream.
+Design: docs/design/pipeline_datasets.md
 """
 
 from __future__ import annotations
@@ -114,7 +106,7 @@ class ShardIndex:
 
 
 class ShardFormat(Protocol):
-    """What ``Dataset`` needs from a format (see the module docstring)."""
+    """What ``Dataset`` needs from a format (see the design doc)."""
 
     name: str
 
@@ -289,7 +281,7 @@ class _ParquetHandle:
     lock: threading.Lock  # ParquetFile is not documented as thread-safe
 
 
-def _nbytes(column: pa.ChunkedArray | None) -> int:
+def _column_nbytes(column: pa.ChunkedArray | None) -> int:
     return 0 if column is None else column.nbytes
 
 
@@ -364,7 +356,7 @@ class ParquetFormat:
     ) -> list[str | None]:
         """Texts of ``rows``, decoding each row group they touch once."""
         groups = index.offsets[rows].tolist()
-        columns = {g: self._column(handle, g, field) for g in set(groups)}
+        columns = {g: self._read_cached_column(handle, g, field) for g in set(groups)}
         texts: list[str | None] = []
         for g, r in zip(groups, index.lengths[rows].tolist(), strict=True):
             column = columns[g]
@@ -372,7 +364,9 @@ class ParquetFormat:
             texts.append(value if type(value) is str else None)
         return texts
 
-    def _column(self, handle: _ParquetHandle, group: int, field: str) -> pa.ChunkedArray | None:
+    def _read_cached_column(
+        self, handle: _ParquetHandle, group: int, field: str
+    ) -> pa.ChunkedArray | None:
         """Decoded column of one row group (``None`` if it cannot be read any more)."""
         key = (handle.path, group)
         with self._lock:
@@ -387,9 +381,9 @@ class ParquetFormat:
         with self._lock:
             if key not in self._cache:  # another thread may have decoded it meanwhile
                 self._cache[key] = column
-                self._cached_bytes += _nbytes(column)
+                self._cached_bytes += _column_nbytes(column)
             while self._cached_bytes > self._cache_bytes and len(self._cache) > 1:
-                self._cached_bytes -= _nbytes(self._cache.popitem(last=False)[1])
+                self._cached_bytes -= _column_nbytes(self._cache.popitem(last=False)[1])
         return column
 
 
@@ -404,7 +398,7 @@ def decompress(path: Path, compression: str, out: BinaryIO) -> None:
                 with gzip.open(f) as g:
                     shutil.copyfileobj(g, out, _BLOCK)
             else:
-                _unzstd(f, out)
+                _decompress_zstd_frames(f, out)
     except (gzip.BadGzipFile, EOFError, zlib.error, zstandard.ZstdError) as e:
         raise DataError(
             f"{path}: cannot decompress ({e}); the file is corrupt or truncated, "
@@ -412,7 +406,7 @@ def decompress(path: Path, compression: str, out: BinaryIO) -> None:
         ) from e
 
 
-def _unzstd(f: BinaryIO, out: BinaryIO) -> None:
+def _decompress_zstd_frames(f: BinaryIO, out: BinaryIO) -> None:
     # A frame-by-frame loop rather than stream_reader: stream_reader silently
     # stops at a truncated frame, and files may hold several frames.
     frame = None

@@ -1,53 +1,12 @@
 """Shard IO: shards named by fsspec URLs, and a local cache of remote shards.
 
-``Dataset`` accepts URLs with a scheme (``https://``, ``s3://``, any fsspec
-protocol) besides local paths. A URL on the local filesystem (``file://``) is
-read in place, like a path. Any other URL is copied to local disk by
-``ShardCache.local_copy`` and the copy is read like a local shard, so a shard's
-content fingerprint is the SHA-256 of its bytes wherever they came from.
+A ``file://`` URL is read in place, like a path. Any other URL is copied to local disk by
+``ShardCache.local_copy``, named by the SHA-256 of its bytes (so a shard's fingerprint is the
+same wherever its bytes came from) and shared between processes through a per-URL ``flock``
+and atomic renames: a killed process leaves at most a temp file, and no cache entry ever
+names a missing or partial copy.
 
-Cache layout under the IO cache root (``io_options={"cache": {"dir": ...}}``,
-by default the Dataset's ``cache_dir``)::
-
-    remote/<sha256><suffixes>       a downloaded file, named by the SHA-256 of its bytes and
-                                    keeping the URL's last suffixes (e.g. ``.jsonl.zst``)
-    remote/urls/<url-key>.json      what the URL held when it was downloaded: the content's
-                                    SHA-256 and size, the server's validators (size, ETag,
-                                    Last-Modified or mtime) and the copy's (size, mtime_ns, inode)
-    remote/locks/<url-key>.lock     lock file serialising downloads of the URL (never removed:
-                                    removing a lock file someone waits on would let two
-                                    processes download at once)
-    remote/.<url-key>.<random>.tmp  a download in progress, or left by a killed process
-
-``url-key`` is the SHA-256 of the URL. With the cache disabled (the default),
-the root is a private temporary directory of this process, removed at
-interpreter exit: the same protocol, shared with nobody.
-
-``local_copy(url)`` works in three steps:
-
-1. Ask the server for the file's validators (``fs.info``; one HEAD request
-   over HTTP).
-2. If the URL's entry holds the same validators and its copy verifies, return
-   the copy. No lock is needed: entries and copies only change by atomic
-   rename, so a reader sees a whole old one or a whole new one.
-3. Otherwise take an exclusive ``fcntl.flock`` on the URL's lock file; other
-   processes asking for the same URL wait there. Check the entry again (the
-   previous holder may just have downloaded the file), delete this URL's temp
-   files (their writer died, since a live one would hold the lock), download
-   to a new temp file in ``remote/``, check its size against the server's,
-   hash it, rename it to its content name, and write the entry last. A process
-   killed at any point leaves at most a temp file: no entry ever names a
-   missing or partial copy.
-
-Verification: a copy's name is the SHA-256 of its bytes, computed after the
-download and before the rename. A reused copy is hashed again only if its
-(size, mtime_ns, inode) differ from those in the entry, i.e. if something
-rewrote or replaced it; a copy that no longer matches its name is downloaded
-again. A copy that already holds the right bytes is never replaced, because
-other processes may have it indexed and open. Not detected: corruption of a
-copy that keeps its size and mtime, and, on servers that send neither an ETag
-nor a Last-Modified date, a remote change that keeps the file's size. A server
-that sends no validator at all is downloaded from every time.
+Design: docs/design/pipeline_datasets.md
 """
 
 from __future__ import annotations
@@ -132,7 +91,7 @@ def is_url(location: str) -> bool:
 
 def url_filename(url: str) -> str:
     """File name of ``url``'s path (no query string), e.g. ``part-0.jsonl.zst``."""
-    _, path = _filesystem(url)
+    _, path = _resolve_filesystem(url)
     if is_url(path):  # http(s) keeps the whole URL as its path
         path = urlsplit(path).path
     return PurePosixPath(path).name
@@ -140,7 +99,7 @@ def url_filename(url: str) -> str:
 
 def local_path(url: str) -> str | None:
     """The local path ``url`` names if it is on the local filesystem (``file://``), else None."""
-    fs, path = _filesystem(url)
+    fs, path = _resolve_filesystem(url)
     return path if isinstance(fs, LocalFileSystem) else None
 
 
@@ -151,7 +110,7 @@ def expand_url(url: str) -> list[str]:
     directory, or the scheme is unknown; ``DataError`` if the server cannot be
     reached.
     """
-    fs, path = _filesystem(url)
+    fs, path = _resolve_filesystem(url)
     protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
     http = bool(protocols & _HTTP)
     if _has_magic(path, http):
@@ -165,13 +124,13 @@ def expand_url(url: str) -> list[str]:
             matches = fs.glob(path, detail=True)
         except Exception as e:  # fsspec backends raise their own exception types
             raise DataError(
-                f"cannot list {url} ({_why(e)}); check the URL, your access rights and the network"
+                f"cannot list {url} ({_describe_root_cause(e)}); check the URL, your access rights and the network"
             ) from e
         files = sorted(fs.unstrip_protocol(p) for p, i in matches.items() if i["type"] == "file")
         if not files:
             raise ConfigError(f"pattern {url!r} matches no files; check the URL and the pattern")
         return files
-    info = _info(fs, path, url, missing=ConfigError)
+    info = _query_file_info(fs, path, url, missing=ConfigError)
     if info.get("type") == "directory":
         raise ConfigError(
             f"{url!r} is a directory; give a glob such as '{url.rstrip('/')}/**/*.jsonl'"
@@ -187,8 +146,8 @@ def content_sha256(copy: Path) -> str:
 class ShardCache:
     """Local copies of remote files, shared between processes if the cache is enabled.
 
-    See the module docstring for the layout, the locking protocol and what is
-    verified.
+    See docs/design/pipeline_datasets.md for the layout, the locking protocol and what
+    is verified.
     """
 
     def __init__(self, options: IOOptions, default_dir: Path) -> None:
@@ -207,27 +166,27 @@ class ShardCache:
         followed by the URL's suffixes. Raises ``DataError`` naming the URL if
         the file cannot be fetched; the cache is then left as it was.
         """
-        fs, path = _filesystem(url)
+        fs, path = _resolve_filesystem(url)
         fs.invalidate_cache(path)  # backends that cache listings would report stale sizes
-        remote = _validators(_info(fs, path, url, missing=DataError))
+        remote = _extract_validators(_query_file_info(fs, path, url, missing=DataError))
         key = hashlib.sha256(url.encode()).hexdigest()
         entry = self.root / "remote" / "urls" / f"{key}.json"
-        copy = _reuse(entry, remote)
+        copy = _find_reusable_copy(entry, remote)
         if copy is not None:
             return copy
         lock = self.root / "remote" / "locks" / f"{key}.lock"
         lock.parent.mkdir(parents=True, exist_ok=True)
         with open(lock, "ab") as f:  # closing the file releases the lock, as does dying
             fcntl.flock(f, fcntl.LOCK_EX)
-            copy = _reuse(entry, remote)
+            copy = _find_reusable_copy(entry, remote)
             if copy is not None:
                 return copy
             for stale in entry.parent.parent.glob(f".{key}.*.tmp"):
                 stale.unlink(missing_ok=True)
-            return _download(fs, path, url, key, remote, entry)
+            return _download_to_cache(fs, path, url, key, remote, entry)
 
 
-def _filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+def _resolve_filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     try:
         return fsspec.core.url_to_fs(url)
     except (ValueError, ImportError) as e:
@@ -242,7 +201,7 @@ def _has_magic(path: str, http: bool) -> bool:
     return any(c in path for c in "*?[")
 
 
-def _info(
+def _query_file_info(
     fs: fsspec.AbstractFileSystem, path: str, url: str, missing: type[Exception]
 ) -> dict[str, Any]:
     """``fs.info(path)``; raise ``missing`` if the file does not exist, ``DataError`` if unreachable."""
@@ -252,7 +211,7 @@ def _info(
         if _is_missing(e):
             raise missing(f"{url} does not exist; fix the URL or remove it") from e
         raise DataError(
-            f"cannot reach {url} ({_why(e)}); check that the server is up and reachable "
+            f"cannot reach {url} ({_describe_root_cause(e)}); check that the server is up and reachable "
             "from this machine, and the URL"
         ) from e
 
@@ -268,13 +227,13 @@ def _is_missing(e: BaseException) -> bool:
     )
 
 
-def _why(e: BaseException) -> str:
+def _describe_root_cause(e: BaseException) -> str:
     while e.__cause__ is not None:
         e = e.__cause__
     return f"{type(e).__name__}: {e}"
 
 
-def _validators(info: Mapping[str, Any]) -> dict[str, Any]:
+def _extract_validators(info: Mapping[str, Any]) -> dict[str, Any]:
     """What identifies the remote file's current version: size, ETag, modification time."""
 
     def first(keys: tuple[str, ...]) -> str | None:
@@ -283,7 +242,7 @@ def _validators(info: Mapping[str, Any]) -> dict[str, Any]:
     return {"size": info.get("size"), "etag": first(_ETAG_KEYS), "modified": first(_MODIFIED_KEYS)}
 
 
-def _reuse(entry: Path, remote: dict[str, Any]) -> Path | None:
+def _find_reusable_copy(entry: Path, remote: dict[str, Any]) -> Path | None:
     """The copy ``entry`` names if it is for the same remote version and verifies, else None."""
     if not any(v is not None for v in remote.values()):
         return None  # nothing tells us whether the file changed
@@ -295,7 +254,7 @@ def _reuse(entry: Path, remote: dict[str, Any]) -> Path | None:
         st = copy.stat()
         if [st.st_size, st.st_mtime_ns, st.st_ino] == meta["stat"]:
             return copy
-        if not _holds(copy, content_sha256(copy)):
+        if not _copy_matches_sha256(copy, content_sha256(copy)):
             return None  # damaged: download again, which replaces it
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no entry, a damaged one, or its copy was deleted
@@ -306,7 +265,7 @@ def _reuse(entry: Path, remote: dict[str, Any]) -> Path | None:
     return copy
 
 
-def _holds(copy: Path, sha256: str) -> bool:
+def _copy_matches_sha256(copy: Path, sha256: str) -> bool:
     """Whether ``copy`` exists and its bytes hash to ``sha256``."""
     try:
         with open(copy, "rb") as f:
@@ -315,7 +274,7 @@ def _holds(copy: Path, sha256: str) -> bool:
         return False
 
 
-def _download(
+def _download_to_cache(
     fs: fsspec.AbstractFileSystem,
     path: str,
     url: str,
@@ -332,7 +291,7 @@ def _download(
             fs.get_file(path, tmp)
         except Exception as e:  # fsspec backends raise their own exception types
             raise DataError(
-                f"cannot download {url} ({_why(e)}); check that the server is up and the "
+                f"cannot download {url} ({_describe_root_cause(e)}); check that the server is up and the "
                 "file still exists, then retry"
             ) from e
         size = os.path.getsize(tmp)
@@ -344,8 +303,8 @@ def _download(
             )
         with open(tmp, "rb") as f:
             sha256 = hashlib.file_digest(f, "sha256").hexdigest()
-        copy = directory / f"{sha256}{_suffixes(url)}"
-        if _holds(copy, sha256):
+        copy = directory / f"{sha256}{_extract_url_suffixes(url)}"
+        if _copy_matches_sha256(copy, sha256):
             os.unlink(tmp)  # keep the existing copy: other processes may have it open
         else:
             os.chmod(tmp, 0o644)  # mkstemp makes 0600; a shared cache must be readable by others
@@ -366,7 +325,7 @@ def _download(
     return copy
 
 
-def _suffixes(url: str) -> str:
+def _extract_url_suffixes(url: str) -> str:
     """The URL file name's last two suffixes (enough for ``detect_format``), if plain."""
     suffixes = PurePosixPath(url_filename(url)).suffixes[-2:]
     return "".join(s for s in suffixes if _SUFFIX.fullmatch(s))

@@ -1,21 +1,11 @@
 """``LaneStream``: one lane's sequences, flushed every ``flush_every`` chunks.
 
-::
+A lane's plan chunks go through the runner's tokenize workers, in chunk order, to the
+packer and the shuffle buffer. Every ``K`` chunks (a flush window) both empty, so a window's
+sequences are a pure function of the plan position at its start, and a restore replays at
+most one window: its cost does not grow with training progress.
 
-    LanePlan --chunks--> Runner (tokenize workers) --in chunk order--> WrapPacker
-             --> ShuffleBuffer --> window queues --> take(n)
-
-Flush windows. Window ``w`` is chunks ``[w*K, (w+1)*K)`` of the lane. At its
-end the packer emits its padded tail and the shuffle buffer drains, and both
-restart empty (the shuffle re-seeded with ``(seed, lane, w+1)``). A window's
-sequences are therefore a pure function of the plan position at its start.
-
-State. ``{"window": w, "plan": <plan state at the start of w>, "delivered": n}``
-for the oldest window that still has undelivered sequences. Restoring
-re-plans from that position, replays at most one window (``K`` chunks) and
-skips the ``n`` sequences already delivered: the cost does not grow with
-training progress, and no sequence is lost or repeated. Chunks tokenized
-ahead (prefetch) are not part of the state.
+Design: docs/design/pipeline_lanes.md
 """
 
 from __future__ import annotations
@@ -51,7 +41,7 @@ class _Window:
 
 
 @dataclass
-class _InFlight:
+class _InFlightChunk:
     window: int
     closes_window: bool
     chunk: WorkChunk
@@ -90,7 +80,7 @@ class LaneStream:
             lane, num_lanes, None if state is None else state["plan"]
         )
         self._windows: deque[_Window] = deque()
-        self._inflight: deque[_InFlight] = deque()
+        self._inflight: deque[_InFlightChunk] = deque()
         self._plan_done = False
         self._next_window = start_window  # window of the next chunk to submit
         self._chunks_in_window = 0
@@ -104,7 +94,7 @@ class LaneStream:
     def take(self, n: int) -> list[PackedSequence]:
         """Return the next ``n`` sequences of the lane; raise LaneExhausted if it ends first."""
         while self.available() < n:
-            if not self._advance():
+            if not self._process_next_chunk():
                 raise LaneExhausted(f"lane {self.lane} has no more data")
         out: list[PackedSequence] = []
         while len(out) < n:
@@ -118,7 +108,7 @@ class LaneStream:
         return out
 
     def state(self) -> dict[str, Any]:
-        """The lane's restore position (see module docstring)."""
+        """The lane's restore position (see the design doc)."""
         for window in self._windows:
             if not (window.complete and not window.ready):
                 return {
@@ -130,7 +120,7 @@ class LaneStream:
 
     def drain(self) -> int:
         """Process the rest of a finite plan; return how many sequences were left undelivered."""
-        while self._advance():
+        while self._process_next_chunk():
             pass
         left = self.available()
         self._windows.clear()
@@ -162,35 +152,35 @@ class LaneStream:
                 ticket = self._runner.submit(chunk)
             except Exception as exc:  # e.g. BrokenProcessPool: a worker died since the last chunk
                 raise self._stage_error(chunk, exc) from exc
-            self._inflight.append(_InFlight(self._next_window, closes, chunk, ticket))
+            self._inflight.append(_InFlightChunk(self._next_window, closes, chunk, ticket))
             self._counters.tokenize.items_in += 1
             if closes:
                 self._next_window += 1
                 self._chunks_in_window = 0
 
-    def _advance(self) -> bool:
+    def _process_next_chunk(self) -> bool:
         """Process one chunk in order (or close the last window); False when nothing is left."""
         self.submit_ahead()
         if not self._inflight:
             if self._chunks_in_window == 0:
                 return False
             # The plan ended inside a window: close it.
-            self._close_window(self._window(self._open_window))
+            self._close_window(self._find_window(self._open_window))
             self._chunks_in_window = 0
             self._next_window += 1
             return True
         item = self._next_in_flight()
-        window = self._window(item.window)
-        tokenized = self._result(item)
+        window = self._find_window(item.window)
+        tokenized = self._wait_for_tokens(item)
         began = time.perf_counter()
         packed = self._packer.add(tokenized)
         self._counters.pack.busy_s += time.perf_counter() - began
-        self._emit(window, packed)
+        self._push_to_shuffle(window, packed)
         if item.closes_window:
             self._close_window(window)
         return True
 
-    def _next_in_flight(self) -> _InFlight:
+    def _next_in_flight(self) -> _InFlightChunk:
         """The oldest chunk in flight; with ``ordered=False``, the first finished one of its window."""
         if self._ordered or not isinstance(self._inflight[0].ticket, Future):
             return self._inflight.popleft()
@@ -204,7 +194,7 @@ class LaneStream:
         self._inflight.remove(item)
         return item
 
-    def _result(self, item: _InFlight) -> TokenizedChunk:
+    def _wait_for_tokens(self, item: _InFlightChunk) -> TokenizedChunk:
         """Wait for a chunk's tokens; count them; name the chunk's records if its worker failed."""
         began = time.perf_counter()
         try:
@@ -231,28 +221,28 @@ class LaneStream:
     def _close_window(self, window: _Window) -> None:
         tail = self._packer.flush()
         self._counters.padded_sequences += len(tail)
-        self._emit(window, tail)
+        self._push_to_shuffle(window, tail)
         began = time.perf_counter()
-        self._deliver(window, self._shuffle.flush())
+        self._queue_ready_sequences(window, self._shuffle.flush())
         self._counters.shuffle.busy_s += time.perf_counter() - began
         window.complete = True
         self._open_window = window.index + 1
         self._shuffle.start_window(self.lane, self._open_window)
 
-    def _emit(self, window: _Window, sequences: list[PackedSequence]) -> None:
+    def _push_to_shuffle(self, window: _Window, sequences: list[PackedSequence]) -> None:
         self._counters.pack.items_out += len(sequences)
         self._counters.shuffle.items_in += len(sequences)
         began = time.perf_counter()
-        self._deliver(window, self._shuffle.push_many(sequences))
+        self._queue_ready_sequences(window, self._shuffle.push_many(sequences))
         self._counters.shuffle.busy_s += time.perf_counter() - began
 
-    def _deliver(self, window: _Window, sequences: list[PackedSequence]) -> None:
+    def _queue_ready_sequences(self, window: _Window, sequences: list[PackedSequence]) -> None:
         self._counters.shuffle.items_out += len(sequences)
         skipped = min(window.to_skip, len(sequences))
         window.to_skip -= skipped  # those were delivered before the state was taken
         window.ready.extend(sequences[skipped:])
 
-    def _window(self, index: int) -> _Window:
+    def _find_window(self, index: int) -> _Window:
         for window in self._windows:
             if window.index == index:
                 return window

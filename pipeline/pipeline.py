@@ -65,6 +65,9 @@ class LaneOptions:
     ordered: bool = True
     """False takes chunks in completion order: only to measure what ordering costs; it
     breaks determinism, and such a pipeline refuses ``state_dict()``."""
+    io_options: dict[str, Any] | None = None
+    """Remote shard IO for every dataset of the source, e.g. ``{"cache": {"enabled": True}}``
+    (:class:`pipeline.Dataset`'s ``io_options``); None keeps each dataset's own."""
 
 
 @dataclass
@@ -105,8 +108,9 @@ class BatchConfig:
 
     microbatch_size: int = 1
     """Sequences per micro-batch; must divide the local batch G/dp (performance only)."""
-    global_batch_size: int = 8
-    """Sequences per step over all ranks, G; a multiple of ``lanes``."""
+    global_batch_size: int | None = None
+    """Sequences per step over all ranks, G; a multiple of ``lanes``. None: one micro-batch
+    per lane, ``microbatch_size * lanes`` (independent of dp, as G must be)."""
 
 
 @dataclass
@@ -145,6 +149,9 @@ class Pipeline:
         """Set lane layout and performance knobs (fields of :class:`LaneOptions`)."""
         self._check_not_started()
         self.lane_options = _updated(self.lane_options, kwargs, "options")
+        if "io_options" in kwargs:
+            for dataset in self.source.datasets:
+                dataset.set_io_options(kwargs["io_options"])
         return self
 
     def tokenize(
@@ -167,8 +174,9 @@ class Pipeline:
         self.shuffle_config = ShuffleConfig(buffer_size, seed)
         return self
 
-    def batch(self, microbatch_size: int, global_batch_size: int) -> Pipeline:
-        """Set micro-batch and global batch sizes (in sequences)."""
+    def batch(self, microbatch_size: int, global_batch_size: int | None = None) -> Pipeline:
+        """Set micro-batch and global batch sizes (in sequences); the global batch defaults
+        to ``microbatch_size * lanes``, the same on every dp size."""
         self._check_not_started()
         self.batch_config = BatchConfig(microbatch_size, global_batch_size)
         return self
@@ -192,15 +200,15 @@ class Pipeline:
             f"multiple of the dp sizes you will run on, e.g. L={np.lcm(o.lanes, o.dp_size)}",
         )
         _require(
-            b.global_batch_size >= o.lanes and b.global_batch_size % o.lanes == 0,
-            f"global_batch_size (G={b.global_batch_size}) must be a positive multiple of lanes "
+            self.global_batch_size >= o.lanes and self.global_batch_size % o.lanes == 0,
+            f"global_batch_size (G={self.global_batch_size}) must be a positive multiple of lanes "
             f"(L={o.lanes}): every lane gives G/L sequences per step",
         )
-        local = b.global_batch_size // o.dp_size
+        local = self.global_batch_size // o.dp_size
         _require(
             b.microbatch_size >= 1 and local % b.microbatch_size == 0,
             f"microbatch_size ({b.microbatch_size}) must divide the local batch G/dp = "
-            f"{b.global_batch_size}/{o.dp_size} = {local}",
+            f"{self.global_batch_size}/{o.dp_size} = {local}",
         )
         _require(o.flush_every >= 1, f"flush_every must be >= 1, got {o.flush_every}")
         _require(
@@ -238,7 +246,7 @@ class Pipeline:
             "max_length": self.pack_config.max_length,
             "packing": self.pack_config.algorithm,
             "shuffle": asdict(self.shuffle_config),
-            "global_batch_size": self.batch_config.global_batch_size,
+            "global_batch_size": self.global_batch_size,
             "lanes": self.lane_options.lanes,
             "flush_every": self.lane_options.flush_every,
         }
@@ -253,7 +261,7 @@ class Pipeline:
         o, t, p, b = self.lane_options, self.tokenize_config, self.pack_config, self.batch_config
         assert t is not None and p is not None and b is not None
         lanes = self.owned_lanes
-        local = b.global_batch_size // o.dp_size
+        local = self.global_batch_size // o.dp_size
         tpb = self.source.tokens_per_byte
         lines = [
             f"Pipeline (contract {self.contract_fingerprint()[:16]})",
@@ -273,7 +281,7 @@ class Pipeline:
             f"  pack_flat {p.algorithm} max_length={p.max_length} (accumulator per lane)",
             f"  shuffle   buffer={self.shuffle_config.buffer_size} seed={self.shuffle_config.seed}"
             f" (accumulator per lane, flush every {o.flush_every} chunks)",
-            f"  batch     G={b.global_batch_size} -> {b.global_batch_size // o.lanes}/lane/step, "
+            f"  batch     G={self.global_batch_size} -> {self.global_batch_size // o.lanes}/lane/step, "
             f"local={local} = {local // b.microbatch_size} x micro-batch {b.microbatch_size}",
             f"  lanes     L={o.lanes}, dp={o.dp_size}: rank {o.dp_rank} owns lanes "
             f"[{lanes.start}, {lanes.stop})",
@@ -318,7 +326,7 @@ class Pipeline:
 
     def _produce_steps(self) -> Generator[_Step, None, None]:
         """Assemble steps: G/L sequences from every owned lane, in lane order."""
-        per_lane = self._require_batch().global_batch_size // self.lane_options.lanes
+        per_lane = self.global_batch_size // self.lane_options.lanes
         index = self._delivered[0]
         while True:
             began = time.perf_counter()
@@ -399,7 +407,7 @@ class Pipeline:
         t, p, b = self.tokenize_config, self.pack_config, self.batch_config
         assert t is not None and p is not None and b is not None
         lanes_here = len(self.owned_lanes)
-        step_tokens = b.global_batch_size // self.lane_options.lanes * p.max_length
+        step_tokens = self.global_batch_size // self.lane_options.lanes * p.max_length
         per_step = -(-step_tokens // self.source.chunk_tokens)
         return max(per_step + 1, -(-2 * t.parallelism // lanes_here), 2)
 
@@ -492,6 +500,14 @@ class Pipeline:
         c.steps += is_last
 
     # -- helpers -------------------------------------------------------------------------------
+
+    @property
+    def global_batch_size(self) -> int:
+        """Sequences per step over all ranks (``.batch``'s, or its default)."""
+        b = self._require_batch()
+        if b.global_batch_size is not None:
+            return b.global_batch_size
+        return b.microbatch_size * self.lane_options.lanes
 
     def _require_batch(self) -> BatchConfig:
         assert self.batch_config is not None, "validate() first"

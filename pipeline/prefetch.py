@@ -29,21 +29,21 @@ class BackgroundIterator(Generic[T]):
         self._producer = producer
         self._queue: queue.Queue[tuple[str, object]] = queue.Queue(maxsize)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run_producer, name=name, daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run_producer(self) -> None:
         try:
             for item in self._producer:
-                if not self._put(_ITEM, item):
+                if not self._enqueue_unless_stopped(_ITEM, item):
                     return
-            self._put(_END, None)
+            self._enqueue_unless_stopped(_END, None)
         except BaseException as exc:  # handed to the consumer, which re-raises it
-            self._put(_ERROR, exc)
+            self._enqueue_unless_stopped(_ERROR, exc)
         finally:
             self._producer.close()  # a generator must be closed by the thread running it
 
-    def _put(self, kind: str, value: object) -> bool:
+    def _enqueue_unless_stopped(self, kind: str, value: object) -> bool:
         """Block until there is room (or the consumer has gone); False if stopped."""
         while not self._stop.is_set():
             try:

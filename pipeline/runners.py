@@ -1,17 +1,11 @@
 """Runners execute a stage's stateless work function; results are always consumed in order.
 
-A lane submits its chunks with increasing sequence numbers and takes results
-back in exactly that order (each lane keeps a FIFO of tickets), so whichever
-worker finishes first, the stateful accumulators downstream see the same
-input. The runner type and its parallelism are therefore pure performance
-knobs: they never change the data.
+``inline``, ``threads`` or ``processes`` (spawn). A lane takes results back in the order it
+submitted them, so the runner type and its parallelism are pure performance knobs: they
+never change the data. A process worker that dies breaks the pool: every pending ticket
+then raises instead of hanging.
 
-* ``inline`` — the work runs in the consumer when its result is asked for.
-* ``threads`` — a thread pool; tiktoken releases the GIL while encoding.
-* ``processes`` — a process pool (spawn); the work function is sent to each
-  worker once, at start-up, and only chunks and token arrays cross after that.
-  A worker that dies (killed, out of memory) breaks the pool: every pending
-  ticket then raises instead of hanging.
+Design: docs/design/pipeline_lanes.md
 """
 
 from __future__ import annotations
@@ -38,7 +32,7 @@ class Ticket(Protocol[R_co]):
         ...
 
 
-class _Deferred(Generic[R]):
+class _DeferredTicket(Generic[R]):
     """An inline ticket: the work runs when its result is first asked for."""
 
     def __init__(self, work: Callable[[Any], R], item: Any) -> None:
@@ -48,7 +42,7 @@ class _Deferred(Generic[R]):
         return self._work(self._item)
 
 
-def _install(work: Callable[[Any], Any]) -> None:
+def _install_work(work: Callable[[Any], Any]) -> None:
     global _installed_work
     _installed_work = work
 
@@ -77,14 +71,14 @@ class Runner(Generic[I, R]):
             self._pool = ProcessPoolExecutor(
                 max_workers=parallelism,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_install,
+                initializer=_install_work,
                 initargs=(work,),
             )
 
     def submit(self, item: I) -> Ticket[R]:
         """Schedule the work on ``item``; the ticket's ``result()`` gives its value."""
         if self._pool is None:
-            return _Deferred(self._work, item)
+            return _DeferredTicket(self._work, item)
         if self.kind == "processes":
             future: Future[R] = self._pool.submit(_run_installed, item)
         else:

@@ -1,119 +1,12 @@
 """``WorkSource``: the plan. Decides what is trained on, in which order, per lane.
 
-No record contents are read here except the small calibration sample.
+No record contents are read here except the small calibration sample. Lane ``l`` of ``L``
+takes stream positions ``l, l+L, ...`` of each dataset's seeded epoch permutations and draws
+records by estimated token cost from the dataset whose next record finishes first
+(:mod:`pipeline.mixture`), out of phase with the other lanes: token shares hold within a few
+records per lane from the first step, and a lane's offsets are a pure function of the plan.
 
-Lanes. Each dataset ``d`` with ``n_d`` records is an endless stream of epochs;
-epoch ``e`` is the permutation ``perm(seed, d, e)`` of its records. Lane ``l``
-of ``L`` takes stream positions ``l, l+L, l+2L, ...``: its ``k``-th record of
-``d`` is ``perm(seed, d, e)[i]`` with ``(e, i) = divmod(k*L + l, n_d)``. Lanes
-are thus disjoint within an epoch and independent of each other and of the
-number of ranks. A dataset with ``exhausted="stop"`` ends after epoch 0.
-
-Mixing. Each lane draws records by estimated token cost
-``c = round(bytes * tokens_per_byte) + 1`` from the dataset whose next record
-finishes first in virtual time (see :mod:`pipeline.mixture`)::
-
-    d* = argmin_{d active, w_d > 0}  (o_{l,d} + t_d + c_d) / w_d
-
-(``c_d``: the cost of the record the lane would draw next from ``d``; the
-lane's first record is drawn by the start rule below), and closes a work chunk
-once its estimated tokens reach ``chunk_tokens``.
-
-Phases. Lane ``l`` of ``L`` starts dataset ``d`` at the offset
-``o_{l,d} = -phi_{l,d} * cbar_d`` (``t_d`` itself starts at 0): as if it had
-already served a fraction ``phi_{l,d}`` of a record of ``d``, where ``cbar_d``
-is the mean estimated cost of ``d``'s training records. The phases place the
-lanes on a circle of circumference 1 on which the datasets occupy consecutive
-arcs of length ``w_d``, in name order; ``E_d`` is where ``d``'s arc ends (the
-shares of the names up to ``d``)::
-
-    rng = Generator(PCG64(SeedSequence([PHASE_STREAM, seed])))
-    x_l = (rng.permutation(L)[l] + rng.random()) / L           lane l's point
-    phi_{l,d} = (x_l - E_d) mod 1
-
-* Out of phase: for each dataset the ``L`` phases are equally spaced, ``1/L``
-  apart, so the lanes draw their records of ``d`` at staggered points and
-  their rounding errors partly cancel in the global batch. In phase (all
-  offsets 0, as in earlier versions) every lane drew the same datasets in
-  the same steps and the errors of all lanes added up.
-* Systematic start: the lane whose point lies in ``d``'s arc has
-  ``phi_{l,d} >= 1 - w_d`` (``d``'s record is due), every other ``e`` has
-  ``phi_{l,e} < 1 - w_e``. The lane draws its first record from that dataset,
-  ``d0_l``, then follows the recurrence. So the first records of the ``L``
-  lanes are a systematic sample of the token shares: each dataset starts
-  ``floor(L*w_d)`` or ``ceil(L*w_d)`` lanes. (The recurrence alone draws
-  ``d0_l`` first when records cost the same; not when ``d0_l``'s records are
-  longer, since it finishes longer records later.) This is what the first
-  global batch shows when a lane's step is shorter than a record: one document
-  piece per lane.
-
-The phases depend on the seed, the names, the shares and ``L`` (all part of
-the data contract), never on the dataset order or the number of ranks;
-``cbar_d`` is an exact integer sum over a count, from the calibration, which
-states store. So a lane's offsets are a pure function of the plan: states keep
-only ``t_d`` and the records drawn, and a restored plan recomputes the offsets
-and continues exactly as the uninterrupted one.
-
-Bound. For lane ``l`` and dataset ``d`` (normalised shares ``w``; ``cmax_e`` the
-largest record cost of ``e``; ``s_e = phi_{l,e} * cbar_e``), while every
-dataset with a share is active (always, with ``exhausted="repeat"``), at every
-token of the lane's stream the estimated tokens of ``d`` minus ``w_d`` times the
-lane's tokens lie in ``[-A_{l,d}, B_{l,d}]`` (proof in :mod:`pipeline.mixture`)::
-
-    B_{l,d} = (1 - w_d) * s_d + w_d * sum_{e != d} (cmax_e - s_e)
-    A_{l,d} = (1 - w_d) * (cmax_d - s_d) + w_d * sum_{e != d} s_e
-
-widened by the lane's first record (from ``d0 = d0_l``, cost ``c0``):
-``B_{l,d0} = max(B_{l,d0}, (1 - w_{d0}) * c0)`` and, for ``d != d0``,
-``A_{l,d} += w_d * (max(c0, s_{d0}) - s_{d0})``. Any contiguous piece of the
-stream (a packed sequence) deviates by at most
-``A_{l,d} + B_{l,d} <= (1 - w_d) * cmax_d + w_d * sum_{e != d} cmax_e + c0``:
-a few record costs, however long the lane has run. For a small share the
-surplus is about ``s_d``, the part of a record the phase credits: over
-stratified lanes about half a record per lane, where lanes all in phase were
-each a whole record ahead after their first round of datasets.
-
-What a step delivers, per lane:
-
-* packing cuts the stream into sequences without reordering it, and pads at
-  a flush point belong to no dataset (shares count real tokens); a flush
-  drops a lone last token of a window (at most one token per window);
-* a shuffle buffer of ``S`` sequences (``S <= 1``: none, ``S = 0``) holds at
-  most ``S`` of them, so the lane's first ``n`` delivered sequences are its
-  first ``m <= n + S`` packed ones (a prefix) less ``m - n`` of them (each a
-  contiguous piece).
-
-So over the first ``k`` global batches, with ``P`` their real tokens, ``X_d`` the
-real tokens of ``d``, ``W_l`` the flush windows lane ``l`` closed until it
-delivered its part of them and ``R_l = A_{l,d} + B_{l,d} + W_l``::
-
-    X_d - w_d * P <= sum_l (B_{l,d} + w_d * W_l + S * R_l)
-    w_d * P - X_d <= sum_l (A_{l,d} + (1 - w_d) * W_l + S * R_l)
-
-plus the calibration error (real tokens differ from estimated costs by the
-tokenizer's deviation from the measured tokens/byte). The bound does not grow
-with ``k``: the share error falls like ``1 / P`` from the first step on.
-
-Calibration. ``tokens_per_byte`` is measured once per dataset with the run's
-tokenizer on a deterministic sample: its records in the order ``perm(name)``
-until ``calibration_bytes``. Like the held-out records it depends on the
-dataset, never on the seed or the mixture, so every seed of a contract
-estimates costs alike, and a process measures each (dataset, tokenizer, sample
-size) once: later plans of the same data (an agent's hundreds of dry runs)
-reuse it. The values are part of the plan: they are stored in pipeline states
-and adopted on restore, never re-measured.
-
-Held-out records. With ``holdout_bytes = B > 0`` each dataset sets
-``k = min(K, floor(n / 4))`` records aside for evaluation (``K = holdout_docs``,
-``n`` its records; fewer than 2 is refused): the first ``k`` of ``perm(name)``,
-an order seeded by the dataset name only, so every seed, mixture and lane count
-holds out the same records. Training never sees them: the epoch permutations
-above run over the remaining ``n_d`` records. ``B`` is the budget of scored
-bytes per dataset, never exceeded (:func:`cut_to_budget`): every held-out
-document is scored on its first ``min(len_i, c)`` bytes, with the largest cap
-``c`` such that ``sum_i min(len_i, c) <= B`` (water filling: short documents
-whole, long ones cut at the same length, at a character boundary), so an
-eval's cost is set by ``B`` whatever the documents' lengths.
+Design: docs/design/pipeline_plan.md
 """
 
 from __future__ import annotations
@@ -141,13 +34,13 @@ _MIN_HOLDOUT_DOCS = 2
 _MAX_CALIBRATION_RECORDS = 4096
 _MEASURED: dict[tuple[str, str, str, str, int], float] = {}
 """Tokens per byte measured in this process, by (name, content fingerprint, text field,
-tokenizer fingerprint, sample bytes): a pure function of them (module docstring)."""
+tokenizer fingerprint, sample bytes): a pure function of them (design doc)."""
 _MEASURED_LOCK = threading.Lock()
 
 
 def cut_to_budget(texts: Sequence[str], budget: int) -> list[str]:
     """Each text's first ``min(len_i, c)`` UTF-8 bytes, ``c`` the largest cap keeping the total
-    within ``budget`` (module docstring); a cut never splits a character."""
+    within ``budget`` (design doc); a cut never splits a character."""
     encoded = [t.encode() for t in texts]
     lengths = np.array([len(e) for e in encoded], dtype=np.int64)
     if int(lengths.sum()) <= budget:
@@ -246,8 +139,10 @@ class WorkSource:
         """Measure tokens/byte per dataset on a deterministic sample (once; later calls reuse it)."""
         with self._lock:
             if self._tokens_per_byte is None:
-                measured = {ds.name: self._measure(ds, tokenizer) for ds in self.datasets}
-                self._adopt(measured)
+                measured = {
+                    ds.name: self._measure_tokens_per_byte(ds, tokenizer) for ds in self.datasets
+                }
+                self._adopt_calibration(measured)
             assert self._tokens_per_byte is not None
             return dict(self._tokens_per_byte)
 
@@ -260,9 +155,9 @@ class WorkSource:
                 f"{sorted(names)}; the state belongs to another data contract."
             )
         with self._lock:
-            self._adopt({name: float(v) for name, v in tokens_per_byte.items()})
+            self._adopt_calibration({name: float(v) for name, v in tokens_per_byte.items()})
 
-    def _adopt(self, tokens_per_byte: dict[str, float]) -> None:
+    def _adopt_calibration(self, tokens_per_byte: dict[str, float]) -> None:
         self._tokens_per_byte = tokens_per_byte
         self._costs = [
             np.rint(ds.record_bytes * tokens_per_byte[ds.name]).astype(np.int64) + 1
@@ -270,7 +165,7 @@ class WorkSource:
         ]
         self._mean_costs = None
 
-    def _measure(self, ds: Dataset, tokenizer: Tokenizer) -> float:
+    def _measure_tokens_per_byte(self, ds: Dataset, tokenizer: Tokenizer) -> float:
         key = (ds.name, ds.fingerprint, ds.field, tokenizer.fingerprint, self.calibration_bytes)
         with _MEASURED_LOCK:
             if key in _MEASURED:
@@ -293,7 +188,7 @@ class WorkSource:
     # -- held-out records --------------------------------------------------------------------
 
     def heldout_records(self, dataset_index: int) -> np.ndarray:
-        """Global ids of a dataset's held-out records, in their selection order (module docstring)."""
+        """Global ids of a dataset's held-out records, in their selection order (design doc)."""
         ds = self.datasets[dataset_index]
         if self.holdout_bytes == 0:
             return np.zeros(0, dtype=np.int64)
@@ -331,7 +226,7 @@ class WorkSource:
     def permutation(self, dataset_index: int, epoch: int) -> np.ndarray:
         """Record ids of ``epoch`` of a dataset, in order (seeded by seed, dataset name, epoch)."""
         training = self.training_records(dataset_index)
-        order = _permutation(
+        order = _build_epoch_permutation(
             self.seed, _name_key(self.datasets[dataset_index].name), len(training), epoch
         )
         return order if self.holdout_bytes == 0 else training[order]
@@ -350,7 +245,7 @@ class WorkSource:
         return self._costs[dataset_index]
 
     def mean_cost(self, dataset_index: int) -> float:
-        """Mean estimated cost of a dataset's training records, ``cbar_d`` (module docstring).
+        """Mean estimated cost of a dataset's training records, ``cbar_d`` (design doc).
 
         An exact integer sum over a count, so it is the same float on every machine.
         """
@@ -365,7 +260,7 @@ class WorkSource:
             return self._mean_costs[dataset_index]
 
     def lane_phases(self, lane: int, num_lanes: int) -> list[float]:
-        """``phi_{l,d}`` of every dataset for lane ``lane`` of ``num_lanes`` (module docstring)."""
+        """``phi_{l,d}`` of every dataset for lane ``lane`` of ``num_lanes`` (design doc)."""
         rng = np.random.default_rng([_PHASE_STREAM, self.seed])
         x = (int(rng.permutation(num_lanes)[lane]) + float(rng.random())) / num_lanes
         shares = self.mixture.shares
@@ -377,7 +272,7 @@ class WorkSource:
         return [(x - e) % 1.0 for e in ends]
 
     def lane_start(self, lane: int, num_lanes: int) -> int | None:
-        """The dataset whose arc holds the lane's point: its first draw (module docstring)."""
+        """The dataset whose arc holds the lane's point: its first draw (design doc)."""
         total = math.fsum(self.mixture.shares)
         due = [
             (phi + w / total - 1.0, -d)
@@ -389,12 +284,12 @@ class WorkSource:
         return -max(due)[1] if due else None
 
     def lane_offsets(self, lane: int, num_lanes: int) -> list[float]:
-        """Starting offsets ``o_{l,d} = -phi_{l,d} * cbar_d`` of a lane (module docstring)."""
+        """Starting offsets ``o_{l,d} = -phi_{l,d} * cbar_d`` of a lane (design doc)."""
         return [-phi * self.mean_cost(d) for d, phi in enumerate(self.lane_phases(lane, num_lanes))]
 
 
 @lru_cache(maxsize=64)
-def _permutation(seed: int, name_key: int, num_records: int, epoch: int) -> np.ndarray:
+def _build_epoch_permutation(seed: int, name_key: int, num_records: int, epoch: int) -> np.ndarray:
     dtype = np.int32 if num_records < 2**31 else np.int64
     perm = np.random.default_rng([seed, name_key, epoch]).permutation(num_records).astype(dtype)
     perm.flags.writeable = False
@@ -455,11 +350,11 @@ class LanePlan:
                 if active and w > 0:
                     pending = self._next[e]
                     if pending is None:
-                        record = self._record(e, self._drawn[e])
+                        record = self._find_lane_record(e, self._drawn[e])
                         pending = self._next[e] = (record, int(self._costs[e][record]))
                     next_costs[e] = pending[1]
             if self._fresh and self._start is not None and self._active[self._start]:
-                d = self._start  # the lane's first record (module docstring)
+                d = self._start  # the lane's first record (design doc)
             else:
                 d = earliest_finish(self._tokens, self._offsets, next_costs, shares, self._active)
             self._fresh = False
@@ -487,7 +382,7 @@ class LanePlan:
         self._chunk += 1
         return chunk
 
-    def _record(self, d: int, k: int) -> int:
+    def _find_lane_record(self, d: int, k: int) -> int:
         """The lane's ``k``-th record of dataset ``d``: stream position ``k*L + lane``."""
         epoch, i = divmod(k * self.num_lanes + self.lane, self._sizes[d])
         cached_epoch, perm = self._perms.get(d, (-1, None))

@@ -4,7 +4,8 @@
 # run). Full run: < 15 min on 2 cores; results go to benchmarks/results/latest.{json,md}
 # (latest-quick.* with --quick). `--decisions [OPTIONS]` runs the decisions-against-noise
 # benchmark (benchmarks/decisions.py), `--cores` start-up, the main job's CPU use and the
-# pipeline's speed (benchmarks/cores.py). `--dp-spread [OPTIONS]` runs the dp-spread benchmark,
+# pipeline's speed (benchmarks/cores.py), `--tokenizers [SPEC]` the pipeline with a Hugging
+# Face tokenizer against raw `tokenizers`. `--dp-spread [OPTIONS]` runs the dp-spread benchmark,
 # `python -m benchmarks.dp_spread [OPTIONS]`, instead. See benchmarks/README.md.
 # Safe to re-run: the install is skipped while .venv/.zephon-bench-installed holds the
 # sha256 of pyproject.toml.
@@ -30,6 +31,14 @@ if [[ "${1:-}" == "--training" ]]; then
     # CPU time (benchmarks/training.py): benchmarks/results/training.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.training "$@"
+fi
+if [[ "${1:-}" == "--tokenizers" ]]; then
+    # The pipeline with a Hugging Face tokenizer (default: the GPT-NeoX tokenizer.json of
+    # ../shared/data) against raw `tokenizers` encode_batch_fast on the same threads, prose
+    # and code (~3 min on 2 cores): benchmarks/results/tokenizer_ratio_huggingface.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.tokenizer_ratio --runners threads \
+        --tokenizer "${1:-../shared/data/tokenizers/gpt-neox}"
 fi
 if [[ "${1:-}" == "--cores" ]]; then
     # Every core busy: a run's start-up and teardown cold vs warm, the main job now vs

@@ -1,17 +1,10 @@
 """``zephon-run``: the Hydra app that runs one experiment of ``conf/`` through the orchestrator.
 
-::
+A job returns :meth:`RunResult.to_dict` (or the plan's dict on a dry run); a run that
+does not succeed raises :class:`RunFailed`, so Hydra reports the job failed. The job
+reads nothing from ``HydraConfig``: launchers may run jobs in threads.
 
-    zephon-run                               train the defaults (conf/config.yaml)
-    zephon-run train=smoke mix=code_heavy    other presets; any key: data.seq_len=256
-    zephon-run dry_run=true                  the resolved plan and fingerprints only
-    zephon-run -m train.steps=10,20          Hydra multirun (stock sweeper and launcher)
-    zephon-run -m hydra/sweeper=zephon_mix hydra/launcher=zephon \\
-        hydra.sweeper.mix.grid_resolution=0.5 'hydra.sweeper.replicate_dp=[1,2]'
-
-A job returns :meth:`RunResult.to_dict` (or the plan's dict on a dry run); a run
-that does not succeed raises :class:`RunFailed`, so Hydra reports the job failed.
-The job reads nothing from ``HydraConfig``: launchers may run jobs in threads.
+Design: docs/design/sweeps_sweeper.md
 """
 
 from __future__ import annotations

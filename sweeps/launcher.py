@@ -1,24 +1,11 @@
 """The ``zephon`` Hydra launcher: a sweep's jobs run at once, as far as the free devices allow.
 
-Each job's experiment asks for the dp sizes it accepts: its ``resources.dp``
-if set (replicates), else every divisor of its lanes that divides its batch. A
-:class:`~orchestrator.service.pool.DevicePool` over the devices free when the sweep
-starts hands out leases (first fit; jobs needing the most devices first, so that a
-wide job never ends the sweep alone while cores wait; on CPU the last job to start
-also gets the spare cores as threads); a job starts with overrides that pin it to
-its lease::
+A :class:`~orchestrator.service.pool.DevicePool` hands out leases (first fit, widest jobs
+first); each job runs through Hydra's ``run_job`` in a thread with overrides that pin it
+to its lease (``resources.dp`` and its cores or GPUs). A job that can never fit fails at
+once with the reason; the others go on.
 
-    resources.dp=<dp>  and  resources.max_procs=<cores>   (CPU: its share of the cores)
-                       or   resources.gpu_ids=[i, j]      (CUDA: its GPUs)
-
-then runs through Hydra's ``run_job`` in a thread (the training itself is a
-``torchrun`` subprocess). Job configs are composed one at a time; Hydra's
-per-job logging setup is skipped, since it is process-global. A job that can
-never fit fails at once with the reason; the others go on.
-
-Each job is logged once: when it starts (its overrides and lease) or, if it can never
-fit, when it is submitted. Failed jobs are reported by the sweeper, from their
-``JobReturn``s (Hydra's basic sweeper raises the first; the mix sweeper lists them all).
+Design: docs/design/sweeps_sweeper.md
 """
 
 from __future__ import annotations
@@ -66,7 +53,8 @@ class ZephonLauncherConf:
 
 
 class ZephonLauncher(Launcher):
-    """Hydra launcher running jobs concurrently on leased devices (module docstring)."""
+    """Hydra launcher running jobs concurrently on leased devices
+    (docs/design/sweeps_sweeper.md)."""
 
     def __init__(
         self, device: str = "auto", capacity: int | None = None, extra_processes: int = 1
@@ -92,7 +80,8 @@ class ZephonLauncher(Launcher):
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
-        """Run every job (module docstring); returns one JobReturn per job, in order."""
+        """Run every job (docs/design/sweeps_sweeper.md); returns one JobReturn per job, in
+        order."""
         from hydra.core.utils import setup_globals
 
         assert self.config is not None and self.hydra_context is not None
@@ -125,7 +114,12 @@ class ZephonLauncher(Launcher):
                 if r.dp is not None
                 else [k for k in divisors(experiment.data.lanes) if not dp_problems(experiment, k)]
             )
-            runs.append((sizes, lambda lease, n=number, o=list(overrides): self._run(n, o, lease)))
+            runs.append(
+                (
+                    sizes,
+                    lambda lease, n=number, o=list(overrides): self._run_pinned_job(n, o, lease),
+                )
+            )
         # Widest first: a job needing every core would otherwise wait for the narrow ones to
         # drain, and end the sweep alone on the machine (longest processing time first).
         order = sorted(range(len(runs)), key=lambda i: -min(runs[i][0], default=0))
@@ -155,7 +149,7 @@ class ZephonLauncher(Launcher):
                 )
         return returns
 
-    def _run(self, number: int, overrides: list[str], lease: Lease) -> JobReturn:
+    def _run_pinned_job(self, number: int, overrides: list[str], lease: Lease) -> JobReturn:
         """Compose job ``number`` pinned to ``lease`` and run it with Hydra's ``run_job``."""
         assert self.config is not None and self.hydra_context is not None
         assert self.task_function is not None

@@ -1,41 +1,11 @@
 """Data-mix variants for a sweep: hand-listed mixes, a grid on the simplex, Dirichlet draws
 and one-at-a-time perturbations of a base mix, all in one canonical form.
 
-Pure logic (no Hydra, no MLflow, no torch): a sweep turns each variant into Hydra
-overrides with :func:`override_strings`, names it with :func:`mix_label` and logs
-:func:`describe` as run parameters.
+Pure logic (no Hydra, no MLflow, no torch). ``min``/``max`` bound every generator; a mix
+produced before is skipped; every problem of a request is reported at once in one
+:class:`MixError`.
 
-Canonical form: :mod:`orchestrator.experiment.mixture` (``canonical``).
-
-Bounds. ``min``/``max`` bound the canonical weights of every generator, inclusive:
-domain ``i`` needs ``ceil(min_i * D) <= u_i <= floor(max_i * D)`` (1e-9 units of
-tolerance, so a bound of 0.29 is 290 units at three decimals, not 291).
-
-Generators, in this order. A mix produced before (in canonical form) is skipped, so the
-first occurrence is kept::
-
-    explicit   each listed mix, canonicalised; it must lie within the bounds.
-    grid       n = 1 / grid_resolution steps of s = D / n units: every composition
-               (c_1, ..., c_k) of n into k = len(domains) parts c_i >= 0, in
-               lexicographic order, gives u_i = c_i * s; mixes outside the bounds
-               are dropped. There are C(n + k - 1, k - 1) compositions; more than
-               100 x max_variants are refused before enumerating.
-    dirichlet  p ~ Dirichlet(alpha, ..., alpha), drawn one at a time from
-               numpy.random.default_rng(seed) and canonicalised; kept when within the
-               bounds and new, until dirichlet_draws are kept (at most
-               1000 x dirichlet_draws draws).
-    perturb    the base b (canonicalised; it must lie within the bounds), then for
-               each domain d in sorted order and each sign in (+, -):
-                   b'_d = b_d +- delta
-                   b'_j = b_j * (1 - b'_d) / (1 - b_d)     for j != d
-               canonicalised; skipped when b'_d is outside [0, 1], when b_d = 1 (the
-               other domains are all 0, so nothing can be rescaled to make up the
-               difference) or when outside the bounds.
-
-Errors. The request is checked before any mix is generated, and every problem found is
-reported at once in one :class:`MixError`. The problems only generating can show (a grid
-with no mix within the bounds, Dirichlet draws that cannot find enough new mixes, more
-than max_variants variants) are collected the same way, after generating.
+Design: docs/design/sweeps_mixes.md
 """
 
 from __future__ import annotations
@@ -69,7 +39,7 @@ _DIRICHLET_ATTEMPTS_PER_DRAW = 1000
 
 @dataclass
 class MixSpace:
-    """The data-mix variants a sweep asks for (see the module docstring for the algorithms)."""
+    """The data-mix variants a sweep asks for (the algorithms: docs/design/sweeps_mixes.md)."""
 
     explicit: list[dict[str, float]] = field(default_factory=list)
     """Mixes listed by hand (weights are normalised; missing domains get 0)."""
@@ -166,7 +136,7 @@ def variants(space: MixSpace, domains: list[str]) -> list[dict[str, float]]:
         steps = round(1 / space.grid_resolution)
         on_grid = [
             units
-            for parts in _compositions(steps, len(ordered))
+            for parts in _enumerate_compositions(steps, len(ordered))
             if within_bounds(units := tuple(part * (scale // steps) for part in parts))
         ]
         if not on_grid:
@@ -199,7 +169,7 @@ def variants(space: MixSpace, domains: list[str]) -> list[dict[str, float]]:
     if space.perturb_base is not None:
         base = mix_units([space.perturb_base.get(d, 0.0) for d in ordered], scale)
         keep(base, "perturbations")
-        for units in _perturbations(base, space.perturb_delta, scale):
+        for units in _perturb_one_at_a_time(base, space.perturb_delta, scale):
             if within_bounds(units):
                 keep(units, "perturbations")
 
@@ -244,7 +214,7 @@ def describe(space: MixSpace) -> dict[str, Any]:
     return description
 
 
-def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
+def _enumerate_compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
     """Every way to write ``total`` as ``parts`` ordered non-negative integers, in
     lexicographic order (stars and bars: ``parts - 1`` bars among ``total + parts - 1``
     slots; the parts are the runs of stars between them)."""
@@ -254,7 +224,9 @@ def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
         yield tuple(right - left - 1 for left, right in itertools.pairwise(edges))
 
 
-def _perturbations(base: tuple[int, ...], delta: float, scale: int) -> Iterator[tuple[int, ...]]:
+def _perturb_one_at_a_time(
+    base: tuple[int, ...], delta: float, scale: int
+) -> Iterator[tuple[int, ...]]:
     """The one-at-a-time perturbations of ``base`` (units), before the bounds."""
     weights = [u / scale for u in base]
     for i, weight in enumerate(weights):

@@ -1,34 +1,11 @@
 """The searching sweep: ``hydra.sweeper.mix.search={rounds, per_round, initial, seed}``.
 
-::
+Round 0 runs an initial design; each round's runs are checked by the guard, fitted, and
+the next round's mixtures proposed, until the stop signal or ``rounds`` rounds; then the
+recommended mixture is confirmed by the guard. The state file
+``<runs_root>/<sweep>.search.json`` lets ``hydra.sweeper.resume`` continue a search.
 
-    zephon-run -m hydra/sweeper=zephon_mix hydra/launcher=zephon \\
-        'hydra.sweeper.mix.search={rounds: 3, per_round: 2, initial: 4, seed: 0}' \\
-        'hydra.sweeper.replicate_seeds=[0,1]'
-
-Order of work (nothing is launched until step 1 passes)::
-
-    1. bounds = mix.min / mix.max, each dataset capped at max_epochs passes over its tokens
-       in one run; the initial design = the uniform mix, the token-proportional mix and
-       `initial` seeded Dirichlet draws (plus any mix.explicit / grid / ... variants);
-       every job composed and validated
-    2. round 0 runs the design; each round's runs (x replicate_seeds x replicate_dp) are
-       compared by the guard together with every accepted run before them, as a child
-       comparison run of the parent: a refused round ends the search (nothing it trained
-       feeds a fit)
-    3. fit (orchestrator.search.fit) on every accepted run -> propose `per_round` mixtures
-       -> the next round; until the stop signal or `rounds` rounds
-    4. confirmation: the recommended mixture against the best of the initial design and
-       against the token-proportional mix, under the sweep's seeds and dp sizes (runs of
-       those mixtures made before are reused), decided by the guard into the parent run,
-       each pair at 1 - 0.05/k confidence for k comparisons of the recommendation
-       (orchestrator.search.confirmation: a false winner at most 5% of the time)
-
-The state (each round's mixtures, job numbers, runs, verdict and proposal) is kept in
-``<runs_root>/<sweep>.search.json`` and written before each round is launched, so
-``hydra.sweeper.resume=<sweep>`` continues from the last finished round with the same
-proposals. The parent run holds the trajectory (metrics per round), the state file and
-the plots ``search_trajectory.png`` and ``search_predictions.png``.
+Design: docs/design/sweeps_search.md
 """
 
 from __future__ import annotations
@@ -85,7 +62,7 @@ class SearchingMixSweeper(MixSweeper):
 
 
 class MixSearch:
-    """The searching mode of :class:`~sweeps.sweeper.MixSweeper` (module docstring)."""
+    """The searching mode of :class:`~sweeps.sweeper.MixSweeper` (docs/design/sweeps_search.md)."""
 
     def __init__(self, sweeper: MixSweeper) -> None:
         self.sweeper = sweeper
@@ -95,7 +72,7 @@ class MixSearch:
         self.results: list[JobReturn] = []
 
     def sweep(self, arguments: list[str]) -> list[JobReturn]:
-        """Steps 1-4 of the module docstring."""
+        """Steps 1-4 of docs/design/sweeps_search.md."""
         sweeper, spec = self.sweeper, self.spec
         assert sweeper.config is not None and sweeper.hydra_context is not None
         combinations = sweeper.combinations(arguments)
@@ -151,13 +128,13 @@ class MixSearch:
         path = Path(opened.runs_root) / f"{opened.name}.search.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         state = SearchState.load(path) if sweeper.resume else SearchState(path)
-        accepted = self._rounds(state, design)
-        verdict = self._confirm(state, accepted)
-        return self._finish(state, verdict)
+        accepted = self._run_rounds(state, design)
+        verdict = self._confirm_recommendation(state, accepted)
+        return self._finish_search(state, verdict)
 
     # -- rounds ---------------------------------------------------------------------------
 
-    def _rounds(self, state: SearchState, design: list[dict[str, float]]) -> list[str]:
+    def _run_rounds(self, state: SearchState, design: list[dict[str, float]]) -> list[str]:
         """Run (or take from ``state``) every round; the accepted runs' MLflow ids."""
         accepted: list[str] = []
         mixtures: list[dict[str, float]] = design
@@ -185,7 +162,7 @@ class MixSearch:
                     "prior": self.tokens,
                     "min_gain": self.spec.min_gain,
                 }
-                record.proposal = self._propose(record.proposal_inputs).to_json()
+                record.proposal = self._propose_from_inputs(record.proposal_inputs).to_json()
                 state.save()
             stop = record.proposal["stop"]
             log.info("%s round %d: %s", self.opened.name, number, stop["reason"])
@@ -207,7 +184,7 @@ class MixSearch:
         failed = [o for o in record.outcomes if o["status"] != RunStatus.SUCCEEDED]
         if failed:
             state.save()
-            self._fail([f"job {o['job']} {o['status']}: {o['error']}" for o in failed])
+            self._fail_search([f"job {o['job']} {o['status']}: {o['error']}" for o in failed])
         parent = self.opened.parent
         verdict = api.compare(
             [*accepted, *(o["mlflow_run_id"] for o in record.outcomes)],
@@ -221,15 +198,15 @@ class MixSearch:
         record.refusals = [r["message"] for r in verdict.get("refusals", [])]
         state.save()
         if not record.accepted:
-            self._fail(
+            self._fail_search(
                 [f"round {record.number} refused by the guard: {r}" for r in record.refusals]
             )
 
-    def _propose(self, inputs: dict[str, Any]) -> Proposal:
+    def _propose_from_inputs(self, inputs: dict[str, Any]) -> Proposal:
         """The proposal ``inputs`` (a round's ``proposal_inputs``) describe."""
-        return proposal_from_inputs(inputs, self._observations(inputs["run_ids"]))
+        return proposal_from_inputs(inputs, self._read_observations(inputs["run_ids"]))
 
-    def _observations(self, run_ids: list[str]) -> Observations:
+    def _read_observations(self, run_ids: list[str]) -> Observations:
         from orchestrator.search.runs import observations_from_runs
 
         parent = self.opened.parent
@@ -239,12 +216,14 @@ class MixSearch:
 
     # -- confirmation ---------------------------------------------------------------------
 
-    def _confirm(self, state: SearchState, accepted: list[str]) -> dict[str, Any] | None:
+    def _confirm_recommendation(
+        self, state: SearchState, accepted: list[str]
+    ) -> dict[str, Any] | None:
         """The recommended mixture against the best initial and the token-proportional mix,
         decided by the guard into the parent run (None: they are one mixture)."""
         from orchestrator.run import api
 
-        observations = self._observations(accepted)
+        observations = self._read_observations(accepted)
         last = state.rounds[-1]
         assert last.proposal is not None
         arms = [last.proposal["recommended"]["mixture"]]
@@ -271,7 +250,7 @@ class MixSearch:
             state.save()
         failed = [o for o in record.outcomes if o["status"] != RunStatus.SUCCEEDED]
         if failed:
-            self._fail([f"job {o['job']} {o['status']}: {o['error']}" for o in failed])
+            self._fail_search([f"job {o['job']} {o['status']}: {o['error']}" for o in failed])
         if len(arms) < 2:
             return None
         made = {self._job_key(o["mixture"], o["seed"], o["dp"]): o for o in record.outcomes}
@@ -305,13 +284,13 @@ class MixSearch:
 
     # -- the end --------------------------------------------------------------------------
 
-    def _finish(self, state: SearchState, verdict: dict[str, Any] | None) -> list[JobReturn]:
+    def _finish_search(self, state: SearchState, verdict: dict[str, Any] | None) -> list[JobReturn]:
         """Trajectory, plots and state into the parent run; sweep.json; the report."""
         from orchestrator.tracking.tracker import Tracker
 
         parent, folder = self.opened.parent, self.opened.folder
         accepted = [o["mlflow_run_id"] for r in state.rounds for o in r.outcomes]
-        observations = self._observations(accepted)
+        observations = self._read_observations(accepted)
         points = trajectory(state, observations, self.space.decimals)
         assert parent.run_id is not None
         tracker = Tracker(parent.uri, parent.experiment)
@@ -338,10 +317,10 @@ class MixSearch:
         print("\n".join(report_lines(state, points, self.space.decimals)))
         print(sweep_report(summary, folder, self.space.decimals))
         if verdict is not None and not verdict.get("accepted", False):
-            self._fail([r["message"] for r in verdict.get("refusals", [])])
+            self._fail_search([r["message"] for r in verdict.get("refusals", [])])
         parent.finish(status="FINISHED")
         return self.results
 
-    def _fail(self, reasons: list[str]) -> None:
+    def _fail_search(self, reasons: list[str]) -> None:
         self.opened.parent.finish(status="FAILED")
         raise SweepFailed(f"{self.opened.name}: " + "\n".join(reasons))

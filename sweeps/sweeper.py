@@ -1,37 +1,11 @@
 """The ``zephon_mix`` Hydra sweeper: data-mix variants x other sweeps x replicates, one
 parent MLflow run, the comparison guard at the end.
 
-::
+Every job is composed and validated before any is launched; the sweep fails (Hydra exits
+non-zero) when a job fails or the guard refuses, after everything is logged. With
+``hydra.sweeper.mix.search`` set it searches instead (:mod:`sweeps.search`).
 
-    zephon-run -m hydra/sweeper=zephon_mix hydra/launcher=zephon \\
-        hydra.sweeper.mix.grid_resolution=0.5 'hydra.sweeper.replicate_dp=[1,2]' \\
-        train.steps=10,20
-
-Order of work (nothing is launched until steps 1-3 pass)::
-
-    1. other = the ordinary overrides, crossed like Hydra's basic sweeper
-       (train.steps=10,20 -> two combinations)
-    2. per combination: domains = its data.datasets; mixes = sweeps.mixes.variants(...)
-       jobs = combination x mix x (replicate_seeds or [configured seeds])
-                                  x (replicate_dp or [free choice])
-    3. every job composed and validated like any experiment (ExperimentError lists all)
-    4. a parent MLflow run (tag zephon.kind=sweep); each job gets
-       sweep.name, sweep.parent_run_id and run_name=<sweep>-<job number>
-    5. the configured launcher runs the jobs (zephon: in parallel on the free devices)
-    6. the guard compares the sweep's runs, one comparison per combination (train.steps=10,20:
-       two, each judged on its own); the verdict (table, decisions and plot, or the
-       refusal) is logged into the parent run (or, per combination, into child comparison
-       runs of it) and <sweep dir>/sweep.json
-
-With ``hydra.sweeper.mix.search`` set the sweeper searches instead (:mod:`sweeps.search`:
-rounds of fit -> propose -> run, built from :meth:`MixSweeper.jobs_for`,
-:meth:`MixSweeper.launch` and the guard).
-
-The sweep fails (Hydra exits non-zero) when a job fails or the guard refuses,
-after everything is logged. ``replicate_dp`` runs every variant on each listed dp
-size, so the guard proves the comparison free of infrastructure effects;
-``replicate_seeds`` runs it under each listed seed, so the guard's decisions
-measure training noise (variants under one seed are compared as a pair).
+Design: docs/design/sweeps_sweeper.md
 """
 
 from __future__ import annotations
@@ -71,7 +45,7 @@ class MixSweeperConf:
     """``hydra/sweeper=zephon_mix``; set fields as ``hydra.sweeper.<field>=...``."""
 
     _target_: str = "hydra_plugins.zephon.MixSweeper"
-    mix: Any = field(default_factory=lambda: _untyped(MixSpace()))
+    mix: Any = field(default_factory=lambda: _to_untyped_data(MixSpace()))
     """The mixes to try: the fields of :class:`sweeps.mixes.MixSpace` (explicit list,
     simplex grid, Dirichlet draws, perturbations, bounds). Untyped, so that
     ``mix.max={i18n:0.5}`` and ``mix.explicit=[{code:1,docs:1}]`` work from the command
@@ -104,7 +78,7 @@ class Job:
 
 
 class MixSweeper(Sweeper):
-    """Hydra sweeper over data mixes (module docstring)."""
+    """Hydra sweeper over data mixes (docs/design/sweeps_sweeper.md)."""
 
     def __init__(
         self,
@@ -117,7 +91,7 @@ class MixSweeper(Sweeper):
     ) -> None:
         super().__init__()
         self.resume = resume
-        fields = mix if isinstance(mix, dict) else _plain(mix)
+        fields = mix if isinstance(mix, dict) else _to_plain_dict(mix)
         self.space = MixSpace(**{k: v for k, v in fields.items() if v is not None})
         self.replicate_dp = [int(k) for k in replicate_dp]
         self.replicate_seeds = [int(k) for k in replicate_seeds or []]
@@ -145,7 +119,7 @@ class MixSweeper(Sweeper):
     # -- planning -------------------------------------------------------------------------
 
     def plan(self, arguments: list[str]) -> list[Job]:
-        """Steps 1-3 of the module docstring: every job, validated; nothing launched."""
+        """Steps 1-3 of docs/design/sweeps_sweeper.md: every job, validated; nothing launched."""
         assert self.hydra_context is not None
         loader = self.hydra_context.config_loader
         jobs: list[Job] = []
@@ -306,15 +280,17 @@ class MixSweeper(Sweeper):
                     "\n".join(
                         [
                             f"{name}: the launcher failed: {type(error).__name__}: {said}",
-                            *self._unfinished(name, opened.runs_root, last),
+                            *self._report_unfinished(name, opened.runs_root, last),
                         ]
                     )
                 ) from None
             parent.finish(status="KILLED")
-            raise interrupts.Interrupted(self._unfinished(name, opened.runs_root, last)) from None
+            raise interrupts.Interrupted(
+                self._report_unfinished(name, opened.runs_root, last)
+            ) from None
         return results
 
-    def _unfinished(self, name: str, runs_root: str, jobs: int) -> list[str]:
+    def _report_unfinished(self, name: str, runs_root: str, jobs: int) -> list[str]:
         """Report lines of an interrupted sweep: jobs never started, and the command that
         continues the whole sweep (interrupted jobs are noted by their runs)."""
         lines = [
@@ -366,7 +342,7 @@ def _run_name(sweep: str, number: int) -> str:
     return f"{sweep}-{number:03d}"
 
 
-def _untyped(space: MixSpace) -> dict[str, Any]:
+def _to_untyped_data(space: MixSpace) -> dict[str, Any]:
     """``space`` as plain data with empty containers as None (replaced, not merged, by
     Hydra overrides: a struct config refuses new keys in an existing dict)."""
     return {
@@ -374,7 +350,7 @@ def _untyped(space: MixSpace) -> dict[str, Any]:
     }
 
 
-def _plain(node: DictConfig) -> dict[str, Any]:
+def _to_plain_dict(node: DictConfig) -> dict[str, Any]:
     container = OmegaConf.to_container(node, resolve=True)
     assert isinstance(container, dict)
     return {str(k): v for k, v in container.items()}

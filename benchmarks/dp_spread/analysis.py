@@ -83,7 +83,9 @@ def spread(values: list[float]) -> float:
     return max(values) - min(values)
 
 
-def _agreement(reference: dict[str, Any], other: dict[str, Any], loader: str) -> dict[str, Any]:
+def _compare_global_batches(
+    reference: dict[str, Any], other: dict[str, Any], loader: str
+) -> dict[str, Any]:
     """How far two runs of one loader trained on the same global batches."""
     same_step = sum(a == b for a, b in zip(reference["_batches"], other["_batches"], strict=True))
     ref_rows = Counter(r for rows in reference["_batches"] for r in rows)
@@ -110,7 +112,9 @@ def analyse(runs: dict[str, list[dict[str, Any]]], steps: int) -> dict[str, Any]
         domains = sorted(results[0]["bpb"])
         reference = results[0]
         agreement = {
-            f"dp{reference['dp']}_vs_dp{other['dp']}": _agreement(reference, other, loader)
+            f"dp{reference['dp']}_vs_dp{other['dp']}": _compare_global_batches(
+                reference, other, loader
+            )
             for other in results[1:]
         }
         all_agree = all(e["steps_with_same_global_batch"] == steps for e in agreement.values())

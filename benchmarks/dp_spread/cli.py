@@ -31,11 +31,11 @@ PACKAGES = ("torch", "torchtitan", "datasets")
 """Packages whose versions the report records."""
 
 
-def _progress(message: str) -> None:
+def _print_progress(message: str) -> None:
     print(f"[dp-spread] {message}", file=sys.stderr, flush=True)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.dp_spread", description=(dp_spread.__doc__ or "").split("\n")[0]
     )
@@ -70,9 +70,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark (package docstring) and write its JSON, markdown and figure; 0 on
+    """Run the benchmark (design doc) and write its JSON, markdown and figure; 0 on
     success (a failed training raises ``LaunchError``)."""
-    parser = _parser()
+    parser = _build_parser()
     args = parser.parse_args(argv)
     if args.render_only:
         render(json.loads((args.results_dir / RESULT_FILE).read_text()), args.docs_dir)
@@ -83,24 +83,26 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = args.work_dir.resolve()
     started = time.monotonic()
     load_before = os.getloadavg()
-    _progress(f"preparing the corpus in {work_dir}")
+    _print_progress(f"preparing the corpus in {work_dir}")
     prepared = prepare(work_dir, args.corpus_bytes, args.holdout_bytes)
     seed = None
     if not args.no_seed_checkpoint:
-        _progress(f"creating the seed checkpoint of {MODELS[args.model].base} (dp 1, model only)")
+        _print_progress(
+            f"creating the seed checkpoint of {MODELS[args.model].base} (dp 1, model only)"
+        )
         seed = seed_checkpoint(work_dir, prepared, args.model)
     runs: dict[str, list[dict[str, Any]]] = {loader: [] for loader in LOADERS}
     for dp in dps:
         for loader in LOADERS:
-            _progress(f"{loader} dp {dp}: {args.steps} steps ...")
+            _print_progress(f"{loader} dp {dp}: {args.steps} steps ...")
             run = train(work_dir, prepared, args.model, loader, dp, args.steps, seed)
             result = collect(run, loader, dp, args.steps)
             runs[loader].append(result)
-            _progress(
+            _print_progress(
                 f"{loader} dp {dp}: aggregate bpb {result['aggregate_bpb']:.5f} "
                 f"({run['seconds']:.0f} s)"
             )
-    meta = _meta(args, argv if argv is not None else sys.argv[1:], dps, prepared, runs)
+    meta = _build_report_meta(args, argv if argv is not None else sys.argv[1:], dps, prepared, runs)
     meta.update(
         seed_checkpoint=seed is not None,
         load_average_before=load_before,
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _meta(
+def _build_report_meta(
     args: argparse.Namespace,
     argv: list[str],
     dps: list[int],

@@ -1,22 +1,11 @@
 """TorchTitan configs of the dp-spread benchmark (``--module benchmarks.dp_spread.configs``).
 
-Two configs per model, identical but for the training data loader:
+Two configs per model, identical but for the training data loader: ``zephon_dp_spread`` and
+``zephon_mini_dp_spread`` (the lane pipeline), ``stock_dp_spread`` and
+``stock_mini_dp_spread`` (TorchTitan's stock loader, scored on the very same held-out text).
+All record the sha256 of every row they hand to the trainer and evaluate twice at the end.
 
-``zephon_dp_spread`` (``--model debug``), ``zephon_mini_dp_spread`` (``--model mini``)
-    ``orchestrator.titan.configs.zephon_debug`` / ``zephon_mini`` (the lane pipeline).
-``stock_dp_spread``, ``stock_mini_dp_spread``
-    The same trainer settings (model, optimizer, lr schedule, seed, tokenizer, sequence
-    length, batch sizes, steps) on TorchTitan's stock ``HuggingFaceTextDataLoader``
-    reading a local JSON dataset through its ``c4_test`` entry
-    (``--dataloader.dataset-path``). :class:`StockHeldOutTrainer` is TorchTitan's own
-    ``Trainer`` plus the held-out evaluator: it builds Zephon's ``WorkSource`` from
-    ``--heldout.*`` (the Zephon run's data settings) *only* to know which records are
-    held out, so both loaders are scored on the very same text.
-
-All record, per rank and per pull, the sha256 of every sequence (row) they hand
-to the trainer (``<record_dir>/rows.dp<rank>.jsonl``), and all run the held-out
-evaluator twice at the last step (:class:`RepeatedHeldOutEvaluator`), which gives the
-evaluation's re-run noise.
+Design: docs/design/benchmarks_dp_spread.md
 """
 
 from __future__ import annotations
@@ -53,7 +42,7 @@ def _row_hashes(inputs: torch.Tensor) -> list[str]:
     return [hashlib.sha256(row.tobytes()).hexdigest() for row in rows]
 
 
-def _record(path: Path, inputs: torch.Tensor) -> None:
+def _append_row_hashes(path: Path, inputs: torch.Tensor) -> None:
     batch = hashlib.sha256(inputs.numpy().tobytes()).hexdigest()
     with path.open("a") as f:
         f.write(json.dumps({"batch": batch, "rows": _row_hashes(inputs)}) + "\n")
@@ -73,7 +62,7 @@ class RecordingStockLoader(HuggingFaceTextDataLoader):
 
     def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
         for inputs, labels in super().__iter__():
-            _record(self.record, inputs["input"])
+            _append_row_hashes(self.record, inputs["input"])
             yield inputs, labels
 
 
@@ -91,7 +80,7 @@ class RecordingZephonLoader(ZephonDataLoader):
 
     def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
         for inputs, labels in super().__iter__():
-            _record(self.record, inputs["input"])
+            _append_row_hashes(self.record, inputs["input"])
             yield inputs, labels
 
 
@@ -160,8 +149,8 @@ class StockHeldOutTrainer(Trainer):
 
 
 def zephon_dp_spread() -> ZephonTrainer.Config:
-    """``zephon_debug`` recording its rows (:func:`_recording`)."""
-    return _recording(zephon_debug())
+    """``zephon_debug`` recording its rows (:func:`_enable_recording`)."""
+    return _enable_recording(zephon_debug())
 
 
 def stock_dp_spread() -> StockHeldOutTrainer.Config:
@@ -170,8 +159,8 @@ def stock_dp_spread() -> StockHeldOutTrainer.Config:
 
 
 def zephon_mini_dp_spread() -> ZephonTrainer.Config:
-    """``zephon_mini`` recording its rows (:func:`_recording`): for smoke runs."""
-    return _recording(zephon_mini())
+    """``zephon_mini`` recording its rows (:func:`_enable_recording`): for smoke runs."""
+    return _enable_recording(zephon_mini())
 
 
 def stock_mini_dp_spread() -> StockHeldOutTrainer.Config:
@@ -179,7 +168,7 @@ def stock_mini_dp_spread() -> StockHeldOutTrainer.Config:
     return _on_stock_loader(zephon_mini_dp_spread())
 
 
-def _recording(config: ZephonTrainer.Config) -> ZephonTrainer.Config:
+def _enable_recording(config: ZephonTrainer.Config) -> ZephonTrainer.Config:
     """``config`` (a lane-pipeline config) recording its rows, evaluated twice at the end.
 
     Set ``--dataloader.spec`` (the benchmark's data spec), ``--dataloader.record-dir`` and
@@ -194,7 +183,7 @@ def _recording(config: ZephonTrainer.Config) -> ZephonTrainer.Config:
 
 
 def _on_stock_loader(zephon: ZephonTrainer.Config) -> StockHeldOutTrainer.Config:
-    """``zephon`` (a :func:`_recording` config) on TorchTitan's stock loader (module docstring).
+    """``zephon`` (a :func:`_enable_recording` config) on TorchTitan's stock loader (design doc).
 
     Set ``--dataloader.dataset-path``, ``--dataloader.record-dir``, ``--heldout.spec`` (the
     Zephon run's data spec) and ``--training.local-batch-size`` (8 / dp).

@@ -32,7 +32,7 @@ LOG_TAIL_LINES = 60
 """Lines of ``launch.log`` a failed training's error carries."""
 
 
-def _env(work_dir: Path, folder: RunFolder, dp: int) -> dict[str, str]:
+def _build_launch_env(work_dir: Path, folder: RunFolder, dp: int) -> dict[str, str]:
     """Zephon's launch environment, with the benchmark's own settings on top."""
     return {
         **launch_env(folder, discover("cpu"), dp),
@@ -50,7 +50,7 @@ def _env(work_dir: Path, folder: RunFolder, dp: int) -> dict[str, str]:
     }
 
 
-def _torchrun(
+def _run_torchrun(
     work_dir: Path, folder: Path, config: str, dp: int, args: list[str], what: str
 ) -> float:
     """Run ``orchestrator.titan.train`` under torchrun; the seconds it took. Log: ``folder``."""
@@ -67,7 +67,9 @@ def _torchrun(
     # The command first: a failed run's log says how to run it again by hand.
     run.log_path.write_text(shlex.join(command) + "\n")
     started = time.monotonic()
-    code = run_local(Launch([command], _env(work_dir, run, dp), run, timeout_s=LAUNCH_TIMEOUT_S))
+    code = run_local(
+        Launch([command], _build_launch_env(work_dir, run, dp), run, timeout_s=LAUNCH_TIMEOUT_S)
+    )
     if code != 0:
         raise LaunchError(
             f"{what} failed (exit {code}); {run.log_path}:\n{run.log_tail(LOG_TAIL_LINES)}"
@@ -75,7 +77,7 @@ def _torchrun(
     return time.monotonic() - started
 
 
-def _fresh(folder: Path) -> Path:
+def _make_fresh_folder(folder: Path) -> Path:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
@@ -86,8 +88,8 @@ def seed_checkpoint(work_dir: Path, prepared: Prepared, model: str) -> str:
     """TorchTitan's seed checkpoint of ``model`` (model only, step 0), made on 1 process:
     every run loads it, so all start from the same weights (``--debug.seed`` alone
     initialises the sharded model differently on each dp size on CPU)."""
-    folder = _fresh(work_dir / "runs" / "seed")
-    _torchrun(
+    folder = _make_fresh_folder(work_dir / "runs" / "seed")
+    _run_torchrun(
         work_dir,
         folder,
         MODELS[model].configs["zephon"],
@@ -115,7 +117,7 @@ def train(
 ) -> dict[str, Any]:
     """Train ``model`` on ``loader`` from scratch on ``dp`` processes, from the seed
     checkpoint ``seed`` if given; return the run's folder and time."""
-    folder = _fresh(work_dir / "runs" / f"{loader}-dp{dp}")
+    folder = _make_fresh_folder(work_dir / "runs" / f"{loader}-dp{dp}")
     init = (
         []
         if seed is None
@@ -137,5 +139,5 @@ def train(
         *prepared.data_flags(loader, folder),
     ]
     config = MODELS[model].configs[loader]
-    seconds = _torchrun(work_dir, folder, config, dp, args, f"{loader} dp {dp}")
+    seconds = _run_torchrun(work_dir, folder, config, dp, args, f"{loader} dp {dp}")
     return {"folder": str(folder), "seconds": seconds, "omp_threads": OMP_THREADS}

@@ -23,7 +23,7 @@ STUDY = (
 """The original study's spread of eval scores (points) across 8/16/32/64 GPUs."""
 
 
-def _fmt(x: float) -> str:
+def _format_difference(x: float) -> str:
     """A score difference: 0 as 0, small ones in scientific notation."""
     return "0" if x == 0 else f"{x:.2e}" if abs(x) < 1e-3 else f"{x:.4f}"
 
@@ -45,7 +45,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         low, high = np.array(agg) - noise, np.array(agg) + noise
         left.fill_between(dps, low, high, color=COLORS[loader], alpha=0.2, lw=0)
         left.annotate(
-            f"spread {_fmt(s['spread']['aggregate'])}",
+            f"spread {_format_difference(s['spread']['aggregate'])}",
             (dps[-1], agg[-1]),
             textcoords="offset points",
             xytext=(8, 0),
@@ -62,7 +62,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     noise_text = (
         "0 for both: bit-identical re-runs"
         if not any(noises)
-        else ", ".join(f"{k} {_fmt(n)}" for k, n in zip(LOADERS, noises, strict=True))
+        else ", ".join(f"{k} {_format_difference(n)}" for k, n in zip(LOADERS, noises, strict=True))
     )
     dps_text = "/".join(map(str, summary["stock"]["dps"]))
     left.set_title(
@@ -83,7 +83,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         )
         for bar, k in zip(bars, keys, strict=True):
             right.annotate(
-                _fmt(summary[loader]["spread"][k]),
+                _format_difference(summary[loader]["spread"][k]),
                 (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                 textcoords="offset points",
                 xytext=(0, 2),
@@ -106,7 +106,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _verdict(summary: dict[str, Any]) -> str:
+def _write_verdict(summary: dict[str, Any]) -> str:
     stock, zephon = summary["stock"], summary["zephon"]
     s, z = stock["spread"]["aggregate"], zephon["spread"]["aggregate"]
     ratio = summary.get("spread_ratio")
@@ -133,7 +133,7 @@ def _verdict(summary: dict[str, Any]) -> str:
         "The evaluation itself is bit-for-bit repeatable here (re-run noise 0: deterministic "
         "CPU kernels), so every difference in the table comes from training, not from the eval."
         if noise == 0
-        else f"The eval's re-run noise is at most {_fmt(noise)} bits/byte."
+        else f"The eval's re-run noise is at most {_format_difference(noise)} bits/byte."
     )
     dps = "/".join(map(str, stock["dps"]))
     first = ""
@@ -141,13 +141,17 @@ def _verdict(summary: dict[str, Any]) -> str:
         z1 = spread(zephon["first_loss"])
         first = (
             " Zephon's step-1 training loss, on the same batch from the same weights, is "
-            + ("bit-identical across dp sizes" if z1 == 0 else f"within {_fmt(z1)} (float order)")
+            + (
+                "bit-identical across dp sizes"
+                if z1 == 0
+                else f"within {_format_difference(z1)} (float order)"
+            )
             + f"; the stock loader's, on different batches, differs by "
-            f"{_fmt(spread(stock['first_loss']))}."
+            f"{_format_difference(spread(stock['first_loss']))}."
         )
     return (
         f"Across dp {dps}, the stock loader's aggregate held-out score spreads over "
-        f"{_fmt(s)} bits/byte, Zephon's over {_fmt(z)}: {size}. {noise_text}{first}"
+        f"{_format_difference(s)} bits/byte, Zephon's over {_format_difference(z)}: {size}. {noise_text}{first}"
     )
 
 
@@ -165,15 +169,15 @@ def to_markdown(report: dict[str, Any]) -> str:
             "![aggregate held-out bits/byte per dp size, and the spread across dp sizes]"
             "(dp_spread.png)",
             "",
-            _verdict(summary),
+            _write_verdict(summary),
             "",
-            *_scores(summary, domains),
+            *_write_score_table(summary, domains),
             "",
             *_next_to_study(summary, meta),
             "",
             *_global_batches(summary, meta),
             "",
-            *_method(meta, domains),
+            *_write_method(meta, domains),
             "",
             "## Reproduce",
             "",
@@ -191,7 +195,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     )
 
 
-def _scores(summary: dict[str, Any], domains: list[str]) -> list[str]:
+def _write_score_table(summary: dict[str, Any], domains: list[str]) -> list[str]:
     """The table of held-out scores per loader and dp, spreads and eval noise."""
     lines = [
         "## Held-out bits per byte (lower is better)",
@@ -211,17 +215,17 @@ def _scores(summary: dict[str, Any], domains: list[str]) -> list[str]:
                 + " | ".join(cells)
                 + f" | **{s['aggregate_bpb'][i]:.4f}** | {losses} |"
             )
-        spreads = [_fmt(s["spread"][d]) for d in domains]
+        spreads = [_format_difference(s["spread"][d]) for d in domains]
         lines.append(
             f"| {LABELS[loader]} | spread (max - min) | "
             + " | ".join(spreads)
-            + f" | **{_fmt(s['spread']['aggregate'])}** | | |"
+            + f" | **{_format_difference(s['spread']['aggregate'])}** | | |"
         )
-        noise = [_fmt(s["eval_noise"][d]) for d in domains]
+        noise = [_format_difference(s["eval_noise"][d]) for d in domains]
         lines.append(
             f"| {LABELS[loader]} | eval re-run noise | "
             + " | ".join(noise)
-            + f" | {_fmt(s['eval_noise']['aggregate'])} | | |"
+            + f" | {_format_difference(s['eval_noise']['aggregate'])} | | |"
         )
     return lines
 
@@ -242,8 +246,8 @@ def _next_to_study(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
         )
     lines.append(
         f"| here, aggregate held-out bits/byte (dp {'/'.join(map(str, summary['stock']['dps']))}) | "
-        f"{_fmt(summary['stock']['spread']['aggregate'])} | "
-        f"{_fmt(summary['zephon']['spread']['aggregate'])} | "
+        f"{_format_difference(summary['stock']['spread']['aggregate'])} | "
+        f"{_format_difference(summary['zephon']['spread']['aggregate'])} | "
         f"{'n/a (Zephon 0)' if ratio is None else f'{ratio:.0f}x' if ratio >= 10 else f'{ratio:.1f}x'} |"
     )
     model = MODELS[meta["model"]]
@@ -286,7 +290,7 @@ def _global_batches(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     ]
 
 
-def _method(meta: dict[str, Any], domains: list[str]) -> list[str]:
+def _write_method(meta: dict[str, Any], domains: list[str]) -> list[str]:
     """How the numbers were made: runs, weights, corpus, loaders, scores, caveats."""
     model = MODELS[meta["model"]]
     return [

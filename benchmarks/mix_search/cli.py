@@ -46,7 +46,7 @@ PACKAGES = ("numpy", "scipy", "scikit-learn", "lightgbm")
 Task = SearchTask | RegmixTask
 
 
-def _parser() -> argparse.ArgumentParser:
+def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.mix_search", description=(__doc__ or "").split("\n")[0]
     )
@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args: argparse.Namespace) -> dict[str, Any]:
+def _resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The options with the defaults of the chosen mode filled in."""
     full = {
         "truths": 5,
@@ -168,18 +168,18 @@ def execute(
     if workers == 1:
         for index, task in enumerate(tasks):
             records[index] = run_task(task)
-            progress(_done(index + 1, len(tasks), records[index]))
+            progress(_describe_finished_task(index + 1, len(tasks), records[index]))
         return [r for r in records if r is not None]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         futures = {pool.submit(run_task, task): index for index, task in enumerate(tasks)}
         for done, future in enumerate(as_completed(futures), start=1):
             records[futures[future]] = future.result()
-            progress(_done(done, len(tasks), records[futures[future]]))
+            progress(_describe_finished_task(done, len(tasks), records[futures[future]]))
     return [r for r in records if r is not None]
 
 
-def _done(done: int, total: int, record: dict[str, Any]) -> str:
+def _describe_finished_task(done: int, total: int, record: dict[str, Any]) -> str:
     if record["kind"] == "regmix":
         return f"{done}/{total} RegMix's runs, {record['runs']} training runs"
     return (
@@ -223,8 +223,8 @@ def build_report(
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, write ``mix_search[-quick].{json,md}``, print the page."""
-    args = _parser().parse_args(argv)
-    settings = _settings(args)
+    args = _build_parser().parse_args(argv)
+    settings = _resolve_settings(args)
     start = time.monotonic()
 
     def progress(message: str) -> None:

@@ -2,24 +2,10 @@
 comparators each trained under 3 seeds, decided by the guard's ``decide_pair`` at the
 sweep's confidence (``orchestrator.search.confirmation``: 97.5% each for two comparisons).
 
-Held-out documents: 16 per held-out domain, their byte counts drawn once (uniform in
-[500, 4000], seed 0) and the same for every run. A confirmation run of mixture ``r`` under
-seed ``s`` scores document ``i`` of held-out domain ``d``::
+Every confirmation draws fresh seeds (none of the search's runs is reused); each run scores
+16 held-out documents per domain, with seed, run, document and per-run noise.
 
-    bits = bytes_{d,i} * (L_d(r) + seed_s + train_{s,r,d} + hard_{d,i} + doc_{s,r,d,i})
-
-    L_d(r)          the truth's true score of d (truths.py)
-    seed_s          ~ N(0, sigma0^2): what a seed's initial weights and data order do to
-                    every mixture trained under it (shared by a pair, so pairing cancels it)
-    train_{s,r,d}   a run's noise as the truth draws it for a search's runs (sigma(r), half
-                    shared by the run's domains, half per domain)
-    hard_{d,i}      ~ N(0, 0.3^2): how hard the document is for every model (cancels too)
-    doc_{s,r,d,i}   ~ N(0, 0.05^2): how this run in particular fares on the document
-
-in bits per byte. Every confirmation draws fresh seeds: none of the search's runs is
-reused, so a comparator picked for a lucky run is not favoured (the sweep itself reuses
-earlier runs of a mixture). The recommended mixture is trained once and compared with each
-comparator on those runs, as the sweep does.
+Design: docs/design/benchmarks_mix_search.md
 """
 
 from __future__ import annotations
@@ -82,7 +68,7 @@ def document_bytes() -> dict[str, np.ndarray]:
     return {target: DOCUMENT_BYTES[d].astype(float) for d, target in enumerate(TARGETS)}
 
 
-def _hardness() -> np.ndarray:
+def _draw_hardness() -> np.ndarray:
     return np.random.default_rng(1).normal(0.0, HARDNESS_SD, DOCUMENT_BYTES.shape)
 
 
@@ -92,7 +78,7 @@ def held_out_bits(
     """Bits of every held-out document for ``mixture`` trained under each seed (one per
     entry of ``seed_offsets``), in the shape ``decide_pair`` takes."""
     scores: Scores = {}
-    hardness = _hardness()
+    hardness = _draw_hardness()
     for seed, offset in enumerate(seed_offsets):
         per_domain = (
             truth.scores(mixture[None])[0] + offset + truth.run_noise(mixture[None], rng)[0]
@@ -117,7 +103,7 @@ def confirm(
     :data:`SAME_MIXTURE`; one equal to an earlier comparator shares its arm."""
     arms: list[np.ndarray] = [recommended]
     for comparator in comparators.values():
-        if not any(_same(comparator, arm) for arm in arms):
+        if not any(_is_same_mix(comparator, arm) for arm in arms):
             arms.append(comparator)
     confidence = confirmation_confidence(len(arms) - 1) if len(arms) > 1 else None
     seed_offsets = rng.normal(0.0, truth.sigma0, SEEDS)
@@ -127,7 +113,7 @@ def confirm(
         true_difference = float(
             truth.objective(recommended[None])[0] - truth.objective(comparator[None])[0]
         )
-        arm = next(i for i, other in enumerate(arms) if _same(comparator, other))
+        arm = next(i for i, other in enumerate(arms) if _is_same_mix(comparator, other))
         if arm == 0 or confidence is None:
             confirmations.append(Confirmation(name, SAME_MIXTURE, true_difference))
             continue
@@ -147,7 +133,7 @@ def confirm(
     return confirmations
 
 
-def _same(mixture: np.ndarray, other: np.ndarray) -> bool:
+def _is_same_mix(mixture: np.ndarray, other: np.ndarray) -> bool:
     """Whether two mixtures are one canonical mix (shares at 3 decimals)."""
     return bool(np.allclose(mixture, other, atol=5e-4))
 

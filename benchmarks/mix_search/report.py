@@ -30,7 +30,7 @@ BEST_OBSERVED = "zephon (best observed run)"
 """The row of the best run Zephon's search observed (not its pick)."""
 
 
-def _median(values: list[float]) -> float | None:
+def _median_or_none(values: list[float]) -> float | None:
     return float(np.median(values)) if values else None
 
 
@@ -55,10 +55,10 @@ def strategy_rows(searches: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "strategy": strategy,
                 "budget": budget,
                 "searches": len(records),
-                "median_regret": _median(regrets),
+                "median_regret": _median_or_none(regrets),
                 "regret_q25": float(np.percentile(regrets, 25)),
                 "regret_q75": float(np.percentile(regrets, 75)),
-                "median_share_of_gain": _median(shares),
+                "median_share_of_gain": _median_or_none(shares),
             }
         )
     return rows
@@ -80,14 +80,14 @@ def stop_rows(searches: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "budget": budget,
                 "searches": len(records),
                 "stopped": len(stops),
-                "median_stop_at": _median(stops),
+                "median_stop_at": _median_or_none(stops),
                 "final_models": dict(Counter(r["model"] for r in records)),
             }
         )
     return rows
 
 
-def _rate(count: int, total: int) -> dict[str, Any]:
+def _rate_with_interval(count: int, total: int) -> dict[str, Any]:
     """``count`` of ``total`` with its share and exact (Clopper-Pearson) 95% interval."""
     if not total:
         return {"count": count, "total": total, "share": None, "interval": None}
@@ -117,8 +117,8 @@ def confirmation_rows(searches: list[dict[str, Any]], flat: bool) -> dict[str, A
                 "comparisons": len(outcomes),
                 "decisions": {k: counts.get(k, 0) for k in (A_BETTER, B_BETTER, CANNOT_TELL)},
                 "same_mixture": counts.get("same_mixture", 0),
-                "median_true_difference": _median([c["true_difference"] for c in outcomes]),
-                "reconfirmations_naming_a_winner": _rate(
+                "median_true_difference": _median_or_none([c["true_difference"] for c in outcomes]),
+                "reconfirmations_naming_a_winner": _rate_with_interval(
                     sum(r["reconfirmations"]["per_comparator"][comparator] for r in confirmed),
                     sum(r["reconfirmations"]["sweeps"] for r in confirmed),
                 ),
@@ -134,8 +134,10 @@ def confirmation_rows(searches: list[dict[str, Any]], flat: bool) -> dict[str, A
         "budget": sorted({r["budget"] for r in confirmed}),
         "searches_naming_a_winner": winners,
         "share_naming_a_winner": winners / len(confirmed) if confirmed else None,
-        "reconfirmations_naming_a_winner": _rate(again, sweeps),
-        "all_confirmations_naming_a_winner": _rate(winners + again, len(confirmed) + sweeps),
+        "reconfirmations_naming_a_winner": _rate_with_interval(again, sweeps),
+        "all_confirmations_naming_a_winner": _rate_with_interval(
+            winners + again, len(confirmed) + sweeps
+        ),
         "per_comparator": per_comparator,
     }
 
@@ -171,7 +173,7 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "goal": f"Zephon's median regret at {SEARCH_GOAL_BUDGETS[0]} runs <= random "
             f"sampling's at {SEARCH_GOAL_BUDGETS[1]}",
-            "measured": f"{_text(search)} vs {_text(random)}",
+            "measured": f"{_format_number(search)} vs {_format_number(random)}",
             "met": None if search is None or random is None else search <= random,
         },
         {
@@ -187,7 +189,7 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "goal": f"RegMix's runs: Spearman on the 256 test runs of the chosen model fitted "
             f"on {runs} runs >= {floor}",
-            "measured": f"{_text(chosen['test_spearman'])} ({chosen['model']})"
+            "measured": f"{_format_number(chosen['test_spearman'])} ({chosen['model']})"
             if chosen
             else "not run",
             "met": None
@@ -204,11 +206,11 @@ def _rate_text(rate: dict[str, Any]) -> str:
     return f"{rate['count']} of {rate['total']}, {rate['share']:.1%} [95% CI {low:.1%}-{high:.1%}]"
 
 
-def _text(value: float | None, digits: int = 4) -> str:
+def _format_number(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _verdict(met: bool | None) -> str:
+def _format_verdict(met: bool | None) -> str:
     return {True: "met", False: "**missed**", None: "not measured"}[met]
 
 
@@ -220,7 +222,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         "",
         f"{report['machine']}, {report['date']}; wall time {report['wall_s']:.0f} s with "
         f"{settings['workers']} worker processes ({report['cpu_s']:.0f} CPU s; other "
-        f"processes used {_text(report['other_load_percent'], 0)}% of the machine meanwhile). "
+        f"processes used {_format_number(report['other_load_percent'], 0)}% of the machine meanwhile). "
         f"Command: `{report['command']}`. CPU seconds of the tasks: "
         + ", ".join(f"{kind} {seconds:.0f}" for kind, seconds in report["task_cpu_s"].items())
         + ".",
@@ -230,7 +232,9 @@ def to_markdown(report: dict[str, Any]) -> str:
         "| goal | measured | verdict |",
         "|---|---|---|",
     ]
-    lines += [f"| {g['goal']} | {g['measured']} | {_verdict(g['met'])} |" for g in report["goals"]]
+    lines += [
+        f"| {g['goal']} | {g['measured']} | {_format_verdict(g['met'])} |" for g in report["goals"]
+    ]
     lines += _truths_section(report)
     lines += _strategies_section(report)
     lines += _confirmation_section(report)
@@ -302,7 +306,7 @@ def _strategies_section(report: dict[str, Any]) -> list[str]:
                 "-"
                 if cell is None
                 else f"{cell['median_regret']:.4f} [{cell['regret_q25']:.4f}-"
-                f"{cell['regret_q75']:.4f}] / {_percent(cell['median_share_of_gain'])}"
+                f"{cell['regret_q75']:.4f}] / {_format_percent(cell['median_share_of_gain'])}"
             )
         lines.append("| " + " | ".join(row) + " |")
     lines += [
@@ -319,12 +323,12 @@ def _strategies_section(report: dict[str, Any]) -> list[str]:
         models = ", ".join(f"{name} {count}" for name, count in sorted(row["final_models"].items()))
         lines.append(
             f"| {row['truth']} | {row['budget']} | {row['searches']} | {row['stopped']} | "
-            f"{_text(row['median_stop_at'], 0)} | {models} |"
+            f"{_format_number(row['median_stop_at'], 0)} | {models} |"
         )
     return lines
 
 
-def _percent(value: float | None) -> str:
+def _format_percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
@@ -357,14 +361,14 @@ def _confirmation_section(report: dict[str, Any]) -> list[str]:
                 f"| {label} | {summary['searches']} ({', '.join(map(str, summary['budget']))}) "
                 f"| {row['comparator']} | {decisions[A_BETTER]} | "
                 f"{decisions[B_BETTER]} | {decisions[CANNOT_TELL]} | {row['same_mixture']} | "
-                f"{_text(row['median_true_difference'])} | "
+                f"{_format_number(row['median_true_difference'])} | "
                 f"{_rate_text(row['reconfirmations_naming_a_winner'])} |"
             )
     flat, power = report["flat_confirmation"], report["power"]
     lines += [
         "",
         f"Flat truth: {flat['searches_naming_a_winner']} of {flat['searches']} searches had a "
-        f"confirmation naming a winner ({_percent(flat['share_naming_a_winner'])}; goal <= "
+        f"confirmation naming a winner ({_format_percent(flat['share_naming_a_winner'])}; goal <= "
         f"{FLAT_WINNER_GOAL:.0%}); re-confirming the same picks with other fresh seeds "
         f"({report['settings']['reconfirmations']} times each) named one in "
         f"{_rate_text(flat['reconfirmations_naming_a_winner'])} confirmations (a "
@@ -398,8 +402,8 @@ def _regmix_section(report: dict[str, Any]) -> list[str]:
             elif name == REGMIX_LIGHTGBM:
                 name = f"*{name}*"
             lines.append(
-                f"| {evaluation['runs']} | {name} | {_text(model['cv_spearman'])} | "
-                f"{_text(model['cv_regret'])} | {_text(model['test_spearman'])} | "
+                f"| {evaluation['runs']} | {name} | {_format_number(model['cv_spearman'])} | "
+                f"{_format_number(model['cv_regret'])} | {_format_number(model['test_spearman'])} | "
                 f"{model['note']} |"
             )
     return lines

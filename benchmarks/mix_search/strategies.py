@@ -1,22 +1,11 @@
 """The strategies that spend a budget of runs on a truth and pick a mixture.
 
-::
+``zephon`` (initial design, then 2 rounds of fit -> propose), ``random`` (Dirichlet(1)
+draws), ``grid`` (the coarsest sweep grid with enough points) and ``regmix`` (RegMix's
+recipe in one shot). Every run observes the truth with fresh noise from the strategy's own
+seeded generator.
 
-    zephon     initial_design (uniform, token-proportional prior, budget/4 Dirichlet(1)
-               draws, at least 3), then 2 rounds of fit -> propose(count=half the rest of
-               the budget) -> run; pick: propose(...).recommended of a last fit on every run.
-               Bounds: the small domain at most 4 epochs (Bounds.with_repetition_cap).
-    random     budget Dirichlet(1) draws; pick: the best observed run.
-    grid       the coarsest sweep grid (sweeps.mixes.variants, MixSpace(grid_resolution=1/n))
-               with at least budget points, budget of them evenly strided in its order;
-               pick: the best observed run.
-    regmix     RegMix's recipe in one shot: budget draws from RegMix's sampler around the
-               prior, LightGBM with RegMix's settings, predictions for 100,000 draws of the
-               same sampler; pick: the mean of the 128 best predicted.
-
-Random and grid know nothing of the repetition cap (they are run as a sweep would run
-them); RegMix's sampler rejects draws past it, as RegMix's own code does. Every run
-observes the truth with fresh noise from the strategy's own seeded generator.
+Design: docs/design/benchmarks_mix_search.md
 """
 
 from __future__ import annotations
@@ -98,7 +87,7 @@ def run(truth: Truth, mixtures: np.ndarray, rng: np.random.Generator, first: int
 
 
 def zephon_search(truth: Truth, budget: int, seed: int) -> SearchTrace:
-    """Zephon's search of the module docstring; the stop rule is recorded, not obeyed."""
+    """Zephon's search of the design doc; the stop rule is recorded, not obeyed."""
     rng = np.random.default_rng([seed, budget, 0])
     bounds = repetition_bounds(truth)
     # At least 3 draws: the first fit needs 4 distinct mixtures, and the uniform mix may
@@ -190,7 +179,7 @@ def regmix_draws(
 
 
 def regmix_search(truth: Truth, budget: int, seed: int) -> SearchTrace:
-    """RegMix's one-shot recipe of the module docstring."""
+    """RegMix's one-shot recipe of the design doc."""
     rng = np.random.default_rng([seed, budget, 3])
     prior = as_array(truth.prior)
     upper = repetition_bounds(truth).arrays(DOMAINS)[1]

@@ -1,39 +1,11 @@
 """Synthetic ground truths: mixture -> held-out scores with a known optimum.
 
-Every truth has 6 training domains ``d1..d6`` and 6 held-out scores, one per domain (the
-held-out text of ``d1`` ... ``d6``). For a mixture ``r`` (token shares summing to 1) the
-true score of held-out domain ``i`` is::
+Every truth has 6 training domains and 6 held-out scores, each a per-domain mixing law with
+cross effects and a penalty for repeating one small domain past 4 epochs, observed with
+noise that grows with the distance from the uniform mix. The objective is the mean of the 6
+scores (lower is better); the flat truth observes noise only.
 
-    L_i(r) = c_i + k_i * exp(sum_j t_ij r_j) + beta * max(0, r_s - cap)^2
-
-    c_i   ~ U[1.5, 3.0]        the loss no mixture removes
-    k_i   ~ U[0.5, 1.5]        the part the mixture moves
-    t_ii  ~ U[-4, -2]          a domain helps its own held-out text (U[-6, -4] for the
-                               small domain s: scarce text is also the most useful)
-    t_ij  ~ N(0, 0.6^2), i != j  cross effects: other domains help or hurt
-    s                          the small domain, drawn per truth; its tokens are
-                               cap * budget / 4, so at share r_s = cap a run sees it 4 times
-    cap   ~ U[0.04, 0.10]      the share past which s is repeated more than 4 epochs
-    beta  = 10                 the penalty of repeating s (overfitting it hurts every
-                               held-out domain alike)
-
-The objective is the mean of the 6 scores (lower is better). The other domains have
-between 1 and 8 times the run's token budget (log-uniform), so only ``s`` can be
-over-used; the token-proportional prior mix is their token counts normalised.
-
-A run observes the scores plus noise whose standard deviation grows with the distance
-from the uniform mix: ``sigma(r) = sigma0 * (1 + 2 * ||r - uniform||_1)``, ``sigma0 = 0.02``
-(0.02 at the uniform mix, up to 0.087 at a single domain). Half of the objective's noise
-variance is shared by the 6 scores of a run (a seed moves every loss together), half is
-independent per score: the shared part has variance ``sigma^2 / 2``, each score's own part
-``3 * sigma^2`` (their mean over 6 scores: ``sigma^2 / 2``).
-
-The flat truth: ``k_i = 0`` and ``beta = 0``, so every mixture has the same objective and a
-run observes noise only (its achievable gain is 0).
-
-A truth's optimum is computed: the best of 20,000 Dirichlet(1) and 20,000 Dirichlet(0.3)
-mixtures (the latter reach the simplex's faces), refined by SLSQP on the simplex from the
-best 32 of them.
+Design: docs/design/benchmarks_mix_search.md
 """
 
 from __future__ import annotations
@@ -69,7 +41,7 @@ OPTIMUM_STARTS = 32
 
 @dataclass(frozen=True)
 class Truth:
-    """One ground truth of the module docstring: parameters, noise and its optimum."""
+    """One ground truth of the design doc: parameters, noise and its optimum."""
 
     name: str
     constants: np.ndarray
@@ -129,7 +101,7 @@ class Truth:
 
     @cached_property
     def optimum(self) -> tuple[np.ndarray, float]:
-        """The mixture with the lowest true objective, and that objective (module docstring)."""
+        """The mixture with the lowest true objective, and that objective (design doc)."""
         rng = np.random.default_rng(0)
         samples = np.vstack(
             [
@@ -202,7 +174,7 @@ class Truth:
 
 
 def make_truth(seed: int) -> Truth:
-    """The seeded ground truth number ``seed`` (module docstring)."""
+    """The seeded ground truth number ``seed`` (design doc)."""
     rng = np.random.default_rng([seed, 2025])
     count = len(DOMAINS)
     small = int(rng.integers(count))
@@ -218,7 +190,7 @@ def make_truth(seed: int) -> Truth:
         small=small,
         cap=cap,
         penalty=PENALTY,
-        tokens=_tokens(rng, small, cap),
+        tokens=_draw_domain_tokens(rng, small, cap),
     )
 
 
@@ -235,11 +207,11 @@ def flat_truth() -> Truth:
         small=small,
         cap=cap,
         penalty=0.0,
-        tokens=_tokens(rng, small, cap),
+        tokens=_draw_domain_tokens(rng, small, cap),
     )
 
 
-def _tokens(rng: np.random.Generator, small: int, cap: float) -> dict[str, float]:
+def _draw_domain_tokens(rng: np.random.Generator, small: int, cap: float) -> dict[str, float]:
     """Tokens per domain: the small one's ``cap`` share is 4 epochs of it, the others have
     1 to 8 run budgets (log-uniform), so no cap of theirs binds."""
     budgets = np.exp(rng.uniform(*np.log(LARGE_TOKENS_RANGE), len(DOMAINS)))

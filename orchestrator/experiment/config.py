@@ -68,7 +68,7 @@ class DataSection:
     holdout_docs: int = 64
     """Documents of each dataset held out from training (at most a quarter of its records)."""
     tokenizer: str = "gpt2"
-    """Tokenizer name (tiktoken)."""
+    """``gpt2``, or a tokenizer file: ``PATH[;eos=TOKEN]...`` (docs/tokenizers.md)."""
     cache_dir: str | None = None
     """Shard index cache; None: $ZEPHON_HOME/cache."""
 
@@ -95,12 +95,21 @@ class TrainSection:
 
 @dataclass
 class EvalSection:
-    """Scoring held-out data while training."""
+    """Scoring held-out data, and downstream tasks, while training."""
 
     enable: bool = True
     """Held-out bits per byte per dataset (needs ``data.holdout_bytes > 0``)."""
     interval: int = 10
     """Steps between evaluations; the last step is always evaluated."""
+    tasks: list[str] = field(default_factory=list)
+    """lm-evaluation-harness tasks (multiple-choice and perplexity kinds) scored at the last
+    evaluation (docs/tasks.md)."""
+    task_dir: str | None = None
+    """Folder of local lm-eval task YAMLs and their data files (lm-eval's ``include_path``)."""
+    tasks_at_every_eval: bool = False
+    """Score the tasks at every evaluation, not only at the last step."""
+    task_limit: int | None = None
+    """Items scored per task at most; None: every item."""
 
 
 @dataclass

@@ -36,6 +36,7 @@ RUN_SUBDIR = "zephon"
 STEPS_FILE = "steps.jsonl"
 METRICS_FILE = "metrics.jsonl"
 EVAL_FILE = "eval.jsonl"
+TASKS_FILE = "tasks.jsonl"
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -6,10 +6,11 @@ import glob
 import math
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment.config import PRECISIONS, ExperimentConfig
+from orchestrator.experiment.config import PRECISIONS, EvalSection, ExperimentConfig
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -63,6 +64,7 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         problems.append("eval.enable needs held-out data: set data.holdout_bytes > 0")
     if config.eval.interval < 1:
         problems.append(f"eval.interval must be >= 1, got {config.eval.interval}")
+    problems += _task_problems(config.eval)
     if r.device not in ("auto", "cuda", "cpu"):
         problems.append(f"resources.device={r.device!r}: use auto, cuda or cpu")
     if r.launcher not in ("local", "multinode", "slurm"):
@@ -80,6 +82,22 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         problems += dp_problems(config, dp)
     if problems:
         raise ExperimentError(problems)
+
+
+def _task_problems(eval_section: EvalSection) -> list[str]:
+    """What is wrong with the downstream task settings (the tasks themselves are looked up
+    when the run is planned, :mod:`orchestrator.titan.lm_eval_adapter`)."""
+    problems = []
+    if eval_section.tasks and not eval_section.enable:
+        problems.append("eval.tasks are scored by the evaluator: set eval.enable=true")
+    if eval_section.task_dir is not None and not Path(eval_section.task_dir).is_dir():
+        problems.append(
+            f"eval.task_dir={eval_section.task_dir!r} is not a folder: give the folder of "
+            "your task YAMLs"
+        )
+    if eval_section.task_limit is not None and eval_section.task_limit < 1:
+        problems.append(f"eval.task_limit must be >= 1 or null, got {eval_section.task_limit}")
+    return problems
 
 
 def _mixture_coverage(mixture: dict[str, float], datasets: list[str]) -> list[str]:

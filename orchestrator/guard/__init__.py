@@ -1,19 +1,10 @@
 """The comparison guard: a table of scores only for runs that differ in their data mixture.
 
-::
+runs.py loads the runs from MLflow, rules.py refuses with reasons (:class:`RefusalCode`),
+scoring.py compares the variants (each pair decided by decisions.py), and the verdict goes
+back to MLflow with its Markdown report and plot. The rules: ``docs/design/guard.md``.
 
-    MLflow runs ── runs.py (load_runs, through the tracker) ──> RunSummary per run
-                                                                   │
-                        rules.py: check (refusals with reasons, coded by RefusalCode)
-                                                                   │
-                        scoring.py: compare (one row per variant; every pair of variants
-                        decided by decisions.py: paired t over held-out documents and
-                        seeds: a_better / b_better / cannot_tell)
-                                                                   │
-    runs.py (log_comparison) <── plot.py (comparison.png) <── Comparison (comparison.py,
-                                                              report.py: its Markdown)
-
-How the guard decides, rule by rule: ``docs/design/guard.md``.
+Design: docs/design/orchestrator_guard.md
 """
 
 from orchestrator.guard.comparison import (

@@ -53,6 +53,10 @@ class RefusalCode(StrEnum):
     """Not every variant ran under every seed block."""
 
 
+HELD_OUT_SCORE = "held-out bits per byte (lower is better)"
+""":attr:`Comparison.score` unless a task is decided on."""
+
+
 @dataclass
 class RunSummary:
     """What the guard needs to know about one training run."""
@@ -82,6 +86,10 @@ class RunSummary:
     """The run folder (for the command that finishes an unfinished run)."""
     documents: dict[int, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
     """Step -> dataset -> ``{"bits": [...], "bytes": [...]}`` per held-out document."""
+    task_items: dict[int, dict[str, dict[int, dict[str, float]]]] = field(default_factory=dict)
+    """Step -> task -> item -> metric -> value (``zephon/tasks.jsonl``)."""
+    task_higher_is_better: dict[str, dict[str, bool]] = field(default_factory=dict)
+    """Task -> metric -> whether higher is better (lm-eval's flags, from ``eval.jsonl``)."""
 
     @property
     def seed(self) -> str:
@@ -158,6 +166,8 @@ class ComparisonRow:
     """Its runs' names."""
     run_ids: list[str]
     """Its runs' MLflow run ids."""
+    run_aggregates: list[float]
+    """Each run's aggregate, in ``run_ids`` order."""
     vs_best: float
     """``aggregate_bpb`` minus the first row's."""
     tier: int
@@ -199,7 +209,9 @@ class Comparison:
     """Confidence of the pairs' intervals."""
     decided_on: list[str] = field(default_factory=list)
     """The held-out domains whose mean is the aggregate ranked and decided on (all, unless
-    the comparison was asked to decide on some)."""
+    the comparison was asked to decide on some), or one ``task:NAME:METRIC``."""
+    score: str = HELD_OUT_SCORE
+    """What the aggregate ranked and decided on is (:mod:`orchestrator.guard.tasks`)."""
 
     @property
     def smallest_detectable(self) -> float | None:
@@ -233,6 +245,7 @@ class Comparison:
             "confidence": self.confidence,
             "smallest_detectable": self.smallest_detectable,
             "decided_on": self.decided_on,
+            "score": self.score,
             "best": best_row.variant if best_row else None,
         }
 

@@ -1,81 +1,12 @@
 """Decisions between mixtures: is variant ``a`` better than ``b``, worse, or can we not tell?
 
-Each variant (one data mixture) is trained under one or more seeds ("seed
-blocks"; ``a`` and ``b`` under the same seed are a *pair*: same initial weights,
-same data order) and scored on the same held-out documents of several
-datasets. For document ``i`` of dataset ``d`` a run has its ``bits`` (negative
-log2-likelihood of the document) and the document its ``bytes_{d,i}`` (UTF-8,
-identical for every run). A run's score on ``d`` is bits per byte
-``sum_i bits_{d,i} / N_d`` with ``N_d = sum_i bytes_{d,i}``; its aggregate is the
-mean of these over the datasets. Lower is better.
+A paired statistic over held-out documents (stratified by dataset) and seeds: the
+difference of aggregate bits per byte, its Student-t interval from a document term and a
+seed term, and a decision only when the interval clears the threshold and 2+ seeds
+measured training noise. :func:`decide_all` decides every pair, :func:`tiers` groups the
+variants that cannot be told apart, :func:`best` says whether the first beats all others.
 
-Notation. ``S`` the seeds (the same set for ``a`` and ``b``), ``D`` the datasets
-(the same for both and in ``doc_bytes``), ``m_d >= 2`` the documents of ``d``.
-
-Difference (negative: ``a`` is better)::
-
-    delta_{s,d,i} = bits_a[s][d][i] - bits_b[s][d][i]
-    D_s           = (1/|D|) sum_d sum_i delta_{s,d,i} / N_d        (aggregate(a) - aggregate(b) under seed s)
-    difference    = (1/|S|) sum_s D_s
-
-Document term (paired, stratified by dataset, blocked by seed). Which text was
-held out is a sample of the text the mixture is meant for, so the difference
-would change with other documents. A document's seed-averaged difference is
-one observation, so a document counts once however many seeds there are::
-
-    deltabar_{d,i} = (1/|S|) sum_s delta_{s,d,i}
-    r_d            = sum_i deltabar_{d,i} / N_d
-    e_{d,i}        = deltabar_{d,i} - r_d * bytes_{d,i}              (residual of the ratio r_d)
-    v_d            = m_d / (m_d - 1) * sum_i e_{d,i}^2 / N_d^2 / |D|^2   (linearised ratio-estimator variance)
-    v_doc          = sum_d v_d
-    df_doc         = v_doc^2 / sum_d (v_d^2 / (m_d - 1))            (Welch-Satterthwaite; sum_d (m_d - 1) if v_doc = 0)
-
-Seed term (only when ``|S| >= 2``). Initial weights and data order are a
-sample too: another seed trains another model of the same mixture. The
-spread of the per-seed differences measures that training noise::
-
-    v_seed  = (1/(|S| - 1)) sum_s (D_s - difference)^2 / |S|
-    df_seed = |S| - 1
-
-With one seed ``v_seed = 0``: training noise is not measured, and nothing is
-decided (``cannot_tell``, the method text says why; the interval is still
-given). Measured, not assumed: on real training, A/A twins (code split in two
-halves, one distribution) under one seed had intervals from the documents alone
-that excluded 0 in 3 of 6 comparisons, because which records a run trained on
-moves its score more than which documents were held out; with 2 or 3 seeds,
-0 of 35 (``bash scripts/bench.sh --decisions``).
-
-Interval and decision, at confidence ``c`` and threshold ``h >= 0``::
-
-    standard_error = sqrt(v_doc + v_seed)
-    df             = (v_doc + v_seed)^2 / (v_doc^2 / df_doc + v_seed^2 / df_seed)
-                     (a term that is 0 drops out; both 0: df = df_doc)
-    t              = t_{1 - (1 - c)/2, df}                          (Student t quantile)
-    interval       = difference -/+ t * standard_error
-    decision       = A_BETTER     if hi < -h and |S| >= 2
-                     B_BETTER     if lo >  h and |S| >= 2
-                     CANNOT_TELL  otherwise                          (identical scores: [0, 0], cannot tell)
-    detectable     = h + (t_{1 - (1 - c)/2, df} + t_{0.80, df}) * standard_error
-
-``detectable`` is the smallest true ``|difference|`` that is decided (in its
-direction) with 80% power at this standard error.
-
-Why pairing. Some documents are hard for every model (long code, rare
-languages); that difficulty is shared by ``a`` and ``b`` and cancels in
-``delta``, so only how differently the two mixtures fare on a document is
-noise. Likewise a seed's initial weights and data order are shared by the
-pair, so ``D_s`` compares models that differ only in the mixture. The bytes
-weigh each document as the score does, and stratifying by dataset keeps the
-datasets' different sizes and difficulties out of the variance.
-
-Note. With several seeds the per-document noise of each seed enters both
-``v_doc`` (through ``deltabar``) and ``v_seed`` (through ``D_s``), so the
-standard error errs on the large side: an interval too wide rather than too
-narrow.
-
-:func:`decide_all` decides every pair of an ordered list of variants,
-:func:`tiers` groups the variants that cannot be told apart and :func:`best`
-says whether the first one is decided better than all others.
+Design (the formulas and why): docs/design/guard.md, "The decision statistic".
 """
 
 from __future__ import annotations
@@ -94,7 +25,7 @@ CANNOT_TELL = "cannot_tell"
 POWER = 0.80
 """Power at which :attr:`PairDecision.detectable` is decided."""
 MIN_SEEDS = 2
-"""Seeds a decision needs (module docstring: one seed leaves training noise unmeasured)."""
+"""Seeds a decision needs (design doc: one seed leaves training noise unmeasured)."""
 
 Scores = dict[str, dict[str, np.ndarray]]
 """Seed key -> dataset -> bits of each held-out document (float64, documents in one fixed order)."""
@@ -210,7 +141,7 @@ def aggregate(bits: dict[str, np.ndarray], doc_bytes: dict[str, np.ndarray]) -> 
 def _document_variance(
     values: dict[str, np.ndarray], n_bytes: dict[str, np.ndarray]
 ) -> tuple[float, float]:
-    """``(v_doc, df_doc)`` of the module docstring for per-document ``values`` (seeds x
+    """``(v_doc, df_doc)`` of the design doc for per-document ``values`` (seeds x
     documents per dataset: a pair's differences, or one variant's bits), seed-averaged."""
     k = len(n_bytes)  # |D|
     parts: list[tuple[float, float]] = []  # (v_d, m_d - 1)
@@ -227,7 +158,7 @@ def _document_variance(
 
 def sampling_error(scores: Scores, doc_bytes: dict[str, np.ndarray]) -> float:
     """Standard error of one variant's aggregate (mean over its seeds) from the held-out
-    sample alone: the document term of the module docstring with ``bits`` for ``delta``
+    sample alone: the document term of the design doc with ``bits`` for ``delta``
     (another draw of held-out documents would move the score by about this much)."""
     n_bytes = _bytes_arrays(doc_bytes)
     seeds = sorted(scores)
@@ -272,7 +203,7 @@ def decide_pair(
     threshold: float = 0.0,
     confidence: float = 0.95,
 ) -> PairDecision:
-    """Decide between variants ``a`` and ``b`` (see the module docstring for the statistic).
+    """Decide between variants ``a`` and ``b`` (the statistic: docs/design/guard.md).
 
     ``a_scores`` and ``b_scores`` must have the same seeds and, under every seed,
     the datasets of ``doc_bytes`` with one bits value per document; every

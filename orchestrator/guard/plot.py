@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +50,7 @@ def plot(comparison: Comparison, runs: list[RunSummary], path: Path) -> Path:
             values = []
             for k, run_id in enumerate(row.run_ids):
                 run = by_id[run_id]
-                scores = run.evals[step]
-                score = (
-                    statistics.fmean(scores[d] for d in comparison.decided_on)
-                    if key is None
-                    else scores[key]
-                )
+                score = row.run_aggregates[k] if key is None else run.evals[step][key]
                 values.append(score)
                 n = len(row.run_ids)
                 jitter = (k - (n - 1) / 2) * (0.22 / max(1, n - 1)) if n > 1 else 0.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.guard.comparison import SHORT
+from orchestrator.guard.comparison import HELD_OUT_SCORE, SHORT
 
 if TYPE_CHECKING:
     from orchestrator.guard.comparison import Comparison, ComparisonRow
@@ -75,6 +75,8 @@ def _decided_on_note(comparison: Comparison) -> str:
     """Which domains the aggregate is the mean over, when not all of them ("" if all)."""
     if comparison.decided_on == comparison.domains:
         return ""
+    if comparison.score != HELD_OUT_SCORE:
+        return f"; the aggregate (ranked and decided on) is the {comparison.score}"
     return (
         "; the aggregate (ranked and decided on) is the mean over "
         f"{', '.join(comparison.decided_on)} only"

@@ -15,6 +15,7 @@ from orchestrator.tracking.names import (
     ARTIFACT_EVAL,
     ARTIFACT_EXPERIMENT,
     ARTIFACT_STEPS,
+    ARTIFACT_TASKS,
     TAG_BEST,
     TAG_COMPARED,
     TAG_CONTRACT,
@@ -67,8 +68,8 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
     Tags give the variant, contract and recipe fingerprints, initial checkpoint, status
     and dp sizes; ``zephon/experiment.json`` the contract, mixture, recipe and planned
     steps (and the fingerprints, if the tags are missing);
-    ``zephon/steps.jsonl`` the digests and ``zephon/eval.jsonl`` the scores (per dataset and
-    per held-out document). Missing
+    ``zephon/steps.jsonl`` the digests, ``zephon/eval.jsonl`` the scores (per dataset and
+    per held-out document) and ``zephon/tasks.jsonl`` the task scores per item. Missing
     artifacts leave the fields empty, so :func:`check` refuses the run with a reason
     instead of this function failing. An unknown run id raises ``ValueError``.
     """
@@ -82,6 +83,7 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 experiment = {}
             steps = read_jsonl(Path(tmp) / ARTIFACT_STEPS)
             evals_raw = read_jsonl(Path(tmp) / ARTIFACT_EVAL)
+            tasks_raw = read_jsonl(Path(tmp) / ARTIFACT_TASKS)
         tags = stored.tags
         digests = {
             int(r["step"]): str(r["global_digest"])
@@ -90,6 +92,7 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
         }
         evals: dict[int, dict[str, float]] = {}
         documents: dict[int, dict[str, dict[str, list[float]]]] = {}
+        higher_is_better: dict[str, dict[str, bool]] = {}
         for record in evals_raw:
             if "step" not in record:
                 continue
@@ -99,6 +102,12 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
             evals[int(record["step"])] = scores
             if record.get("documents"):
                 documents[int(record["step"])] = record["documents"]
+            for task, flags in (record.get("higher_is_better") or {}).items():
+                higher_is_better.setdefault(task, {}).update(flags)
+        task_items: dict[int, dict[str, dict[int, dict[str, float]]]] = {}
+        for line in tasks_raw:
+            by_task = task_items.setdefault(int(line["step"]), {})
+            by_task.setdefault(str(line["task"]), {})[int(line["item"])] = line["metrics"]
         summaries.append(
             RunSummary(
                 run_id=run_id,
@@ -111,6 +120,8 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 digests=digests,
                 evals=evals,
                 documents=documents,
+                task_items=task_items,
+                task_higher_is_better=higher_is_better,
                 dp_sizes=_dp_sizes(tags, steps),
                 recipe_fingerprint=tags.get(TAG_RECIPE)
                 or str(experiment.get("recipe_fingerprint") or ""),

@@ -16,6 +16,7 @@ import numpy as np
 
 from orchestrator.guard import decisions
 from orchestrator.guard.comparison import (
+    HELD_OUT_SCORE,
     SHORT,
     Comparison,
     ComparisonRow,
@@ -24,6 +25,7 @@ from orchestrator.guard.comparison import (
     ordered_runs,
 )
 from orchestrator.guard.rules import apply_rules, runs_by_arm
+from orchestrator.guard.tasks import task_choice, with_task_scores
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class _ScoredVariant:
             ),
             runs=[r.name for r in self.runs],
             run_ids=[r.run_id for r in self.runs],
+            run_aggregates=aggregates,
             vs_best=vs_best,
             tier=tier,
             best=best,
@@ -128,7 +131,8 @@ def compare(
     and decide every pair of variants (:mod:`orchestrator.guard.decisions`): a difference
     counts only if its whole ``confidence`` interval is beyond ``threshold`` bits per byte.
     The aggregate (ranking and decisions) is the mean over the held-out domains
-    ``decide_on`` (default: all of them)."""
+    ``decide_on`` (default: all of them), or a task's score with ``["task:NAME[:METRIC]"]``
+    (:mod:`orchestrator.guard.tasks`)."""
     decisions.check_options(threshold, confidence)
     outcome = apply_rules(runs)
     step, domains = outcome.eval_step, outcome.domains
@@ -141,13 +145,19 @@ def compare(
             domains=domains,
             common_steps=outcome.common_steps,
         )
-    unknown = sorted(set(decide_on or []) - set(domains))
-    if unknown:
-        raise ValueError(
-            f"cannot decide on held-out domain(s) {unknown}: the runs were scored on "
-            f"{', '.join(domains)}"
-        )
-    chosen = [d for d in domains if d in (decide_on or domains)]
+    score = HELD_OUT_SCORE
+    task = task_choice(decide_on)
+    if task is not None:
+        runs, key, score = with_task_scores(runs, step, *task)
+        chosen = [key]
+    else:
+        unknown = sorted(set(decide_on or []) - set(domains))
+        if unknown:
+            raise ValueError(
+                f"cannot decide on held-out domain(s) {unknown}: the runs were scored on "
+                f"{', '.join(domains)}"
+            )
+        chosen = [d for d in domains if d in (decide_on or domains)]
     first_run = ordered_runs(runs)[0]
     doc_bytes = {
         d: np.asarray(first_run.documents[step][d]["bytes"], dtype=np.float64) for d in chosen
@@ -198,6 +208,7 @@ def compare(
         threshold=threshold,
         confidence=confidence,
         decided_on=chosen,
+        score=score,
     )
 
 

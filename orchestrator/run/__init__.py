@@ -1,18 +1,9 @@
 """One run: plan -> torchrun -> result.
 
-::
+api.py is the Python API (plan, run, resume, sync, compare) and elastic_check.py its
+``verify_elastic``; devices, precision, recipe and init_checkpoint resolve what a run
+trains on and from; launch.py (with warm_start.py) or slurm.py starts torchrun, and
+interrupts.py stops it. The trainer (``titan/``) writes the run folder.
 
-    api.py         plan / run / resume / sync / compare (the Python API)
-    elastic_check.py  verify_elastic: train on one dp size, resume on another, compare digests
-      │  devices.py     free GPUs or cores -> dp (a divisor of the lanes)
-      │  precision.py   train.precision=auto -> float32 or bfloat16, measured once per CPU
-      │  recipe.py      the recipe (TorchTitan's parser, in a subprocess) and its fingerprint
-      │  init_checkpoint.py  one seed checkpoint per recipe, made once, loaded by every run
-      ▼
-    launch.py      torchrun's command and environment, its process groups, progress
-      │  warm_start.py  CPU launches fork from a server with torch and TorchTitan imported
-    slurm.py       on Slurm: the allocation decides dp; each task finds its node's devices
-      │  interrupts.py  SIGINT/SIGTERM: stop every launch, note how to continue, exit 130
-      ▼
-    titan/ (the trainer) writes the run folder; tracking/ mirrors it to MLflow
+Design: docs/design/orchestrator_run.md
 """

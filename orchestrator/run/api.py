@@ -30,6 +30,7 @@ from orchestrator.experiment import (
     validate,
     write_data_spec,
 )
+from orchestrator.experiment.fingerprints import absolute
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.run import interrupts, warm_start
 from orchestrator.run.devices import Devices, choose_dp, discover
@@ -56,6 +57,7 @@ from orchestrator.run.segment import (
     segment_status,
     train_segment,
 )
+from pipeline import canonical_tokenizer_spec
 
 if TYPE_CHECKING:
     from orchestrator.tracking.tracker import Tracker
@@ -119,8 +121,9 @@ def plan(
     """Resolve and validate ``config``, choose dp from the free devices, fingerprint the data."""
     if not isinstance(config, ExperimentConfig) or overrides:
         config = load_experiment(config, overrides)
+    config = _with_absolute_paths(config)
     validate(config, dp)
-    devices, chosen = _placement(config, dp)
+    devices, chosen = _choose_placement(config, dp)
     as_written = config
     # Resolved here, on the machine that trains, and stored in the config: a resume keeps it.
     precision = resolve_precision(config.train.precision, devices.kind)
@@ -143,7 +146,7 @@ def plan(
     )
 
 
-def _placement(config: ExperimentConfig, dp: int | None) -> tuple[Devices, int]:
+def _choose_placement(config: ExperimentConfig, dp: int | None) -> tuple[Devices, int]:
     """The devices ``config`` trains on and its dp size: this machine's free devices, or on
     Slurm the allocation's (:func:`orchestrator.run.slurm.allocation`)."""
     r = config.resources
@@ -196,14 +199,14 @@ def run(
     if interrupts.requested():  # stopped while planning: nothing was created
         raise interrupts.Interrupted()
     folder = RunFolder(Path(the_plan.config.runs_root) / the_plan.run_name)
-    if _follows(the_plan.config):
+    if _is_follower_node(the_plan.config):
         init = ensure_init_checkpoint(the_plan.config, the_plan.recipe)
         record = {
             "contract_fingerprint": the_plan.contract_fingerprint,
             "variant": the_plan.variant,
         }
         record.update(the_plan.recipe.to_dict())
-        return _follow(
+        return _train_follower_node(
             folder, the_plan.config, the_plan.dp, the_plan.devices, progress, init, record
         )
     if folder.exists():
@@ -216,7 +219,7 @@ def run(
             [f"run folder {folder.path} exists; resume it or pick another name{again}"]
         )
     _prepare_launch(the_plan.config, the_plan.devices)
-    tracker = _tracker(the_plan.config) if tracking else None
+    tracker = _open_tracker(the_plan.config) if tracking else None
     init = ensure_init_checkpoint(the_plan.config, the_plan.recipe)
     folder.write_experiment(
         {
@@ -241,12 +244,12 @@ def run(
     )
 
 
-def _follows(config: ExperimentConfig) -> bool:
+def _is_follower_node(config: ExperimentConfig) -> bool:
     """Whether this machine is node k > 0 of a multi-node run (node 0 keeps the records)."""
     return config.resources.launcher == "multinode" and config.resources.node_rank > 0
 
 
-def _follow(
+def _train_follower_node(
     folder: RunFolder,
     config: ExperimentConfig,
     dp: int,
@@ -332,10 +335,12 @@ def resume(
         config = replace(config, resources=like.resources)
     if steps is not None:
         config = replace(config, train=replace(config.train, steps=steps))
-    if _follows(config):  # node 0 resumes the records; this node only trains beside it
+    if _is_follower_node(config):  # node 0 resumes the records; this node only trains beside it
         validate(config, dp)
-        devices, chosen = _placement(config, dp)
-        return _follow(folder, config, chosen, devices, progress, _init_of(folder, config), record)
+        devices, chosen = _choose_placement(config, dp)
+        return _train_follower_node(
+            folder, config, chosen, devices, progress, _init_of(folder, config), record
+        )
     state = folder.state()
     if state.get("status") == RunStatus.SUCCEEDED and steps is None:
         tracked = TrackingState.SYNCED if state.get("mlflow_run_id") else TrackingState.OFF
@@ -353,9 +358,9 @@ def resume(
     validate(config, dp)
     if config.train.steps != record["config"]["train"]["steps"]:
         _record_extension(folder, config)
-    devices, chosen = _placement(config, dp)
+    devices, chosen = _choose_placement(config, dp)
     _prepare_launch(config, devices)
-    tracker = _tracker(config) if folder.state().get("tracking_enabled", True) else None
+    tracker = _open_tracker(config) if folder.state().get("tracking_enabled", True) else None
     init = _init_of(folder, config)
     return train_segment(folder, config, chosen, devices, tracker, progress, init)
 
@@ -396,11 +401,23 @@ def _init_of(folder: RunFolder, config: ExperimentConfig) -> InitCheckpoint | No
     return made
 
 
+def _with_absolute_paths(config: ExperimentConfig) -> ExperimentConfig:
+    """``config`` naming its tokenizer file and task folder by absolute path: the trainer
+    starts in another folder (dataset paths are made absolute in the data spec)."""
+    data = replace(config.data, tokenizer=canonical_tokenizer_spec(config.data.tokenizer))
+    task_dir = config.eval.task_dir
+    return replace(
+        config,
+        data=data,
+        eval=replace(config.eval, task_dir=None if task_dir is None else absolute(task_dir)),
+    )
+
+
 def _check_same_experiment(
     folder: RunFolder, recorded: ExperimentConfig, wanted: ExperimentConfig
 ) -> None:
     """ExperimentError naming each section where ``wanted`` differs from the recorded run."""
-    mine, theirs = recorded.to_dict(), wanted.to_dict()
+    mine, theirs = recorded.to_dict(), _with_absolute_paths(wanted).to_dict()
     if theirs["train"]["precision"] == "auto":  # resolved when the run was planned
         theirs["train"]["precision"] = mine["train"]["precision"]
     differing = [
@@ -421,7 +438,7 @@ def _prepare_launch(config: ExperimentConfig, devices: Devices) -> None:
         warm_start.prepare(cpu_start_env())
 
 
-def _tracker(config: ExperimentConfig) -> Tracker | None:
+def _open_tracker(config: ExperimentConfig) -> Tracker | None:
     """A Tracker for ``config``, checked now; None when offline training is allowed and needed."""
     from orchestrator.tracking.tracker import Tracker
     from orchestrator.tracking.uris import reachable_uri

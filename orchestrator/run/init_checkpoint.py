@@ -1,21 +1,10 @@
 """One initial checkpoint per recipe: every run of a recipe starts from the same weights.
 
-TorchTitan initialises a sharded model differently on each dp size on CPU, so
-``--debug.seed`` alone gives dp 1 and dp 2 "replicates" different initial weights
-(0.058 bits/byte apart after 16 steps of the main job). Before a run's first
-segment Zephon therefore finds or makes TorchTitan's seed checkpoint of the run's
-``init_key`` (:mod:`orchestrator.run.recipe`) and every run loads it
-(``--checkpoint.initial-load-path``; a resume loads its own checkpoint instead, as
-TorchTitan does whenever the run folder holds one)::
+TorchTitan initialises a sharded model differently on each dp size on CPU, so every run
+loads the seed checkpoint of its ``init_key`` instead, made once per machine under a file
+lock in ``$ZEPHON_HOME/init/<init_key>/``; its ``sha256`` goes into the run's records.
 
-    $ZEPHON_HOME/init/<init_key>/step-0/     TorchTitan's DCP checkpoint, model only
-    $ZEPHON_HOME/init/<init_key>/init.json   {"init_key", "sha256", "path", "init"}
-
-It is made once per machine, on one CPU process (TorchTitan's
-``--checkpoint.create-seed-checkpoint``, which initialises unsharded on CPU, so the
-same file serves CPU and CUDA runs of any dp), under a file lock: concurrent sweep
-jobs of one recipe make it once and the others wait for it. ``sha256`` covers every
-file of the checkpoint (by relative path) and goes into the run's records.
+Design: docs/design/orchestrator_run.md
 """
 
 from __future__ import annotations
@@ -64,11 +53,11 @@ def ensure_init_checkpoint(config: ExperimentConfig, recipe: Recipe) -> InitChec
     """The initial checkpoint of ``recipe``, made now (one TorchTitan process on CPU, data
     of ``config``) unless this machine has it. Raises LaunchError if making it fails."""
     home = init_checkpoint_path(recipe).parent
-    found = _read(home)
+    found = _read_init_record(home)
     if found is not None:
         return found
     with file_lock(home.parent / f"{recipe.init_key}.lock"):
-        found = _read(home)  # made by another job while this one waited
+        found = _read_init_record(home)  # made by another job while this one waited
         if found is not None:
             return found
         home.parent.mkdir(parents=True, exist_ok=True)
@@ -79,12 +68,12 @@ def ensure_init_checkpoint(config: ExperimentConfig, recipe: Recipe) -> InitChec
         )
         build = Path(tempfile.mkdtemp(prefix=f"{recipe.init_key[:12]}-build-", dir=home.parent))
         try:
-            checkpoint = _create(config, build)
+            checkpoint = _create_seed_checkpoint(config, build)
             home.mkdir(exist_ok=True)
             target = home / "step-0"
             shutil.rmtree(target, ignore_errors=True)  # a half-moved one from a killed job
             shutil.move(str(checkpoint), target)
-            made = InitCheckpoint(recipe.init_key, str(target), _sha256(target))
+            made = InitCheckpoint(recipe.init_key, str(target), _hash_checkpoint_files(target))
             record = {**made.to_dict(), "init": recipe.init}
             (home / f"{RECORD}.tmp").write_text(json.dumps(record, indent=1, sort_keys=True))
             (home / f"{RECORD}.tmp").replace(home / RECORD)  # last: its presence means done
@@ -93,7 +82,7 @@ def ensure_init_checkpoint(config: ExperimentConfig, recipe: Recipe) -> InitChec
     return made
 
 
-def _read(home: Path) -> InitCheckpoint | None:
+def _read_init_record(home: Path) -> InitCheckpoint | None:
     try:
         record = json.loads((home / RECORD).read_text())
     except (OSError, json.JSONDecodeError):
@@ -101,7 +90,7 @@ def _read(home: Path) -> InitCheckpoint | None:
     return InitCheckpoint(record["init_key"], record["path"], record["sha256"])
 
 
-def _create(config: ExperimentConfig, build: Path) -> Path:
+def _create_seed_checkpoint(config: ExperimentConfig, build: Path) -> Path:
     """TorchTitan's seed checkpoint of ``config``'s recipe, made in ``build``; its folder."""
     folder = RunFolder(build)
     write_data_spec(folder.data_spec_path, config.data)  # the trainer builds its data loader
@@ -131,7 +120,7 @@ def _create(config: ExperimentConfig, build: Path) -> Path:
     return checkpoint
 
 
-def _sha256(folder: Path) -> str:
+def _hash_checkpoint_files(folder: Path) -> str:
     """sha256 over every file of ``folder``: relative path, then content, in path order."""
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):

@@ -1,26 +1,11 @@
 """Ctrl-C and SIGTERM: stop every training this process started, record it, say how to continue.
 
-::
+The handler sets :data:`STOP` and forwards SIGTERM once to child processes; launches kill
+their torchrun process groups and note how to continue each unfinished run, and the
+console script (:func:`entry_point`) prints those lines and exits 130. :class:`Interrupted`
+derives from ``BaseException`` so that Hydra lets it through.
 
-    SIGINT / SIGTERM --> handler (main thread; installed by the console scripts, and by
-        |                run_local for the length of a launch when nothing else is)
-        |                 sets STOP, forwards SIGTERM once to child processes
-        |                 (a submitit job stops its own training the same way)
-        v
-    run_local (any thread) sees STOP --> kills its torchrun process groups (TERM, then KILL
-        |                                after 10 s) --> run.json "interrupted", MLflow KILLED
-        |                                --> note_unfinished("<run>: ... continue: <command>")
-        v
-    launchers and sweepers start no new job; the sweep's parent run ends KILLED
-        v
-    console script (entry_point): one line per unfinished run, no traceback, exit 130
-
-Unfinished runs are noted in the file named by ``$ZEPHON_UNFINISHED_FILE`` (set by
-:func:`entry_point`, inherited by every process started below it: submitit's
-jobs run in processes of their own), else in this process's memory.
-:class:`Interrupted` derives from ``BaseException``, like ``KeyboardInterrupt``,
-so that Hydra's ``except Exception`` around jobs lets it through to the entry
-point instead of printing it as a failed job.
+Design: docs/design/orchestrator_run.md
 """
 
 from __future__ import annotations
@@ -142,8 +127,8 @@ def unfinished() -> list[str]:
 
 @contextlib.contextmanager
 def entry_point(program: str, on_stop: Callable[[], None] | None = None) -> Iterator[None]:
-    """A console script's body: signals handled (module docstring); once interrupted, any
-    exception or exit ends in the report and exit status 130. ``on_stop`` runs in the
+    """A console script's body: signals handled (docs/design/orchestrator_run.md); once interrupted,
+    any exception or exit ends in the report and exit status 130. ``on_stop`` runs in the
     handler at the first signal."""
     if on_stop is not None:
         _on_stop.append(on_stop)

@@ -1,19 +1,11 @@
 """Launching TorchTitan for an experiment: the command, the launchers, and the progress monitor.
 
-::
-
-    ExperimentConfig --trainer_args--> TorchTitan flags (zephon-train): the recipe's, the run's
-                                       (data in <run>/data.json, the initial checkpoint)
-                     --torchrun_command(dp, node)--> [python -m torch.distributed.run ...]
-    launcher: local      one torchrun on this machine, dp processes
-              multinode  this machine's torchrun of a c10d rendezvous (run it on every node)
-              slurm      a submitit job, one task per rank (orchestrator.run.slurm)
-    monitor:  follows <run>/titan/zephon/steps.jsonl while the launch runs:
-              progress (a bar on a terminal, plain lines otherwise) and periodic callbacks
-
-Commands are argument lists, never shell strings. torchrun's output goes to
-``<run>/launch.log`` (appended per segment); a failed launch raises
+The launchers are local (one torchrun), multinode (a c10d rendezvous) and slurm
+(:mod:`orchestrator.run.slurm`). Commands are argument lists, never shell strings;
+torchrun's output goes to ``<run>/launch.log`` and a failed launch raises
 :class:`LaunchError` carrying the log tail.
+
+Design: docs/design/orchestrator_run.md
 """
 
 from __future__ import annotations
@@ -85,8 +77,17 @@ def trainer_args(
     ]
     if init_path is not None:
         args += ["--checkpoint.initial-load-path", str(Path(init_path).absolute())]
-    if config.eval.enable:
-        args += ["--validator.enable", "--validator.freq", str(config.eval.interval)]
+    e = config.eval
+    if e.enable:
+        args += ["--validator.enable", "--validator.freq", str(e.interval)]
+    if e.tasks:
+        args += ["--validator.tasks", ",".join(e.tasks)]  # TorchTitan parses lists as A,B,C
+        if e.task_dir is not None:
+            args += ["--validator.task-dir", e.task_dir]
+        if e.tasks_at_every_eval:
+            args += ["--validator.tasks-at-every-eval"]
+        if e.task_limit is not None:
+            args += ["--validator.task-limit", str(e.task_limit)]
     return args
 
 
@@ -289,7 +290,7 @@ def run_local(launch: Launch) -> int:
     with launch.log_path.open("ab") as log:
         log.write(f"\n=== launch {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
         log.flush()
-        agents = [_start(command, launch, log) for command in launch.commands]
+        agents = [_start_torchrun(command, launch, log) for command in launch.commands]
     if launch.leader:  # so that a later resume can stop them if this process dies without cleanup
         folder.update_state(launch_process_groups=[a.pid for a in agents])
     deadline = None if launch.timeout_s is None else time.monotonic() + launch.timeout_s
@@ -300,7 +301,7 @@ def run_local(launch: Launch) -> int:
                 failed = any(a.returncode not in (None, 0) for a in agents)
                 late = deadline is not None and time.monotonic() > deadline
                 if interrupts.requested() or failed or late:
-                    _kill(agents)
+                    _kill_agent_groups(agents)
                     if late:
                         with launch.log_path.open("a") as log:
                             log.write(f"\n[zephon] killed after {launch.timeout_s} s\n")
@@ -311,7 +312,7 @@ def run_local(launch: Launch) -> int:
                 # Short waits: the run's result is ready the moment torchrun ends.
                 interrupts.STOP.wait(EXIT_POLL_S)
         finally:
-            _kill(agents)
+            _kill_agent_groups(agents)
     if launch.on_tick is not None:
         launch.on_tick(folder)
     if interrupts.requested():
@@ -319,7 +320,7 @@ def run_local(launch: Launch) -> int:
     return next((a.returncode for a in agents if a.returncode != 0), 0)
 
 
-def _start(command: list[str], launch: Launch, log: BinaryIO) -> Agent:
+def _start_torchrun(command: list[str], launch: Launch, log: BinaryIO) -> Agent:
     """Start one torchrun of ``launch``: from the warm server when it can
     (:mod:`orchestrator.run.warm_start`: CPU launches of the trainer), else cold."""
     warm = warm_start.torchrun_arguments(command) is not None and warm_start.enabled()
@@ -382,7 +383,7 @@ def stop_leftover_launch(folder: RunFolder) -> list[int]:
     return stopped
 
 
-def _kill(agents: list[Agent]) -> None:
+def _kill_agent_groups(agents: list[Agent]) -> None:
     """SIGTERM each launch's process group, SIGKILL what is left of it after 10 s.
 
     Groups, not leaders: a leader that is gone already (the SIGTERM the interrupt handler

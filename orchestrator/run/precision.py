@@ -1,26 +1,11 @@
 """The precision a run trains in: TorchTitan's ``training.mixed_precision_param``.
 
-TorchTitan keeps parameters (FSDP) or autocasts (dp 1) in bfloat16 by default.
-That is right on GPUs, and on CPUs that compute bfloat16 natively (AVX512-BF16,
-AMX); on the others a bfloat16 matmul is emulated and was measured 85x slower
-than float32 (256x256 @ 256x8192, one thread: 3.05 s vs 0.036 s), so a CPU run
-in TorchTitan's default precision trains ten times slower than it could.
+``train.precision: auto`` is bfloat16 on CUDA and on CPUs where a bfloat16 matmul is
+measured no slower than a float32 one, float32 on the others; the measurement is cached
+per CPU model and torch version in ``$ZEPHON_HOME/precision.json``. Runs in different
+precisions are not replicates of each other.
 
-``train.precision: auto`` resolves, on the machine that trains, as::
-
-    CUDA                 -> bfloat16 (TorchTitan's default, unchanged)
-    CPU, bf16 fast       -> bfloat16
-    CPU, otherwise       -> float32
-
-where "bf16 fast" is measured, not read off a CPU name: the best of
-``REPEATS`` bfloat16 matmuls of ``SHAPE`` on one thread takes no longer than
-the best of as many float32 ones. The measurement (about 0.5 s without native
-bfloat16, milliseconds with it) runs once per CPU model and torch version and
-is cached in ``$ZEPHON_HOME/precision.json`` under a file lock, so every run
-and every rank on a machine gets the same answer. ``float32`` and ``bfloat16``
-force a precision. The resolved value is part of a run's records (experiment
-record, MLflow param and tag): runs in different precisions do different
-arithmetic, so they are not replicates of each other.
+Design: docs/design/orchestrator_run.md
 """
 
 from __future__ import annotations
@@ -46,7 +31,8 @@ CACHE_FILE = "precision.json"
 
 
 def resolve_precision(requested: str, device_kind: str) -> str:
-    """``float32`` or ``bfloat16`` for ``requested`` on ``device_kind`` (module docstring)."""
+    """``float32`` or ``bfloat16`` for ``requested`` on ``device_kind`` (the rule:
+    docs/design/orchestrator_run.md)."""
     if requested not in PRECISIONS:
         raise ValueError(f"train.precision={requested!r}: use one of {', '.join(PRECISIONS)}")
     if requested != "auto":
@@ -63,16 +49,16 @@ def cpu_bfloat16_measurement() -> dict[str, Any]:
     path = zephon_home() / CACHE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(path.with_suffix(".lock")):
-        cached = _read(path)
+        cached = _read_precision_cache(path)
         if key not in cached:
-            cached[key] = _measure()
+            cached[key] = _measure_cpu_precision()
             tmp = path.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(json.dumps(cached, indent=2, sort_keys=True) + "\n")
             tmp.replace(path)
         return cached[key]
 
 
-def _measure() -> dict[str, Any]:
+def _measure_cpu_precision() -> dict[str, Any]:
     """The record cached for this CPU: timings, the decision, what was measured."""
     import torch
 
@@ -118,7 +104,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read_precision_cache(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -33,7 +33,7 @@ from typing import Any
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import ExperimentConfig
-from pipeline import fingerprint
+from pipeline import fingerprint, load_tokenizer
 from pipeline.paths import zephon_home
 
 RESOLVER = "orchestrator.titan.recipe"
@@ -88,6 +88,8 @@ def recipe_of(config: ExperimentConfig) -> Recipe:
     key = fingerprint(
         {
             "model": [m.module, m.config, list(m.args)],
+            # Zephon's configs size the model's vocabulary to the tokenizer's.
+            "vocab_size": load_tokenizer(config.data.tokenizer).vocab_size,
             "versions": versions,
             "sources": _source_digest(m.module),
         }

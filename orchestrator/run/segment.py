@@ -183,7 +183,7 @@ def train_segment(
         bar.update(ticked)
         tracking.sync_now_and_then(ticked)
 
-    code = _launch(folder, config, dp, devices, init, on_tick, bar)
+    code = _launch_segment(folder, config, dp, devices, init, on_tick, bar)
     done = max(folder.steps(), default=0)
     status = segment_status(code, done >= config.train.steps)
     segments[-1].update(ended_at=time.time(), returncode=code, end_step=done)
@@ -206,7 +206,7 @@ def train_segment(
     return run_result(folder, code, tracking.state, messages)
 
 
-def _launch(
+def _launch_segment(
     folder: RunFolder,
     config: ExperimentConfig,
     dp: int,

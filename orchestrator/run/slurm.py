@@ -1,34 +1,11 @@
 """Training on a Slurm cluster through submitit: the allocation, not the submitting machine,
 decides the devices, dp and rendezvous.
 
-::
+One Slurm task per rank (:class:`SlurmTask`) finds its node's devices and meets the
+others at a rendezvous published in the run folder; a job Slurm cancels, preempts or
+requeues resumes from the run folder's last checkpoint.
 
-    submitting machine (a login node, maybe without GPUs)
-        allocation(config, dp)    dp = nodes x tasks per node; one Slurm task per rank
-        run_slurm(...)            submits a SlurmTask, follows progress, scancels on Ctrl-C,
-                                  reports how the job ended (completed / ended by Slurm)
-                 │ sbatch (submitit pickles the task; its folder must be shared)
-                 ▼
-    each task on a compute node (SlurmTask.__call__)
-        rank, local rank, world   from the job (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS)
-        devices                   discovered there: the GPUs Slurm made visible, else the
-                                  job's cores on the node, shared out as threads
-        rendezvous                the first node's NodeAddr (``scontrol show node``) and a
-                                  port rank 0 found free there, published in the run folder
-                                  (``slurm/rendezvous-<job>-<restart>``) for the other ranks
-        python -m orchestrator.titan.train ...   (env:// rendezvous, like torchrun's)
-
-A job that Slurm cancels (``scancel``), preempts or times out leaves its checkpoints:
-``zephon resume <run folder>`` submits it again and it continues from the last one with
-the same global batches. A job Slurm requeues (preemption with requeue, ``scontrol
-requeue``, or submitit's own requeue on its time-limit signal) runs the same task again,
-which resumes the same way: TorchTitan loads the run folder's last checkpoint.
-
-Job states come from ``sacct``, as submitit reads them, where the cluster has
-accounting; where it has none (``sacct`` fails), submitit would see every job as
-UNKNOWN for ever and wait on a job that died without a result. :class:`SqueueWatcher`
-then asks ``squeue --states=all``, which lists ended jobs for the controller's
-``MinJobAge`` (300 s by default).
+Design: docs/design/orchestrator_run.md
 """
 
 from __future__ import annotations
@@ -142,18 +119,20 @@ def run_slurm(
     executor.update_parameters(**settings, nodes=alloc.nodes, tasks_per_node=alloc.tasks_per_node)
     task = SlurmTask(trainer_args, str(folder.path.absolute()), alloc.kind)
     job = executor.submit(task)
-    _log(folder, f"\n=== Slurm job {job.job_id}: {alloc.nodes} node(s) x {alloc.tasks_per_node}\n")
+    _append_to_log(
+        folder, f"\n=== Slurm job {job.job_id}: {alloc.nodes} node(s) x {alloc.tasks_per_node}\n"
+    )
     folder.update_state(slurm_job_id=job.job_id)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     last_check = time.monotonic()
     with interrupts.handling():
-        while not _settled(job):
+        while not _is_job_settled(job):
             late = deadline is not None and time.monotonic() > deadline
             if interrupts.requested() or late:
                 job.cancel(check=False)
                 _wait_done(job, CANCEL_WAIT_S)
                 if late:
-                    _log(
+                    _append_to_log(
                         folder, f"\n[zephon] Slurm job {job.job_id} cancelled after {timeout_s} s\n"
                     )
                     return 1
@@ -170,18 +149,20 @@ def run_slurm(
     # Before results: a task Slurm stopped may still have written one (submitit ignores
     # SIGTERM, so it outlives the trainer it ran).
     if any(state.startswith(s) for s in ENDED_BY_SLURM):
-        _log(folder, f"\n[zephon] Slurm job {job.job_id} ended {state}; resume the run folder\n")
+        _append_to_log(
+            folder, f"\n[zephon] Slurm job {job.job_id} ended {state}; resume the run folder\n"
+        )
         return -15
     try:
         codes = [int(code) for code in job.results()]
     except Exception as error:  # submitit re-raises a task's failure here
-        _log(folder, f"\n[zephon] Slurm job {job.job_id} ended {state}: {error}\n")
+        _append_to_log(folder, f"\n[zephon] Slurm job {job.job_id} ended {state}: {error}\n")
         return 1
     # A rank killed by a signal (an OOM kill) failed; only Slurm's ending is an interruption.
     return next((code if code > 0 else 1 for code in codes if code != 0), 0)
 
 
-def _settled(job: Any) -> bool:
+def _is_job_settled(job: Any) -> bool:
     """Whether Slurm is done with ``job``. submitit's ``done()`` (a result file, or an ended
     state) is not enough: the attempt of a job that Slurm requeued (preemption, ``scontrol
     requeue``) writes a result as it dies, and the job runs again; and a job whose result
@@ -197,7 +178,7 @@ def _settled(job: Any) -> bool:
     return True
 
 
-def _log(folder: RunFolder, text: str) -> None:
+def _append_to_log(folder: RunFolder, text: str) -> None:
     with folder.log_path.open("a") as log:
         log.write(text)
 
@@ -209,7 +190,8 @@ def _wait_done(job: Any, limit_s: float) -> None:
 
 
 class SlurmTask(submitit.helpers.Checkpointable):
-    """One rank of a Zephon job on a compute node (module docstring); submitit pickles it.
+    """One rank of a Zephon job on a compute node (docs/design/orchestrator_run.md); submitit
+    pickles it.
 
     Checkpointable: on submitit's time-limit signal the job is requeued with this same
     task, which resumes from the run folder's last checkpoint.
@@ -311,8 +293,9 @@ def node_address(node: str) -> str:
 
 
 def use_squeue_without_accounting() -> None:
-    """Make submitit read job states from ``squeue`` where ``sacct`` fails (module docstring).
-    Idempotent; for this process's submitit Slurm jobs, Hydra's Slurm launcher's included."""
+    """Make submitit read job states from ``squeue`` where ``sacct`` fails (why:
+    docs/design/orchestrator_run.md). Idempotent; for this process's submitit Slurm jobs,
+    Hydra's Slurm launcher's included."""
     from submitit.slurm import slurm
 
     if not isinstance(slurm.SlurmJob.watcher, SqueueWatcher):

@@ -1,34 +1,11 @@
 """Warm start: CPU launches fork a process that has torch and TorchTitan imported already.
 
-::
+A warm server (``python -m orchestrator.run.warm_start``) imports the trainer once and
+forks a torchrun per launch: the same entry point and flags as a cold launch, so the
+same data, digests and weights. CPU only; ``ZEPHON_WARM_START=0`` turns it off, and a
+launch falls back to a cold ``torchrun`` when the server cannot start.
 
-    run_local --(torchrun command)--> WarmStarter (this process) --JSON line--> warm server
-        warm server  python -m orchestrator.run.warm_start: imports the trainer once, then
-                     per launch forks a child that is torchrun: os.setsid(), the launch's
-                     cwd, environment and log, its process title set to the cold command,
-                     then torchrun's own ``main`` with ``--start-method=fork --run-path
-                     orchestrator/titan/train.py``: the ranks fork from it too
-        exit status  reaped by the server, sent back as ``{"pid", "exit"}``
-
-A cold launch spends about 5 s of CPU per rank importing torch, TorchTitan and their
-imports before TorchTitan's first line (measured on 2 AMD EPYC cores); a warm one
-forks in milliseconds. What runs is the same: torchrun's own entry point and
-rendezvous, TorchTitan's ``main``, the same flags, so the data, the digests and the
-initial weights are those of a cold launch (``tests/orchestrator/run/test_warm_start.py``
-trains both ways and compares them).
-
-Only CPU launches start warm: forking after CUDA is initialised is undefined, and a
-GPU run's start-up is a small part of it. ``ZEPHON_WARM_START=0`` turns it off. The
-environment that a process reads when it starts (malloc and OpenMP settings, ``PYTHON*``,
-``LD_*``, the Hugging Face offline switches, ``CUDA_VISIBLE_DEVICES``) is the server's, so one
-server serves only launches whose values for those keys it was started with;
-``OMP_NUM_THREADS`` is applied by the trainer (``torch.set_num_threads``), since
-OpenMP read it when torch was imported.
-
-The server lives as long as the process that started it: it ends (and SIGTERMs the
-launches it still runs) when its standard input closes, when its parent dies, or on
-SIGTERM. If it cannot start, launches fall back to cold ``torchrun``, whose log then
-says what is wrong.
+Design: docs/design/orchestrator_run.md
 """
 
 from __future__ import annotations
@@ -91,7 +68,7 @@ def enabled() -> bool:
 
 
 def start_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The part of ``env`` that a process reads when it starts (module docstring)."""
+    """The part of ``env`` that a process reads when it starts (docs/design/orchestrator_run.md)."""
     return {k: v for k, v in env.items() if k.startswith(START_ENV_PREFIXES)}
 
 
@@ -180,7 +157,7 @@ class WarmStarter:
             "log": str(log.absolute()),
             "title": " ".join(command),
         }
-        reply = self._ask(request)
+        reply = self._send_request(request)
         if "error" in reply:
             raise WarmStartUnavailable(reply["error"])
         process = WarmProcess(int(reply["pid"]))
@@ -208,7 +185,7 @@ class WarmStarter:
         """Whether the server is running and answering."""
         return not self._dead and self._server.poll() is None
 
-    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _send_request(self, request: dict[str, Any]) -> dict[str, Any]:
         if not self._ready.wait(READY_TIMEOUT_S) or self._dead:
             raise WarmStartUnavailable("the warm server did not become ready")
         answered: tuple[threading.Event, list[Any]] = (threading.Event(), [])
@@ -293,7 +270,8 @@ def _close_starters() -> None:
 
 
 def serve() -> None:
-    """The server's loop (module docstring): import once, fork a torchrun per request."""
+    """The server's loop (docs/design/orchestrator_run.md): import once, fork a torchrun per
+    request."""
     parent = os.getppid()
     launches: set[int] = set()
 
@@ -310,14 +288,14 @@ def serve() -> None:
     cpu_compat.apply()
     for module in PRELOAD_MODULES:
         __import__(module)
-    _reply({"ready": True})
+    _write_reply({"ready": True})
     stdin = sys.stdin.fileno()
     pending = b""
     while True:
         readable, _, _ = select.select([stdin], [], [], 0.05)
-        for pid, code in _reaped():
+        for pid, code in _reap_ended_launches():
             launches.discard(pid)
-            _reply({"pid": pid, "exit": code})
+            _write_reply({"pid": pid, "exit": code})
         if os.getppid() != parent:
             stop()
         if not readable:
@@ -332,13 +310,13 @@ def serve() -> None:
             try:
                 pid = _fork_launch(request)
             except OSError as e:
-                _reply({"request": request["request"], "error": f"fork failed: {e}"})
+                _write_reply({"request": request["request"], "error": f"fork failed: {e}"})
                 continue
             launches.add(pid)
-            _reply({"request": request["request"], "pid": pid})
+            _write_reply({"request": request["request"], "pid": pid})
 
 
-def _reaped() -> list[tuple[int, int]]:
+def _reap_ended_launches() -> list[tuple[int, int]]:
     """Exit statuses of the server's ended launches (Popen's convention: -N for signal N)."""
     ended = []
     while True:
@@ -351,7 +329,7 @@ def _reaped() -> list[tuple[int, int]]:
         ended.append((pid, os.waitstatus_to_exitcode(status)))
 
 
-def _reply(message: dict[str, Any]) -> None:
+def _write_reply(message: dict[str, Any]) -> None:
     os.write(sys.stdout.fileno(), json.dumps(message).encode() + b"\n")
 
 
@@ -380,7 +358,7 @@ def _fork_launch(request: dict[str, Any]) -> int:
 
 
 def _run_torchrun(request: dict[str, Any]) -> int:
-    """In the forked child: become the launch's torchrun (module docstring)."""
+    """In the forked child: become the launch's torchrun (docs/design/orchestrator_run.md)."""
     from torch.distributed import run as torchrun
 
     os.setsid()

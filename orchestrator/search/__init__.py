@@ -1,20 +1,11 @@
 """Mix search: fit mixture -> score models on observed runs, propose the next mixtures.
 
-::
+:func:`fit` validates every model (k-fold) and refits the best with bootstrap refits;
+:func:`propose` samples the next mixtures from those refits and says when to stop.
+Pure computation: no MLflow, no subprocess; only ``runs.py`` reads runs, through the
+guard. Lower scores are better; the objective is the mean of the target scores.
 
-    observations.py   Observations (a mixture and target scores per run), read_tables
-    runs.py           Observations from Zephon runs the comparison guard accepts
-    models/           MixtureModel and its kinds: the per-domain mixing law, a Gaussian
-                      process, LightGBM
-    validation.py     k-fold out-of-sample Spearman and regret@1 per model
-    fit.py            fit(): every model validated, the best refitted with bootstrap refits
-    design.py         initial_design(): uniform, token-proportional, Dirichlet draws
-    confirmation.py   the confirmation's confidence per decision (Bonferroni)
-    propose.py        propose(): Thompson sampling over the refits within bounds and
-                      repetition caps, the recommended mixture, the stop rule
-
-Pure computation: no MLflow, no subprocess; only ``runs.py`` reads runs, through the guard.
-Lower scores are better; the objective is the mean of the target scores.
+Design: docs/design/orchestrator_search.md
 """
 
 from __future__ import annotations

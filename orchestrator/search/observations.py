@@ -138,12 +138,12 @@ class Observations:
         blocks or with one."""
         if self.blocks is None or len(set(self.blocks)) < 2:
             return self
-        design, block_columns = self._design(with_mixtures=True)
+        design, block_columns = self._build_design_matrix(with_mixtures=True)
         coefficients = np.linalg.lstsq(design, self.scores, rcond=None)[0]
         effects = design[:, block_columns] @ coefficients[block_columns]
         return replace(self, scores=self.scores - (effects - effects.mean(axis=0)))
 
-    def _design(self, with_mixtures: bool) -> tuple[np.ndarray, slice]:
+    def _build_design_matrix(self, with_mixtures: bool) -> tuple[np.ndarray, slice]:
         """The dummy-coded design matrix (an intercept or one column per mixture, then one
         column per block but the first) and the slice of its block columns."""
         columns = []
@@ -167,7 +167,7 @@ class Observations:
     def _additive_fit(self, values: np.ndarray, with_mixtures: bool) -> tuple[float, int] | None:
         """(residual sum of squares, residual degrees of freedom) of ``values`` regressed on
         the design; None when no degree of freedom is left."""
-        design, _ = self._design(with_mixtures)
+        design, _ = self._build_design_matrix(with_mixtures)
         coefficients = np.linalg.lstsq(design, values, rcond=None)[0]
         freedom = len(values) - int(np.linalg.matrix_rank(design))
         if freedom <= 0:
@@ -235,7 +235,7 @@ def observations_from_records(
         problems.append(f"{source}: ids {repeated[:5]} appear more than once; ids must be unique")
     for record in records:
         weights = list(record.mixture.values())
-        if not all(_finite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
+        if not all(_is_finite_number(w) and w >= 0 for w in weights) or sum(weights) <= 0:
             problems.append(
                 f"{source}: run {record.id!r} has weights {record.mixture}: use finite "
                 "weights >= 0, at least one > 0"
@@ -246,7 +246,7 @@ def observations_from_records(
                 f"{source}: run {record.id!r} has no score {missing}; it has "
                 f"{sorted(record.scores)}"
             )
-        elif not all(_finite(record.scores[t]) for t in targets):
+        elif not all(_is_finite_number(record.scores[t]) for t in targets):
             problems.append(f"{source}: run {record.id!r} has a score that is not a finite number")
     if problems:
         raise SearchError(problems)
@@ -294,8 +294,8 @@ def read_tables(
     records = [
         RunRecord(
             run_id,
-            _numbers(mixture_header[1:], cells, mixtures_csv, run_id, problems),
-            _numbers(score_header[1:], score_table[run_id], scores_csv, run_id, problems),
+            _parse_numbers(mixture_header[1:], cells, mixtures_csv, run_id, problems),
+            _parse_numbers(score_header[1:], score_table[run_id], scores_csv, run_id, problems),
         )
         for run_id, cells in mixture_table.items()
     ]
@@ -321,7 +321,7 @@ def read_mixtures(path: str | Path, domains: Sequence[str]) -> tuple[list[str], 
             [f"{path}: columns {unknown} are not domains of the fit ({', '.join(domains)})"]
         )
     records = [
-        RunRecord(run_id, _numbers(header[1:], cells, path, run_id, problems), {})
+        RunRecord(run_id, _parse_numbers(header[1:], cells, path, run_id, problems), {})
         for run_id, cells in rows.items()
     ]
     if problems:
@@ -335,7 +335,7 @@ def read_mixtures(path: str | Path, domains: Sequence[str]) -> tuple[list[str], 
     return [r.id for r in records], weights / weights.sum(axis=1, keepdims=True)
 
 
-def _finite(value: object) -> bool:
+def _is_finite_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -366,7 +366,7 @@ def _read_table(
     return header, table
 
 
-def _numbers(
+def _parse_numbers(
     columns: Sequence[str], cells: Sequence[str], path: str | Path, run_id: str, problems: list[str]
 ) -> dict[str, float]:
     """``{column: float(cell)}``; a cell that is not a number is noted in ``problems``."""

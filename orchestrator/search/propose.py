@@ -1,27 +1,11 @@
 """Propose: the next mixtures to run, by Thompson sampling over the fit's bootstrap refits,
 within bounds and repetition caps, rounded canonically; the best mixture now; when to stop.
 
-Why Thompson sampling over bootstrap refits: it needs nothing of a model but refits, so
-the mixing law (which has no posterior) and LightGBM get the same noise-aware batch rule
-as the Gaussian process; each proposal is the minimum of another plausible fit, so a
-batch spreads where the fit is unsure and gathers where it is sure; replicates in the
-runs widen the refits' spread exactly as run-to-run noise should.
+Each proposal is the minimum of another refit, so a batch spreads where the fit is
+unsure. Stop when no proposal's optimistic gain over the best run exceeds ``min_gain``
+(by default the replicate noise), and a fit that ranks poorly says stop only on flat runs.
 
-For each proposal ``k``: refit ``k mod refits`` is minimised over a pool of candidate
-mixtures (uniform Dirichlet draws, draws around the best observed mixtures and around the
-prior mix, and each domain at its largest allowed share), then over draws around that
-minimum; a mixture already proposed or observed is skipped.
-
-The stop rule: with ``x*`` the observed mixture with the best mean objective, a proposal's
-gain under refit ``b`` is ``f_b(x*) - f_b(x)``. Stop when the optimistic gain (the 95th
-percentile over refits) of every proposal is at most ``min_gain``: even the fit's most
-hopeful reading says no proposal beats the best run by more than a run can resolve.
-``min_gain`` defaults to the pooled replicate noise of the objective (0 without
-replicates). A fit whose out-of-sample Spearman correlation is below
-:data:`STOP_MIN_SPEARMAN` says stop only when replicates show the runs flat (an F test of
-``mixture + seed block`` against ``seed block`` on the objective: p > 0.05, the mixtures
-differ no more than their replicates): otherwise a fit that cannot rank the mixtures it has seen (a near-constant
-Gaussian process on four runs, say) knows nothing of those it has not.
+Design: docs/design/orchestrator_search.md
 """
 
 from __future__ import annotations
@@ -142,7 +126,8 @@ def propose(
     min_gain: float | None = None,
     prior: Mapping[str, float] | None = None,
 ) -> Proposal:
-    """The next ``count`` mixtures for the fit ``result`` (module docstring for the rule).
+    """The next ``count`` mixtures for the fit ``result`` (the rule:
+    docs/design/orchestrator_search.md).
 
     ``prior``: the reference mix (e.g. token-proportional) that candidates are also drawn
     around; default uniform. Deterministic for a given ``seed``.
@@ -170,18 +155,20 @@ def propose(
     taken = set(observed_keys)
     for k in range(count):
         refit = result.refits[k % len(result.refits)]
-        pick = _minimum(refit.predict, pool, taken, grid)
+        pick = _find_lowest_untaken(refit.predict, pool, taken, grid)
         if pick is None:
             break  # fewer distinct admissible mixtures than asked for
-        local = grid.admit(_around(rng, pick, lower, upper, LOCAL_DRAWS, concentration=300.0))
-        refined = _minimum(refit.predict, np.vstack([pick[None], local]), taken, grid)
+        local = grid.admit(_draw_around(rng, pick, lower, upper, LOCAL_DRAWS, concentration=300.0))
+        refined = _find_lowest_untaken(refit.predict, np.vstack([pick[None], local]), taken, grid)
         best = refined if refined is not None else pick
         chosen.append(best)
         taken.add(grid.key(best))
     if not chosen:
         raise SearchError(["every admissible mixture was already observed; widen the bounds"])
     proposals = result.predictions(np.stack(chosen))
-    recommended = result.predictions(_recommended(result, rng, pool, np.stack(chosen), grid))[0]
+    recommended = result.predictions(_recommend_mixture(result, rng, pool, np.stack(chosen), grid))[
+        0
+    ]
     best_mixture, best_mean = observations.best_observed()
     best_observed = Prediction(
         dict(zip(domains, map(float, best_mixture), strict=True)), best_mean, (best_mean, best_mean)
@@ -207,7 +194,7 @@ def canonical_within_bounds(
     return [dict(zip(domains, map(float, row), strict=True)) for row in grid.admit(moved)]
 
 
-def _recommended(
+def _recommend_mixture(
     result: FitResult,
     rng: np.random.Generator,
     pool: np.ndarray,
@@ -218,7 +205,7 @@ def _recommended(
     the observed mixtures and the proposals, refined by draws around the pool's best."""
     lower, upper = grid.lower, grid.upper
     pool_best = pool[int(np.argmin(result.predict(pool)))]
-    local = grid.admit(_around(rng, pool_best, lower, upper, LOCAL_DRAWS, concentration=300.0))
+    local = grid.admit(_draw_around(rng, pool_best, lower, upper, LOCAL_DRAWS, concentration=300.0))
     observed = grid.admit(result.observations.mixtures)
     everything = np.vstack([pool, observed, chosen, local])
     return everything[[int(np.argmin(result.predict(everything)))]]
@@ -306,7 +293,7 @@ def _units_within(units: tuple[int, ...], low: list[int], high: list[int]) -> tu
     return tuple(clipped)
 
 
-def _minimum(
+def _find_lowest_untaken(
     predict: Callable[[np.ndarray], np.ndarray],
     mixtures: np.ndarray,
     taken: set[tuple[int, ...]],
@@ -335,14 +322,14 @@ def _candidate_pool(
     means = [objective[rows].mean() for rows in groups]
     top = [observations.mixtures[groups[g][0]] for g in np.argsort(means)[:5]]
     per_top = POOL_SIZE // 4 // len(top)
-    near_best = [_around(rng, m, lower, upper, per_top, concentration=60.0) for m in top]
-    near_prior = _around(rng, prior, lower, upper, POOL_SIZE // 4, concentration=20.0)
+    near_best = [_draw_around(rng, m, lower, upper, per_top, concentration=60.0) for m in top]
+    near_prior = _draw_around(rng, prior, lower, upper, POOL_SIZE // 4, concentration=20.0)
     corners = np.eye(domains)
     raw = np.vstack([uniform, *near_best, near_prior, corners])
     return np.stack([_into_bounds(row, lower, upper) for row in raw])
 
 
-def _around(
+def _draw_around(
     rng: np.random.Generator,
     centre: np.ndarray,
     lower: np.ndarray,

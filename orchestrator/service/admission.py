@@ -1,24 +1,11 @@
 """What the job service accepts from a submitter: checked before a job is queued, and
 again before it starts (the queue file could be written by anyone who can write it).
 
-A submitted spec is an experiment (``orchestrator/experiment/``) as a JSON
-object, validated like any experiment, plus the service's own rules:
+A spec is an experiment validated as any other, plus the service's :class:`Rules`: size
+limits, dataset files under the data roots, and no code or paths of the submitter's
+choosing. Nothing here runs a shell.
 
-* size: the spec's JSON is at most ``max_spec_bytes``; steps, sequence length,
-  batch, lanes, held-out bytes and time-out are below ``Limits``;
-* files: every dataset path (after ``~``, symlinks and ``..`` are resolved) lies
-  under one of the service's data roots; URLs are refused;
-* no code or paths of the submitter's choosing: ``model.module`` must be one of
-  ``allowed_model_modules``, ``model.args`` (raw TorchTitan flags, which can
-  name folders) is refused, ``runs_root``, ``data.cache_dir`` and
-  ``tracking.uri`` are the service's, the launcher is the local one on one node.
-
-A job of kind ``verify`` (an elasticity check, ``verify_elastic``) submits
-``{"experiment": <spec>, "first_dp": A, "second_dp": B, "split_step": S or null}``
-(:func:`verify_request`): the experiment is admitted as above, and both dp sizes must
-divide its lanes.
-
-Nothing here runs a shell: a job becomes an argument list (``orchestrator/service/scheduler.py``).
+Design: docs/design/orchestrator_service.md
 """
 
 from __future__ import annotations
@@ -57,7 +44,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class Rules:
-    """The service's admission rules (module docstring)."""
+    """The service's admission rules: docs/design/orchestrator_service.md, Admission."""
 
     data_roots: tuple[str, ...]
     """Folders dataset files must lie under."""
@@ -94,7 +81,7 @@ VERIFY_KEYS = ("experiment", "first_dp", "second_dp", "split_step")
 def verify_request(
     experiment: Any, first_dp: int, second_dp: int, split_step: int | None = None
 ) -> dict[str, Any]:
-    """The spec of a ``verify`` job (module docstring)."""
+    """The spec of a ``verify`` job (docs/design/orchestrator_service.md, Admission)."""
     return {
         "experiment": experiment,
         "first_dp": first_dp,
@@ -144,7 +131,7 @@ def admit(spec: Any, rules: Rules) -> ExperimentConfig:
             [f"the spec is {size} bytes of JSON; the limit is {rules.limits.max_spec_bytes}"]
         )
     problems = _service_keys(spec, rules)
-    if any("${" in text for text in _strings(spec)):
+    if any("${" in text for text in _collect_strings(spec)):
         # OmegaConf would resolve them: ${oc.env:...} would copy secrets into the run.
         raise ExperimentError([*problems, "the spec contains ${...} interpolations; give values"])
     try:
@@ -157,7 +144,7 @@ def admit(spec: Any, rules: Rules) -> ExperimentConfig:
         )
     except ExperimentError as e:
         raise ExperimentError(problems + e.problems) from None
-    problems += _sizes(config, rules.limits) + _paths(config, rules)
+    problems += _check_size_limits(config, rules.limits) + _check_dataset_paths(config, rules)
     m = config.model
     if m.module not in rules.allowed_model_modules:
         problems.append(
@@ -177,14 +164,14 @@ def admit(spec: Any, rules: Rules) -> ExperimentConfig:
     return config
 
 
-def _strings(value: Any) -> list[str]:
+def _collect_strings(value: Any) -> list[str]:
     """Every string in ``value`` (keys too), however deep."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):
-        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+        return [s for k, v in value.items() for s in (*_collect_strings(k), *_collect_strings(v))]
     if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
+        return [s for v in value for s in _collect_strings(v)]
     return []
 
 
@@ -202,7 +189,7 @@ def _service_keys(spec: dict[str, Any], rules: Rules) -> list[str]:
     return problems
 
 
-def _sizes(config: ExperimentConfig, limits: Limits) -> list[str]:
+def _check_size_limits(config: ExperimentConfig, limits: Limits) -> list[str]:
     d, t, r = config.data, config.train, config.resources
     checks = [
         ("train.steps", t.steps, limits.max_steps),
@@ -220,7 +207,7 @@ def _sizes(config: ExperimentConfig, limits: Limits) -> list[str]:
     ]
 
 
-def _paths(config: ExperimentConfig, rules: Rules) -> list[str]:
+def _check_dataset_paths(config: ExperimentConfig, rules: Rules) -> list[str]:
     roots = [Path(os.path.realpath(os.path.expanduser(r))) for r in rules.data_roots]
     problems = []
     for name, patterns in config.data.datasets.items():
@@ -235,7 +222,9 @@ def _paths(config: ExperimentConfig, rules: Rules) -> list[str]:
             # The fixed part of a glob, and every file it matches, must stay inside a root.
             fixed = expanded.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0]
             candidates = [fixed, *glob.glob(expanded, recursive=True)]
-            outside = [c for c in candidates if not _inside(Path(os.path.realpath(c)), roots)]
+            outside = [
+                c for c in candidates if not _is_inside_roots(Path(os.path.realpath(c)), roots)
+            ]
             if outside:
                 problems.append(
                     f"data.datasets.{name}: {pattern!r} is outside the data roots "
@@ -244,5 +233,5 @@ def _paths(config: ExperimentConfig, rules: Rules) -> list[str]:
     return problems
 
 
-def _inside(path: Path, roots: list[Path]) -> bool:
+def _is_inside_roots(path: Path, roots: list[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)

@@ -1,23 +1,11 @@
 """One attempt of one job of the job service: what its process does on the lease it got.
 
-The scheduler (:mod:`orchestrator.service.scheduler`) leases devices for a job and starts
-the attempt as its own process, an argument list (:func:`command`)::
+The scheduler starts it as ``python -m orchestrator.cli attempt ...`` (:func:`command`);
+it admits the job's spec again, puts the experiment on *this* lease (:func:`on_lease`)
+and runs, resumes or verifies it, returning an object whose ``status`` is succeeded,
+failed or interrupted.
 
-    python -m orchestrator.cli attempt --root ROOT JOB_ID --device cpu|cuda --devices N
-                                       [--gpu-ids I,J,...] --dp K --json
-
-The attempt reads the job from the queue and admits its spec again (the queue file can be
-written by anyone who can write it), puts the experiment on *this* lease
-(:func:`on_lease`: the device kind, and the cores, ``resources.max_procs``, or the GPUs,
-``resources.gpu_ids``, are the lease's; what it trains is unchanged), and runs it:
-
-    run     ``api.run`` into ``<root>/runs/<job id>``; if that folder exists (an earlier
-            attempt was preempted), ``api.resume`` of it on this lease (``like=``: the
-            recorded resources are replaced, the rest must match)
-    verify  ``verify_elastic`` on this lease (its runs untracked, in ``<root>/runs``)
-
-It returns (and the CLI prints as one JSON line) an object with ``status``: succeeded,
-failed or interrupted, which the scheduler records.
+Design: docs/design/orchestrator_service.md
 """
 
 from __future__ import annotations
@@ -35,7 +23,8 @@ from orchestrator.service.pool import Lease
 
 
 def command(service: ServiceConfig, job_id: str, lease: Lease) -> list[str]:
-    """The argument list of an attempt of ``job_id`` on ``lease`` (module docstring)."""
+    """The argument list of an attempt of ``job_id`` on ``lease`` (its design:
+    docs/design/orchestrator_service.md)."""
     import sys
 
     devices = lease.devices
@@ -73,7 +62,8 @@ def on_lease(config: ExperimentConfig, lease: Lease) -> ExperimentConfig:
 
 
 def run(service: ServiceConfig, job_id: str, lease: Lease) -> dict[str, Any]:
-    """Run one attempt of ``job_id`` on ``lease`` (module docstring); its result object."""
+    """Run one attempt of ``job_id`` on ``lease`` (its design: docs/design/orchestrator_service.md);
+    its result object."""
     from orchestrator.run import api
     from orchestrator.run.elastic_check import verify_elastic
 

@@ -1,21 +1,11 @@
 """The job service's client side: submit, status, wait, cancel, logs, list; the datasets.
 
-Agents and people submit experiments to a *service root*, a folder holding::
+Jobs go to a *service root* folder and wait in its queue until ``zephon serve`` starts
+them; every function returns plain JSON-able data for the CLI and the MCP server. The
+submitter of a job is :func:`caller`, the OS user running the calling process, never a
+field of the request.
 
-    <root>/service.json   the rules (data roots, limits, tracking URI), written by `zephon serve`
-    <root>/queue.db       the durable job queue (orchestrator/service/queue.py; SQLite, WAL)
-    <root>/jobs/<id>/     per attempt: the job process's JSON result and its stderr
-    <root>/runs/<id>/     the run folder (checkpoints, digests, metrics)
-    <root>/mlflow.db      the embedded MLflow store (unless tracking_uri names a server)
-
-Submitting needs no running scheduler: jobs wait in the queue until ``zephon serve``
-(:mod:`orchestrator.service.scheduler`) starts them. Every function here is what the CLI
-and the MCP server call, and returns plain JSON-able data.
-
-Identity: the submitter of a job is :func:`caller`, the OS user running the calling
-process (the CLI's, the Python program's, the MCP server's), never a field of the
-request; the per-submitter limit counts by it and only that user may cancel the job.
-The trust model is in :mod:`orchestrator.service`.
+Design: docs/design/orchestrator_service.md
 """
 
 from __future__ import annotations
@@ -232,7 +222,10 @@ def list_datasets(service: ServiceConfig, *, max_files_per_dataset: int = 1000) 
             if entry.is_dir():
                 name, files = entry.name, list(walk.data_files(entry))
             elif entry.is_file() and (data_format := _data_format(entry.name)):
-                name, files = _dataset_name(entry.name), [(entry, data_format, _size(real))]
+                name, files = (
+                    _dataset_name(entry.name),
+                    [(entry, data_format, _read_file_size(real))],
+                )
             else:
                 continue
             if files:
@@ -300,7 +293,7 @@ class _DataRootWalk:
             if entry.is_dir():
                 yield from self.data_files(entry, visited)
             elif entry.is_file() and (data_format := _data_format(entry.name)):
-                yield entry, data_format, _size(real)
+                yield entry, data_format, _read_file_size(real)
 
 
 def _data_format(filename: str) -> str | None:
@@ -324,5 +317,5 @@ def _dataset_name(filename: str) -> str:
     return stem or filename
 
 
-def _size(path: str) -> int:
+def _read_file_size(path: str) -> int:
     return os.stat(path).st_size

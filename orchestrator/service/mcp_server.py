@@ -1,6 +1,32 @@
 """``zephon mcp``: Zephon's tools for LLM agents over the Model Context Protocol (stdio).
 
 The tools are the job service's functions (:mod:`orchestrator.service.client`) and the
+guard; their JSON schemas come from the type hints below. Every tool that trains queues a
+job: nothing trains in this process. :data:`INSTRUCTIONS` is what agents are told.
+
+Design: docs/design/orchestrator_service.md
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import numpy as np
+from mcp.server.fastmcp import FastMCP
+from pydantic import WithJsonSchema
+
+from orchestrator.experiment.schema import experiment_json_schema
+from orchestrator.search import Bounds, Observations
+from orchestrator.search import fit as fit_models
+from orchestrator.search import propose as propose_mixtures
+from orchestrator.search.observations import observations_from_records, records_from_json
+from orchestrator.search.runs import observations_from_runs
+from orchestrator.service import client as service
+from orchestrator.service.admission import verify_request
+
+INSTRUCTIONS = """``zephon mcp``: Zephon's tools for LLM agents over the Model Context Protocol (stdio).
+
+The tools are the job service's functions (:mod:`orchestrator.service.client`) and the
 guard; their JSON schemas come from the type hints below. A refused request
 (invalid spec, unknown job, full queue, a key reused for another spec) is a
 tool error whose text says what is wrong; nothing is queued or changed then.
@@ -26,23 +52,7 @@ device pool and the per-submitter limit apply to all of it. The submitter of eve
 is the OS user who started this server (fixed at its start); no tool argument names
 another (an unknown argument such as ``submitter`` is ignored).
 """
-
-from __future__ import annotations
-
-from typing import Annotated, Any
-
-import numpy as np
-from mcp.server.fastmcp import FastMCP
-from pydantic import WithJsonSchema
-
-from orchestrator.experiment.schema import experiment_json_schema
-from orchestrator.search import Bounds, Observations
-from orchestrator.search import fit as fit_models
-from orchestrator.search import propose as propose_mixtures
-from orchestrator.search.observations import observations_from_records, records_from_json
-from orchestrator.search.runs import observations_from_runs
-from orchestrator.service import client as service
-from orchestrator.service.admission import verify_request
+"""The server's MCP instructions: its tools and how they behave (sent before the submitter)."""
 
 
 def spec_json_schema() -> dict[str, Any]:
@@ -64,7 +74,7 @@ ExperimentSpec = Annotated[dict[str, Any], WithJsonSchema(spec_json_schema())]
 def build_server(root: str) -> FastMCP:
     """An MCP server over the job service rooted at ``root``, submitting as :func:`caller`."""
     submitter = service.caller()
-    mcp = FastMCP("zephon", instructions=f"{__doc__}\nThis server submits as {submitter!r}.")
+    mcp = FastMCP("zephon", instructions=f"{INSTRUCTIONS}\nThis server submits as {submitter!r}.")
 
     def svc() -> service.ServiceConfig:
         return service.load_service(root)

@@ -1,34 +1,10 @@
 """Share this machine's free devices among runs that train at the same time.
 
-A sweep (or a queue) holds many runs; the machine has ``capacity`` free devices
-(CUDA GPUs, or CPU cores). Each run asks for a list of acceptable dp sizes:
-one size when its experiment fixes ``resources.dp``, else every divisor of its
-lane count that fits (data is identical on all of them, so any is correct).
+Each run names the dp sizes it accepts; each time a run is submitted or a lease is
+returned, every waiting run in submission order gets the largest acceptable size that
+is free (first fit). ``spare_cores`` and ``extra_processes`` tune CPU runs.
 
-Scheduling, each time a run is submitted or a lease is returned::
-
-    for each waiting run, in submission order:
-        k = the largest acceptable size <= free devices
-        if k exists: lease k devices (the lowest free GPU indexes) and start the run
-
-so a run needing many devices may wait while smaller ones fill the gaps
-(first fit; a finite sweep always finishes). With ``spare_cores`` (CPU), the
-last waiting run waits until every core is free and gets them all, its processes
-using the spare ones as threads, instead of starting on the one core a finished
-run left and keeping it alone once the others end (the debug model at dp 1
-measured about twice as fast on 2 threads as on 1 on 2 AVX2 cores, so the tail of
-a sweep halves; it suits a batch of similar runs, like a sweep's). It does not wait
-for cores leased in the same pass (two dp-1 runs on 2 free cores start together):
-those stay busy for a whole run. A run whose smallest acceptable
-size exceeds the capacity can never start: it fails at once, naming the sizes.
-
-With ``extra_processes`` (CPU), the runs' processes may exceed the cores by that many:
-a lease still holds at most ``capacity`` cores (its threads), but a run of dp ``k``
-takes ``k`` process slots out of ``capacity + extra_processes``. A CPU run leaves part of
-its cores idle (a dp-2 run of ``zephon_mini`` used 155% of 2 cores, its ranks waiting
-on each other in every all-reduce; start-up, evaluation and bookkeeping add more), and
-one more process fills it: a dp-2 and a dp-1 run side by side on 2 AMD EPYC cores took
-36 s, one after the other 49 s.
+Design: docs/design/orchestrator_service.md
 """
 
 from __future__ import annotations
@@ -62,7 +38,7 @@ class Lease:
 
 
 @dataclass
-class _Waiting(Generic[T]):
+class _WaitingRun(Generic[T]):
     sizes: list[int]
     work: Callable[[Lease], T]
     future: Future[T]
@@ -83,14 +59,16 @@ class DevicePool:
         assert extra_processes >= 0, f"extra_processes must be >= 0, got {extra_processes}"
         self.devices = devices
         self.spare_cores = spare_cores and devices.kind == "cpu"
-        """CPU: the last waiting run waits for, and gets, every core (module docstring)."""
+        """CPU: the last waiting run waits for, and gets, every core (why:
+        docs/design/orchestrator_service.md)."""
         self.capacity = min(devices.count, capacity) if capacity else devices.count
         self.extra_processes = extra_processes if devices.kind == "cpu" else 0
-        """CPU: how many processes the runs may have beyond the cores (module docstring)."""
+        """CPU: how many processes the runs may have beyond the cores (why:
+        docs/design/orchestrator_service.md)."""
         self._slots = self.capacity + self.extra_processes
         self._free_gpus = list(devices.gpu_ids[: self.capacity])
         self._free = self._slots
-        self._waiting: list[_Waiting] = []
+        self._waiting: list[_WaitingRun] = []
         self._closed = False
         self._lock = threading.Lock()
 
@@ -123,9 +101,9 @@ class DevicePool:
                         )
                     )
                 else:
-                    self._waiting.append(_Waiting(sizes, work, future))
+                    self._waiting.append(_WaitingRun(sizes, work, future))
                 futures.append(future)
-        self._dispatch()
+        self._start_fitting_runs()
         return futures
 
     def close(self, error: BaseException) -> int:
@@ -138,8 +116,8 @@ class DevicePool:
             job.future.set_exception(error)
         return len(waiting)
 
-    def _dispatch(self) -> None:
-        started: list[tuple[_Waiting, Lease, int]] = []
+    def _start_fitting_runs(self) -> None:
+        started: list[tuple[_WaitingRun, Lease, int]] = []
         with self._lock:
             for job in list(self._waiting) if not self._closed else []:
                 fitting = [k for k in job.sizes if k <= min(self._free, self.capacity)]
@@ -160,9 +138,11 @@ class DevicePool:
                 leased = replace(self.devices, count=size, gpu_ids=gpus)
                 started.append((job, Lease(leased, dp), slots))
         for job, lease, slots in started:
-            threading.Thread(target=self._run, args=(job, lease, slots), daemon=True).start()
+            threading.Thread(
+                target=self._run_on_lease, args=(job, lease, slots), daemon=True
+            ).start()
 
-    def _run(self, job: _Waiting, lease: Lease, slots: int) -> None:
+    def _run_on_lease(self, job: _WaitingRun, lease: Lease, slots: int) -> None:
         try:
             if job.future.set_running_or_notify_cancel():
                 job.future.set_result(job.work(lease))
@@ -172,4 +152,4 @@ class DevicePool:
             with self._lock:
                 self._free += slots
                 self._free_gpus = sorted([*self._free_gpus, *lease.devices.gpu_ids])
-            self._dispatch()
+            self._start_fitting_runs()

@@ -1,61 +1,11 @@
 """The job queue: durable, idempotent submission of experiments to the scheduler.
 
-Many agent processes submit experiments at once; the scheduler (one or more threads or
-processes) starts them, watches them and records how they end. The queue is one SQLite
-file, so it survives restarts of everyone involved and needs no server. This module
-imports only the standard library and the error classes: submitting stays cheap.
+One SQLite file (WAL) that survives restarts and needs no server; it imports only the
+standard library and the error classes. Every change is one ``BEGIN IMMEDIATE``
+transaction, so the checks deciding it and the change see no other writer, in any
+process or thread. Keep the file on a local file system (not NFS).
 
-Schema (``PRAGMA user_version`` = 1)::
-
-    jobs    id TEXT PRIMARY KEY            "j-" + 12 random hex digits
-            key TEXT NOT NULL UNIQUE       the client's idempotency key
-            submitter, kind                who asked; "run", "plan" or "verify"
-            spec, spec_hash                canonical JSON of the experiment; its SHA-256
-            state                          see the state machine below
-            created_at, updated_at         time.time()
-            attempts, dp_sizes             times it went to running; dp of each (JSON list)
-            run_folder, mlflow_run_id, pid where the current (or last) attempt lives
-            result, error                  JSON object / message of the outcome
-            cancel_requested               1: a cancel arrived while it was running
-    events  seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id, at, state, detail
-            one row per state change, in order; the first is "queued"
-
-State machine (``TRANSITIONS``; succeeded, failed and cancelled are final)::
-
-    queued ──► running ──► succeeded | failed | cancelled
-      │         │   ▲
-      │         ▼   │
-      │       preempted ──► cancelled
-      └──► cancelled
-
-Going to running counts an attempt and records its dp. ``request_cancel`` cancels a
-queued or preempted job at once; a running job only gets ``cancel_requested``: the
-scheduler stops its process and moves it to cancelled. Such a job may still end
-succeeded or failed, but not preempted, since a preempted job would be started again.
-
-Concurrency protocol (why many processes and threads are safe):
-
-1. Every change is one transaction opened with ``BEGIN IMMEDIATE``, which takes the
-   database's single write lock *before* reading. The checks that decide a change
-   ("does this key exist?", "is the submitter under its limit?", "is the job still in
-   the state the caller expects?") and the change itself therefore see no other writer
-   in between, in any process. Two submissions of one key are serialised and the second
-   finds the first's row (the UNIQUE index on ``key`` is the backstop); two schedulers
-   moving one job are serialised and the second fails the compare-and-set with
-   ``TransitionError`` instead of overwriting the first (no lost updates). A state
-   change and its event commit together or not at all.
-2. WAL journal: readers block neither the writer nor each other; every read is a single
-   statement, so it sees one committed snapshot.
-3. Busy timeout 30 s: a writer that finds the lock taken waits inside SQLite (the lock
-   is held for a few statements) instead of failing; after 30 s
-   ``sqlite3.OperationalError`` ("database is locked") propagates.
-4. One connection per thread and per process, opened lazily: sqlite3 connections must
-   not be shared between threads nor carried over a fork, so one ``JobQueue`` can be
-   used from any thread, and from a forked child.
-5. ``synchronous = FULL``: once a call returns, its change survives a crash or power loss.
-
-WAL coordinates processes through shared memory: keep the file on a local file system
-(not NFS).
+Design: docs/design/orchestrator_service.md
 """
 
 from __future__ import annotations
@@ -197,7 +147,8 @@ def canonical_json(value: Any) -> str:
 
 
 class JobQueue:
-    """The queue in one SQLite file (see the module docstring for schema and protocol).
+    """The queue in one SQLite file (schema and protocol:
+    docs/design/orchestrator_service.md).
 
     Safe to use from several threads and processes at once: each thread of each process
     gets its own connection.
@@ -227,7 +178,7 @@ class JobQueue:
 
     # -- connections and transactions --------------------------------------------------------
 
-    def _db(self) -> sqlite3.Connection:
+    def _get_connection(self) -> sqlite3.Connection:
         """This thread's connection (a new one after a fork)."""
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
@@ -246,9 +197,9 @@ class JobQueue:
         local.pid = None
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write_transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: the write lock is taken before the first read."""
-        db = self._db()
+        db = self._get_connection()
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
@@ -274,7 +225,7 @@ class JobQueue:
                 time.sleep(0.01)
 
     def _create_schema(self) -> None:
-        db = self._db()
+        db = self._get_connection()
         mode = self._switch_to_wal(db)
         if mode != "wal":
             raise QueueError(
@@ -283,7 +234,7 @@ class JobQueue:
             )
         if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
             return
-        with self._write() as db:
+        with self._write_transaction() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise QueueError(
@@ -315,7 +266,7 @@ class JobQueue:
             raise QueueError(f"spec must be a dict (the experiment), not {type(spec).__name__}")
         spec_text = _to_json("spec", spec)
         spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()
-        with self._write() as db:
+        with self._write_transaction() as db:
             row = db.execute("SELECT * FROM jobs WHERE key = ?", (key,)).fetchone()
             if row is not None:
                 if row["spec_hash"] != spec_hash or row["kind"] != kind:
@@ -324,9 +275,9 @@ class JobQueue:
                         f"kind {row['kind']}, spec sha256 {row['spec_hash'][:12]}); "
                         "choose a new key for a new experiment"
                     )
-                return _job(row), False
+                return _job_from_row(row), False
             pending = db.execute(
-                f"SELECT COUNT(*) FROM jobs WHERE submitter = ? AND state IN ({_marks(NOT_FINAL)})",
+                f"SELECT COUNT(*) FROM jobs WHERE submitter = ? AND state IN ({_sql_placeholders(NOT_FINAL)})",
                 (submitter, *NOT_FINAL),
             ).fetchone()[0]
             if pending >= self.max_queued_per_submitter:
@@ -342,19 +293,19 @@ class JobQueue:
                 " updated_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?)",
                 (job_id, key, submitter, kind, spec_text, spec_hash, now, now),
             )
-            _record(db, job_id, now, "queued", "")
-            return _job(_row(db, job_id)), True
+            _insert_event(db, job_id, now, "queued", "")
+            return _job_from_row(_fetch_job_row(db, job_id)), True
 
     # -- reading -----------------------------------------------------------------------------
 
     def get(self, job_id: str) -> Job:
         """The job ``job_id``; ``QueueError`` if there is none."""
-        return _job(_row(self._db(), job_id))
+        return _job_from_row(_fetch_job_row(self._get_connection(), job_id))
 
     def find(self, key: str) -> Job | None:
         """The job submitted under ``key``, or None."""
-        row = self._db().execute("SELECT * FROM jobs WHERE key = ?", (key,)).fetchone()
-        return None if row is None else _job(row)
+        row = self._get_connection().execute("SELECT * FROM jobs WHERE key = ?", (key,)).fetchone()
+        return None if row is None else _job_from_row(row)
 
     def list(
         self,
@@ -369,7 +320,7 @@ class JobQueue:
         where, params = [], []
         if states is not None:
             wanted = _check_states("states", states)
-            where.append(f"state IN ({_marks(wanted)})")
+            where.append(f"state IN ({_sql_placeholders(wanted)})")
             params.extend(wanted)
         if submitter is not None:
             where.append("submitter = ?")
@@ -386,30 +337,34 @@ class JobQueue:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_at, id LIMIT ? OFFSET ?"
-        rows = self._db().execute(sql, (*params, limit, offset)).fetchall()
-        return [_job(row) for row in rows]
+        rows = self._get_connection().execute(sql, (*params, limit, offset)).fetchall()
+        return [_job_from_row(row) for row in rows]
 
     def pending(self) -> list[Job]:
         """Queued and preempted jobs, oldest first: the scheduler's to-do list."""
-        rows = self._db().execute(
+        rows = self._get_connection().execute(
             "SELECT * FROM jobs WHERE state IN ('queued', 'preempted') ORDER BY created_at, id"
         )
-        return [_job(row) for row in rows.fetchall()]
+        return [_job_from_row(row) for row in rows.fetchall()]
 
     def events(self, job_id: str) -> list[Event]:
         """The state changes of ``job_id``, in order; ``QueueError`` if there is no such job."""
-        db = self._db()
+        db = self._get_connection()
         rows = db.execute(
             "SELECT job_id, at, state, detail FROM events WHERE job_id = ? ORDER BY seq",
             (job_id,),
         ).fetchall()
         if not rows:
-            _row(db, job_id)  # every job has its "queued" event: none means no such job
+            _fetch_job_row(db, job_id)  # every job has its "queued" event: none means no such job
         return [Event(*row) for row in rows]
 
     def counts(self) -> dict[str, int]:
         """State -> number of jobs in it, for every state (0 included)."""
-        rows = self._db().execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
+        rows = (
+            self._get_connection()
+            .execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+            .fetchall()
+        )
         found = dict(rows)
         return {state: found.get(state, 0) for state in STATES}
 
@@ -447,8 +402,8 @@ class JobQueue:
         values = _field_values(fields)
         if not isinstance(detail, str):
             raise QueueError(f"detail must be a string, not {type(detail).__name__}")
-        with self._write() as db:
-            row = _row(db, job_id)
+        with self._write_transaction() as db:
+            row = _fetch_job_row(db, job_id)
             current = row["state"]
             if expected is not None and current not in expected:
                 raise TransitionError(
@@ -471,19 +426,19 @@ class JobQueue:
                 values["attempts"] = row["attempts"] + 1
                 if dp is not None:
                     values["dp_sizes"] = json.dumps([*json.loads(row["dp_sizes"]), dp])
-            _set(db, job_id, values)
-            _record(db, job_id, now, to, detail)
-            return _job(_row(db, job_id))
+            _update_job_columns(db, job_id, values)
+            _insert_event(db, job_id, now, to, detail)
+            return _job_from_row(_fetch_job_row(db, job_id))
 
     def update(self, job_id: str, **fields: Any) -> Job:
         """Set ``run_folder``, ``mlflow_run_id``, ``pid``, ``result`` or ``error`` of
         ``job_id`` without a state change (no event); the updated job."""
         values = _field_values(fields)
-        with self._write() as db:
-            _row(db, job_id)
+        with self._write_transaction() as db:
+            _fetch_job_row(db, job_id)
             if values:
-                _set(db, job_id, {**values, "updated_at": time.time()})
-            return _job(_row(db, job_id))
+                _update_job_columns(db, job_id, {**values, "updated_at": time.time()})
+            return _job_from_row(_fetch_job_row(db, job_id))
 
     def request_cancel(self, job_id: str) -> Job:
         """Cancel ``job_id``; the updated job.
@@ -492,17 +447,17 @@ class JobQueue:
         the scheduler, which owns the process, stops it and moves the job to cancelled.
         Already final (or already requested): returned unchanged.
         """
-        with self._write() as db:
-            row = _row(db, job_id)
+        with self._write_transaction() as db:
+            row = _fetch_job_row(db, job_id)
             if row["state"] in ("queued", "preempted"):
                 now = time.time()
-                _set(db, job_id, {"state": "cancelled", "updated_at": now})
-                _record(db, job_id, now, "cancelled", "cancel requested")
-                return _job(_row(db, job_id))
+                _update_job_columns(db, job_id, {"state": "cancelled", "updated_at": now})
+                _insert_event(db, job_id, now, "cancelled", "cancel requested")
+                return _job_from_row(_fetch_job_row(db, job_id))
             if row["state"] == "running" and not row["cancel_requested"]:
-                _set(db, job_id, {"cancel_requested": 1, "updated_at": time.time()})
-                return _job(_row(db, job_id))
-            return _job(row)
+                _update_job_columns(db, job_id, {"cancel_requested": 1, "updated_at": time.time()})
+                return _job_from_row(_fetch_job_row(db, job_id))
+            return _job_from_row(row)
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -558,31 +513,31 @@ def _field_values(fields: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _marks(values: tuple[str, ...]) -> str:
+def _sql_placeholders(values: tuple[str, ...]) -> str:
     return ", ".join("?" * len(values))
 
 
-def _row(db: sqlite3.Connection, job_id: str) -> sqlite3.Row:
+def _fetch_job_row(db: sqlite3.Connection, job_id: str) -> sqlite3.Row:
     row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
     if row is None:
         raise QueueError(f"no job {job_id!r} in the queue; list the jobs to find its id")
     return row
 
 
-def _set(db: sqlite3.Connection, job_id: str, values: dict[str, Any]) -> None:
+def _update_job_columns(db: sqlite3.Connection, job_id: str, values: dict[str, Any]) -> None:
     # Column names come from FIELDS and this module, never from the caller's strings.
     columns = ", ".join(f"{name} = ?" for name in values)
     db.execute(f"UPDATE jobs SET {columns} WHERE id = ?", (*values.values(), job_id))
 
 
-def _record(db: sqlite3.Connection, job_id: str, at: float, state: str, detail: str) -> None:
+def _insert_event(db: sqlite3.Connection, job_id: str, at: float, state: str, detail: str) -> None:
     db.execute(
         "INSERT INTO events (job_id, at, state, detail) VALUES (?, ?, ?, ?)",
         (job_id, at, state, detail),
     )
 
 
-def _job(row: sqlite3.Row) -> Job:
+def _job_from_row(row: sqlite3.Row) -> Job:
     return Job(
         id=row["id"],
         key=row["key"],

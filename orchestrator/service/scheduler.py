@@ -1,41 +1,11 @@
 """``zephon serve``: start queued experiments when devices are free; lose no job on a crash.
 
-Each attempt of a training job (kinds ``run`` and ``verify``) runs as its own process
-(``python -m orchestrator.cli attempt ...``, :mod:`orchestrator.service.attempt`, an
-argument list, never a shell string) in its own session, on the lease the pool gave
-it, its JSON result written to ``<root>/jobs/<id>/attempt-<n>.json``. So the job does
-not depend on the scheduler: the scheduler only starts, watches and records.
+Each attempt of a training job runs as its own process on a lease from the device pool,
+its JSON result in ``<root>/jobs/<id>/attempt-<n>.json``, so the job does not depend on
+the scheduler: it only starts, watches and records. At start it adopts running jobs
+whose process still lives and records or preempts the others.
 
-Loop, every ``poll_s``::
-
-    for each pending job (queued, or preempted), oldest first, not yet handed out:
-        plan jobs  -> a thread: admit, api.plan, log an MLflow run (kind=plan)
-        run jobs   -> the device pool (orchestrator/service/pool.py): dp = the spec's
-                      resources.dp, else the largest divisor of its lanes now free;
-                      an attempt on that lease: `run`, or `resume` when its run folder
-                      exists, with the cores or GPUs of this lease, not the last one's
-        verify     -> the device pool: max(first_dp, second_dp) devices, or 2 x first_dp
-                      when free (its two first runs then train side by side)
-    a watched job that asked to be cancelled -> SIGTERM to its process
-
-When a job process ends, its result file decides::
-
-    status succeeded          -> succeeded (result, MLflow run id)
-    interrupted (SIGTERM)     -> cancelled if cancel was asked, else preempted
-      (also an error of kind "interrupted": stopped before training began)
-    failed / invalid          -> failed (error)
-    no result (SIGKILL, OOM)  -> preempted; failed after max_attempts attempts
-
-Recovery at start: a job recorded as running whose process is still alive (the
-scheduler died, the job did not) is adopted: watched on a lease of its last dp size.
-Alive means (psutil, on any OS): the recorded pid exists and is no zombie, its
-command line names the job, and it was created no later than the attempt went to
-running (a pid reused since is another process). One whose process is gone is
-recorded from its result file (it may have finished meanwhile) or preempted. A
-preempted run job resumes from its last checkpoint on the lease it gets then, of any
-size; the lane pipeline makes its data, and so its digests, continue unchanged.
-``resume`` stops a leftover torchrun first. A preempted verify job starts its check
-again.
+Design: docs/design/orchestrator_service.md
 """
 
 from __future__ import annotations
@@ -72,7 +42,7 @@ derives it from the boot time in whole seconds."""
 
 
 class Scheduler:
-    """Runs the jobs of one service root (module docstring)."""
+    """Runs the jobs of one service root (docs/design/orchestrator_service.md)."""
 
     def __init__(self, service: ServiceConfig, poll_s: float = POLL_S) -> None:
         self.service = service
@@ -110,26 +80,28 @@ class Scheduler:
             if future.done():
                 del self.active[job_id]
                 if future.exception() is not None:
-                    self._fail(job_id, f"scheduler error: {future.exception()}")
+                    self._fail_job(job_id, f"scheduler error: {future.exception()}")
         for job in self.queue.pending():
             if job.id not in self.active and not self.stopping.is_set():
-                self.active[job.id] = self._start(job)
+                self.active[job.id] = self._start_job(job)
 
-    def _start(self, job: Job) -> Future[Any]:
+    def _start_job(self, job: Job) -> Future[Any]:
         if job.kind == "plan":
-            return self.plans.submit(self._plan, job)
+            return self.plans.submit(self._run_plan_job, job)
         try:
             admitted = admit_job(job.kind, job.spec, self.rules)
         except ExperimentError as e:
-            self._fail(job.id, str(e))
+            self._fail_job(job.id, str(e))
             done: Future[Any] = Future()
             done.set_result(None)
             return done
-        return self.pool.submit(_sizes(admitted), lambda lease: self._train(job, lease))
+        return self.pool.submit(
+            _list_lease_sizes(admitted), lambda lease: self._run_training_attempt(job, lease)
+        )
 
     # -- plan jobs ------------------------------------------------------------------------
 
-    def _plan(self, job: Job) -> None:
+    def _run_plan_job(self, job: Job) -> None:
         from orchestrator.run import api
 
         try:
@@ -141,7 +113,7 @@ class Scheduler:
             plan = api.plan(config, run_name=job.id).to_dict()
             run_id = _log_plan(self.rules.tracking_uri, config, plan, job)
         except Exception as e:  # a plan job fails with the reason, the scheduler goes on
-            self._fail(job.id, str(e))
+            self._fail_job(job.id, str(e))
             return
         result = {
             k: plan[k]
@@ -159,7 +131,7 @@ class Scheduler:
 
     # -- training jobs --------------------------------------------------------------------
 
-    def _train(self, job: Job, lease: Lease) -> None:
+    def _run_training_attempt(self, job: Job, lease: Lease) -> None:
         """Start an attempt of ``job`` on ``lease`` (its own process) and watch it to the end."""
         job_dir = self.service.job_dir(job.id)
         job_dir.mkdir(parents=True, exist_ok=True)
@@ -168,7 +140,7 @@ class Scheduler:
             (job_dir / f"attempt-{number}.json").open("wb") as out,
             (job_dir / f"attempt-{number}.log").open("wb") as err,
         ):
-            process = _spawn(
+            process = _spawn_attempt(
                 attempt.command(self.service, job.id, lease), self.service.path, out, err
             )
         folder = self.service.runs_root / job.id if job.kind == "run" else None
@@ -182,28 +154,28 @@ class Scheduler:
                 run_folder=folder,
             )
         except TransitionError:  # cancelled between the pick and the start
-            _terminate(process.pid)
+            _send_sigterm(process.pid)
             process.wait()
             return
-        self._watch(job.id, process.pid, number, process.poll)
+        self._watch_process(job.id, process.pid, number, process.poll)
 
-    def _watch(self, job_id: str, pid: int, attempt: int, exited: Any) -> None:
+    def _watch_process(self, job_id: str, pid: int, attempt: int, exited: Any) -> None:
         """Wait for job ``job_id``'s process; pass on a cancel; record the outcome."""
         signalled = False
         while exited() is None:
             if not signalled and self.queue.get(job_id).cancel_requested:
-                _terminate(pid)
+                _send_sigterm(pid)
                 signalled = True
             if self.stopping.is_set():
                 return  # left running; the next scheduler adopts it
             time.sleep(self.poll_s)
-        self._record(job_id, attempt)
+        self._record_outcome(job_id, attempt)
 
-    def _record(self, job_id: str, attempt: int) -> None:
+    def _record_outcome(self, job_id: str, attempt: int) -> None:
         """Set the state of a job whose process ended, from its result file."""
         job = self.queue.get(job_id)
         result = _read_result(self.service.job_dir(job_id) / f"attempt-{attempt}.json")
-        status = _status(result)
+        status = _derive_status(result)
         fields = {"result": result, "mlflow_run_id": (result or {}).get("mlflow_run_id")}
         if status == RunStatus.SUCCEEDED:
             self.queue.transition(job_id, "succeeded", expect={"running"}, **fields)
@@ -211,7 +183,7 @@ class Scheduler:
             if job.cancel_requested:
                 self.queue.transition(job_id, "cancelled", expect={"running"}, **fields)
             elif result is None and job.attempts >= self.service.max_attempts:
-                self._fail(job_id, f"its process died {job.attempts} times without a result")
+                self._fail_job(job_id, f"its process died {job.attempts} times without a result")
             else:
                 detail = "stopped" if result else "process died"
                 self.queue.transition(
@@ -223,7 +195,7 @@ class Scheduler:
                 job_id, "failed", expect={"running"}, error=json.dumps(error)[:4000], **fields
             )
 
-    def _fail(self, job_id: str, error: str) -> None:
+    def _fail_job(self, job_id: str, error: str) -> None:
         job = self.queue.get(job_id)
         if job.state == "running":
             self.queue.transition(job_id, "failed", error=error[:4000])
@@ -242,19 +214,19 @@ class Scheduler:
             started = [e.at for e in self.queue.events(job.id) if e.state == "running"][-1]
             process = None if job.pid is None else job_process(job.pid, job.id, started)
             if process is None:
-                self._record(job.id, job.attempts)
+                self._record_outcome(job.id, job.attempts)
                 continue
             size = job.dp_sizes[-1] if job.dp_sizes else 1
             log.info("adopting %s (pid %d, dp %d)", job.id, process.pid, size)
             self.active[job.id] = self.pool.submit(
                 [size],
-                lambda lease, j=job, p=process: self._watch(
-                    j.id, p.pid, j.attempts, lambda: 0 if _ended(p) else None
+                lambda lease, j=job, p=process: self._watch_process(
+                    j.id, p.pid, j.attempts, lambda: 0 if _has_ended(p) else None
                 ),
             )
 
 
-def _sizes(admitted: AdmittedJob) -> list[int]:
+def _list_lease_sizes(admitted: AdmittedJob) -> list[int]:
     """The lease sizes a job accepts. A run: its own dp, or every divisor of its lanes that
     fits. A verify job: enough for its larger dp, or for its two first runs side by side."""
     config, check = admitted.config, admitted.check
@@ -266,21 +238,21 @@ def _sizes(admitted: AdmittedJob) -> list[int]:
     return [k for k in divisors(config.data.lanes) if not dp_problems(config, k)]
 
 
-def _spawn(argv: list[str], cwd: Path, out: Any, err: Any) -> Any:
+def _spawn_attempt(argv: list[str], cwd: Path, out: Any, err: Any) -> Any:
     import subprocess
 
     return subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, start_new_session=True)
 
 
-def _terminate(pid: int) -> None:
+def _send_sigterm(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
 
 
 def job_process(pid: int, job_id: str, started_at: float) -> psutil.Process | None:
     """The live process ``pid`` if it is the attempt of job ``job_id`` that went to running
-    at ``started_at`` (module docstring: the pid exists, is no zombie, its command line
-    names the job, it was created by then); None otherwise."""
+    at ``started_at`` (the pid exists, is no zombie, its command line names the job, it was
+    created by then: docs/design/orchestrator_service.md); None otherwise."""
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE or job_id not in process.cmdline():
@@ -292,7 +264,7 @@ def job_process(pid: int, job_id: str, started_at: float) -> psutil.Process | No
     return process
 
 
-def _ended(process: psutil.Process) -> bool:
+def _has_ended(process: psutil.Process) -> bool:
     """Whether an adopted job process has ended (``is_running`` also sees a reused pid)."""
     try:
         return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
@@ -300,7 +272,7 @@ def _ended(process: psutil.Process) -> bool:
         return True
 
 
-def _status(result: dict[str, Any] | None) -> str | None:
+def _derive_status(result: dict[str, Any] | None) -> str | None:
     """succeeded, failed or interrupted from a job process's result; None without one.
     An attempt stopped before it trained prints an error of kind ``interrupted``."""
     if result is None:

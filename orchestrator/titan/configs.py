@@ -3,7 +3,7 @@
 ``zephon_config(base, dataloader, tokenizer)`` turns any TorchTitan
 ``Trainer.Config`` into a ``ZephonTrainer.Config`` with the given data loader and
 tokenizer, TorchTitan's other settings unchanged except the model vocabulary,
-which follows the tokenizer.
+which follows the tokenizer (``--tokenizer.name``, whatever it is set to).
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 import torch
-from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
 from torchtitan.models import llama3
 from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm, compute_ffn_hidden_dim
-from torchtitan.models.common.decoder import Decoder
 from torchtitan.models.llama3.config_registry import llama3_debugmodel
 from torchtitan.models.llama3.model import Llama3Model
 from torchtitan.trainer import Trainer
@@ -25,7 +23,6 @@ from orchestrator.titan.dataloader import ZephonDataLoader
 from orchestrator.titan.evaluator import HeldOutEvaluator
 from orchestrator.titan.tokenizer import ZephonTokenizer
 from orchestrator.titan.trainer import ZephonTrainer
-from pipeline import ConfigError, load_tokenizer
 
 
 def zephon_config(
@@ -37,10 +34,9 @@ def zephon_config(
         tokenizer=ZephonTokenizer.Config(name=tokenizer),
         dataloader=dataloader,
         validator=HeldOutEvaluator.Config(freq=base.validator.freq),
+        vocab_follows_tokenizer=True,
     )
-    vocab = load_tokenizer(tokenizer).vocab_size
     assert base.model_spec is not None, "the base config has no model_spec"
-    _set_vocab(base.model_spec.model, base.loss, vocab)
     return ZephonTrainer.Config(**settings)
 
 
@@ -108,17 +104,3 @@ def _mini_llama3(dim: int, n_heads: int, n_layers: int) -> Llama3Model.Config:
             attn_backend="flex",
         ),
     )
-
-
-def _set_vocab(model: object, loss: object, vocab: int) -> None:
-    """Resize a decoder's embedding, output layer and loss to ``vocab`` ids."""
-    if not isinstance(model, Decoder.Config) or model.lm_head is None:
-        raise ConfigError(
-            f"cannot size the vocabulary of {type(model).__qualname__}; set it to {vocab} yourself"
-        )
-    model.vocab_size = vocab
-    model.tok_embeddings.num_embeddings = vocab
-    model.lm_head.out_features = vocab
-    loss_fn = loss.loss_fn if isinstance(loss, ChunkedLossWrapper.Config) else loss
-    if isinstance(loss_fn, CrossEntropyLoss.Config):
-        loss_fn.global_vocab_size = vocab

@@ -1,42 +1,11 @@
 """The one place where TorchTitan 0.3.0 is prepared for CPU-only machines and torch 2.13.
 
-TorchTitan 0.3.0 targets CUDA and torch nightly. On a CPU-only torch 2.13 (gloo,
-several processes standing in for GPUs) it fails in the ways listed below; each
-patch here fixes one of them, checks its own condition first, and changes only
-runtime objects (module attributes, ``sys.modules`` entries), never installed
-files. ``apply()`` is idempotent and must run before TorchTitan's modules are
-imported (``orchestrator.titan`` calls it on import). On a CUDA machine only
-the patches whose condition holds there apply (``set_timeout`` with torch 2.13).
+Each patch fixes one failure of TorchTitan on a CPU-only torch 2.13, checks its own
+condition first, and changes only runtime objects, never installed files. ``apply()`` is
+idempotent and must run before TorchTitan's modules are imported (``orchestrator.titan``
+calls it on import).
 
-=====================  =================================  ===========================================
-patch                  applied when                       why
-=====================  =================================  ===========================================
-set_timeout alias      ``torch.distributed.set_timeout``  TorchTitan lowers the process-group timeouts
-                       is missing (torch 2.13)            after step 1 with this nightly-only API; the
-                                                          private ``_set_pg_timeout`` does the same.
-triton stub            ``triton`` is not installed        ``minimal_async_ep.kernels`` (MoE expert
-                                                          parallel, CUDA only) imports triton at
-                                                          import time, and the llama3 model imports it
-                                                          transitively. The stub raises if called.
-cpu device             no accelerator is available        ``torchtitan.tools.utils`` falls back to
-                                                          ``device_type="cuda"`` at import time; it is
-                                                          rebound to ``"cpu"`` (so gloo is the backend)
-                                                          with a stand-in for the CUDA-only calls.
-flex -> SDPA           no accelerator is available        "FlexAttention does not support backward on
-                                                          CPU": the kernel is swapped for SDPA with a
-                                                          dense mask built from the block mask's
-                                                          ``mask_mod`` (O(T^2) memory, fine for the
-                                                          short sequences of CPU runs). Block masks
-                                                          are then built eagerly: compiling
-                                                          ``create_block_mask`` cost ~5 s per process.
-FSDP sum reduction     installed always, acts only when   "Cannot use ReduceOp.PREMUL_SUM with Gloo":
-                       FSDP's process group is gloo       FSDP modules are told to use plain sums (the
-                                                          scaling is done separately, same result).
-=====================  =================================  ===========================================
-
-Not patched here because it is a setting, not a code defect: with dp > 1 on torch
-2.13 the default ``--parallelism.spmd-backend spmd_types`` fails; use
-``partial_dtensor`` (``orchestrator.titan.configs`` does).
+Design: docs/design/orchestrator_titan.md
 """
 
 from __future__ import annotations

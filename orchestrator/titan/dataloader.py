@@ -1,35 +1,11 @@
 """``ZephonDataLoader``: the lane pipeline as TorchTitan 0.3.0's data loader component.
 
-TorchTitan builds it with ``config.dataloader.build(dp_world_size=, dp_rank=,
-tokenizer=, seq_len=, local_batch_size=, ...)`` and pulls micro-batches in its
-training loop. The mapping onto the lane pipeline::
+Each pull yields ``({"input": ids, "positions": pos}, labels)`` for one micro-batch of
+this rank's lanes; per step the ranks exchange lane digests and rank 0 records the global
+batch digest. ``state_dict()`` is merged over ranks, so any dp size dividing ``lanes``
+can load it; nothing ever restarts the data silently.
 
-    Zephon                               TorchTitan
-    the data spec (--dataloader.spec)    a JSON file: an experiment's data section
-    global_batch_size G (sequences)  ==  --training.global-batch-size (follows the spec's)
-    microbatch_size m                ==  --training.local-batch-size (the size of one pull)
-    pack_flat(max_length=T)          ==  --training.seq-len (equal to the spec's seq_len)
-    dp_size, dp_rank                 ==  the data-parallel ("batch") mesh
-    G / (dp * m) micro-batches/step  ==  gradient accumulation steps
-
-Each pull yields ``({"input": ids, "positions": pos}, labels)``: int64 ``[m, T]``
-tensors; ``positions`` restart at 0 at every document start, which is what
-TorchTitan's block-causal (flex/varlen) attention masks are built from;
-``labels`` of padding are ``IGNORE_INDEX``. Only ``input`` and ``positions`` go in
-the dict, because TorchTitan passes every other key to the model's forward.
-
-Per step the ranks exchange their lane digests (see :mod:`.collectives`), so
-every rank knows the global batch digest; global rank 0 writes it to
-``<dump_folder>/zephon/steps.jsonl`` and the tokens and data wait go to
-TorchTitan's metric loggers.
-
-State: ``state_dict()`` gathers all ranks' pipeline states and merges them, so
-it is identical on every rank and complete for all lanes. DCP stores it once
-(under ``dataloader.zephon``) and any dp size dividing ``lanes`` can load it.
-``load_state_dict`` refuses states of TorchTitan's stock loader (per-rank
-``dp_rank_<r>`` keys) and of another data contract; a resumed trainer whose
-checkpoint brought no data state at all is refused at the first step. Nothing
-ever restarts the data silently.
+Design: docs/design/orchestrator_titan.md
 """
 
 from __future__ import annotations
@@ -146,7 +122,7 @@ class ZephonDataLoader(BaseDataLoader):
         )
         self.dp_world_size = dp_world_size
         self.microbatch_size = local_batch_size
-        self.global_batch_size = self.pipeline.batch_config.global_batch_size
+        self.global_batch_size = self.pipeline.global_batch_size
         self._link: TrainerLink | None = None
         self._restored: dict[str, Any] | None = None
         self._chain = DigestChain()

@@ -1,42 +1,21 @@
-"""``HeldOutEvaluator``: bits per byte on each dataset's held-out documents, inside TorchTitan.
+"""``HeldOutEvaluator``: bits per byte on each dataset's held-out documents, inside TorchTitan,
+and the downstream tasks of ``eval.tasks`` (:mod:`orchestrator.titan.lm_eval_adapter`).
 
-The held-out documents are the plan's (``WorkSource.heldout_documents``: ``holdout_docs``
-records per dataset chosen by dataset name alone, never trained on, cut so that
-their text is at most ``holdout_bytes`` per dataset). They are the same for every
-seed, mixture and dp size of a data contract, so every variant of a sweep is scored
-on the same text, document by document.
+Rank 0 appends each evaluation to ``<dump_folder>/zephon/eval.jsonl`` (per-document bits,
+so variants are compared document by document) and the tasks' items to ``tasks.jsonl``.
 
-Algorithm, per evaluation::
-
-    for each dataset d, each held-out document x (tokens t = [EOS] + encode(x)):
-        windows of T+1 tokens overlapping by one: inputs t[i:i+T], labels t[i+1:i+T+1]
-        (EOS is the context of the first token, as after a document boundary in training;
-        every label is a token of x, so the bits below cover exactly x's bytes)
-    all rows are dealt round-robin to the dp ranks, padded with empty rows to
-    ceil(rows / dp) per rank (every rank makes the same forward calls: FSDP needs it),
-    and run rows_per_forward at a time; for each row, from the logits:
-    nll[row] = sum over its labels of -ln p(label)           (all-reduced over the dp group)
-    bits[x]  = sum over x's rows of nll / ln 2,  bytes[x] = utf8_bytes(x)
-    bpb[d]   = sum over d's documents of bits / sum of bytes
-    aggregate = mean over datasets of bpb[d]
-
-It runs when ``step % freq == 0`` and at the last step. Global rank 0 appends
-``{"step", "bpb": {d: ...}, "aggregate_bpb", "tokens": {d: ...}, "bytes": {d: ...},
-"seconds", "documents": {d: {"bits": [...], "bytes": [...]}}}`` to
-``<dump_folder>/zephon/eval.jsonl`` (the per-document scores let two variants be
-compared document by document: :mod:`orchestrator.guard.decisions`) and sends
-``eval/<d>_bpb``, ``eval/aggregate_bpb`` and ``eval/seconds`` to TorchTitan's metric
-loggers.
+Design: docs/design/orchestrator_titan.md, "The held-out evaluator".
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -46,8 +25,11 @@ from torchtitan.components.metrics import BaseLogger
 from torchtitan.components.validate import BaseValidator, Validator
 from torchtitan.tools import utils
 
-from orchestrator.experiment.runfolder import EVAL_FILE
+from orchestrator.experiment.runfolder import EVAL_FILE, TASKS_FILE
 from pipeline import ConfigError, Tokenizer, WorkSource
+
+if TYPE_CHECKING:
+    from orchestrator.titan.lm_eval_adapter import TaskScores
 
 
 @dataclass
@@ -66,8 +48,20 @@ class _HeldOutRows:
     """UTF-8 bytes of each held-out document."""
 
 
+def score_logits(logits: torch.Tensor, labels: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row ``(nll, greedy)`` of :class:`RowScorer` from ``logits [rows, T, V]``.
+
+    The log-probabilities are TorchTitan's ``compute_logprobs`` (float32, as the
+    held-out evaluator's), summed in float64.
+    """
+    scored = labels != IGNORE_INDEX
+    nll = -compute_logprobs(logits, labels).double().sum(dim=1)
+    greedy = ((logits.argmax(dim=-1) == labels) | ~scored).all(dim=1)
+    return nll.cpu().numpy(), greedy.cpu().numpy()
+
+
 class HeldOutEvaluator(Validator):
-    """TorchTitan validator computing held-out bits per byte per dataset (module docstring)."""
+    """TorchTitan validator computing held-out bits per byte per dataset (design doc)."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(Validator.Config):
@@ -76,6 +70,14 @@ class HeldOutEvaluator(Validator):
         rows_per_forward: int = 8
         """Held-out rows per forward pass on each rank (speed and memory only: the logits of
         a forward, rows x seq_len x vocabulary floats, are held at once)."""
+        tasks: list[str] = field(default_factory=list)
+        """lm-evaluation-harness tasks scored at the last evaluation (docs/tasks.md)."""
+        task_dir: str = ""
+        """Folder of local task YAMLs (lm-eval's ``include_path``); empty: none."""
+        tasks_at_every_eval: bool = False
+        """Score the tasks at every evaluation, not only at the last step."""
+        task_limit: int = 0
+        """Items per task at most; 0: every item."""
 
     def __init__(self, config: Config, **kwargs: Any) -> None:
         BaseValidator.__init__(self, config)
@@ -123,17 +125,45 @@ class HeldOutEvaluator(Validator):
     @torch.no_grad()
     def validate(self, model_parts: list[torch.nn.Module], step: int) -> None:
         assert self._attached is not None, "HeldOutEvaluator.attach() was not called"
-        _, _, metrics, run_dir, _, group = self._attached
+        _, _, metrics, run_dir, _, _ = self._attached
         started = time.perf_counter()
         rows = self._held_out_rows()
+        model_parts[0].eval()
+        nll, _ = self.score_rows(model_parts, rows.inputs, rows.labels)
+        tasks = self._score_tasks(model_parts, step)
+        model_parts[0].train()
+        self._record(rows, nll, step, time.perf_counter() - started, metrics, run_dir, tasks)
+
+    def _score_tasks(self, model_parts: list[torch.nn.Module], step: int) -> TaskScores | None:
+        """The downstream tasks' scores at ``step``, or None when none are due."""
+        assert self._attached is not None
+        config = self.config
+        if not config.tasks or not (config.tasks_at_every_eval or step == self._attached[4]):
+            return None
+        # Imported here: lm-eval takes ~2 s to import, which only runs with tasks pay.
+        from orchestrator.titan.lm_eval_adapter import ZephonLM, run_tasks
+
+        lm = ZephonLM(
+            self._attached[1], self.seq_len, functools.partial(self.score_rows, model_parts)
+        )
+        task_dir = Path(config.task_dir) if config.task_dir else None
+        return run_tasks(lm, list(config.tasks), task_dir, limit=config.task_limit or None)
+
+    def score_rows(
+        self, model_parts: list[torch.nn.Module], inputs: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every row's negative log-likelihood (nats, summed over its labels) and whether each
+        of its labels is the model's argmax: rows dealt round-robin to the dp ranks, padded so
+        every rank makes the same forward calls (FSDP needs it), results all-reduced. Every
+        rank must call it with the same rows (a :class:`RowScorer` once ``model_parts`` is bound)."""
         model = model_parts[0]
-        model.eval()
         device = utils.device_type
-        nll = torch.zeros(len(rows.inputs), dtype=torch.float64, device=device)
-        mine, inputs, labels = self._rank_rows(rows)
+        scores = np.zeros((2, len(inputs)), dtype=np.float64)  # nll, greedy
+        mine, rank_inputs, rank_labels = self._rank_rows(inputs, labels)
         n = self.config.rows_per_forward
-        for start in range(0, len(inputs), n):
-            batch_inputs, batch_labels = inputs[start : start + n], labels[start : start + n]
+        for start in range(0, len(rank_inputs), n):
+            batch_inputs = rank_inputs[start : start + n]
+            batch_labels = rank_labels[start : start + n]
             positions = torch.arange(self.seq_len).expand(len(batch_inputs), -1)
             batch = {"input": batch_inputs.to(device), "positions": positions.to(device)}
             inputs_, labels_, extra = self.post_dataloading_process(
@@ -143,14 +173,18 @@ class HeldOutEvaluator(Validator):
                 out = model(inputs_, **extra)
                 if getattr(model, "_skip_lm_head", False):
                     out = model.lm_head(out)  # hidden states: TorchTitan's chunked loss applies it
-                row_nll = -compute_logprobs(out, labels_).double().sum(dim=1)
-            batch_rows = mine[start : start + n]
+                logits = out.full_tensor() if hasattr(out, "full_tensor") else out
+                row_nll, row_greedy = score_logits(logits, labels_)
+            batch_rows = mine[start : start + n].numpy()
             real = batch_rows >= 0  # padding rows are -1
-            nll[batch_rows[real]] = row_nll[real.to(row_nll.device)]
+            scores[0, batch_rows[real]] = row_nll[real]
+            scores[1, batch_rows[real]] = row_greedy[real]
+        group = self._attached[5] if self._attached is not None else None
         if group is not None or self.dp_world_size > 1:
-            dist.all_reduce(nll, group=group)
-        model.train()
-        self._record(rows, nll.cpu().numpy(), step, time.perf_counter() - started, metrics, run_dir)
+            reduced = torch.from_numpy(scores).to(device)
+            dist.all_reduce(reduced, group=group)
+            scores = reduced.cpu().numpy()
+        return scores[0], scores[1] > 0.5
 
     def _record(
         self,
@@ -160,8 +194,10 @@ class HeldOutEvaluator(Validator):
         seconds: float,
         metrics: BaseLogger,
         run_dir: Path,
+        tasks: TaskScores | None,
     ) -> None:
-        """Per-document bits, per-dataset bits per byte (module docstring), written by rank 0."""
+        """Per-document bits, per-dataset bits per byte (design doc) and the tasks'
+        scores (per item in ``tasks.jsonl``), written by rank 0."""
         if not self._is_rank0:
             return
         bits = np.zeros(len(rows.document_bytes))
@@ -187,25 +223,32 @@ class HeldOutEvaluator(Validator):
             "seconds": round(seconds, 3),
             "documents": documents,
         }
+        if tasks is not None:
+            record["tasks"] = tasks.metrics
+            record["higher_is_better"] = tasks.higher_is_better
+            with (run_dir / TASKS_FILE).open("a") as f:
+                f.writelines(json.dumps(line) + "\n" for line in tasks.to_records(step))
         with (run_dir / EVAL_FILE).open("a") as f:
             f.write(json.dumps(record) + "\n")
         scores = {f"eval/{name}_bpb": v for name, v in bpb.items()}
         metrics.log({**scores, "eval/aggregate_bpb": aggregate, "eval/seconds": seconds}, step)
 
-    def _rank_rows(self, rows: _HeldOutRows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _rank_rows(
+        self, all_inputs: torch.Tensor, all_labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """This rank's row indexes (-1: padding), inputs and labels, padded to ceil(rows / dp)."""
-        per_rank = math.ceil(len(rows.inputs) / self.dp_world_size)
+        per_rank = math.ceil(len(all_inputs) / self.dp_world_size)
         index = torch.full((per_rank,), -1, dtype=torch.int64)
         inputs = torch.zeros(per_rank, self.seq_len, dtype=torch.int64)
         labels = torch.full((per_rank, self.seq_len), IGNORE_INDEX, dtype=torch.int64)
-        mine = torch.arange(self.dp_rank, len(rows.inputs), self.dp_world_size)
+        mine = torch.arange(self.dp_rank, len(all_inputs), self.dp_world_size)
         index[: len(mine)] = mine
-        inputs[: len(mine)] = rows.inputs[mine]
-        labels[: len(mine)] = rows.labels[mine]
+        inputs[: len(mine)] = all_inputs[mine]
+        labels[: len(mine)] = all_labels[mine]
         return index, inputs, labels
 
     def _held_out_rows(self) -> _HeldOutRows:
-        """Tokenize the held-out documents once and cut them into windows (module docstring)."""
+        """Tokenize the held-out documents once and cut them into windows (design doc)."""
         if self._rows is not None:
             return self._rows
         assert self._attached is not None

@@ -1,23 +1,11 @@
 """A run's recipe as TorchTitan resolves it: ``python -m orchestrator.titan.recipe FLAGS...``.
 
-The recipe is everything that decides the training arithmetic apart from the data.
-It is read from TorchTitan's own config parser (``ConfigManager.parse_args``) on the
-flags the trainer will get, so a flag is part of it exactly as TorchTitan applies
-it, and the same recipe written two ways (``--optimizer...lr 1e-3`` or ``=0.001``)
-resolves to the same values. Run as a module it prints ``{"recipe": ..., "init":
-...}`` as JSON; a flag TorchTitan refuses exits with status 2 and TorchTitan's
-message on stderr. :mod:`orchestrator.run.recipe` calls it (in a subprocess, so
-planning never imports TorchTitan) and caches the answer.
+The recipe is everything that decides the training arithmetic apart from the data, read
+from TorchTitan's own config parser on the trainer's flags; ``init`` is its part that
+decides the initial weights. Run as a module it prints ``{"recipe": ..., "init": ...}``
+as JSON; a flag TorchTitan refuses exits with status 2.
 
-Kept: ``model_spec``, ``optimizer``, ``lr_scheduler``, ``loss``, ``debug`` (the
-init seed), ``override`` and :data:`TRAINING_KEPT` of ``training`` (steps,
-gradient clipping, dtypes). Left out, because replicates may differ in them
-without changing what is learnt (:data:`REPLICATE_FREE`).
-
-``init`` is the part that decides the initial weights (``model_spec``, ``debug``,
-``override``, ``training.dtype``): every run whose ``init`` is equal starts from
-one seed checkpoint (:mod:`orchestrator.run.init_checkpoint`), whatever its
-learning rate or length.
+Design: docs/design/orchestrator_titan.md
 """
 
 from __future__ import annotations
@@ -59,8 +47,9 @@ INIT_KEPT = ("model_spec", "debug", "override")
 
 
 def resolve(flags: list[str]) -> dict[str, Any]:
-    """``{"recipe": ..., "init": ...}`` of the TorchTitan config ``flags`` give (see module
-    docstring). Raises ``ValueError`` with TorchTitan's message for a flag it refuses."""
+    """``{"recipe": ..., "init": ...}`` of the TorchTitan config ``flags`` give (see
+    docs/design/orchestrator_titan.md). Raises ``ValueError`` with TorchTitan's message for
+    a flag it refuses."""
     from orchestrator.titan import cpu_compat
 
     cpu_compat.apply()
@@ -73,7 +62,7 @@ def resolve(flags: list[str]) -> dict[str, Any]:
             config = ConfigManager().parse_args(list(flags))
     except SystemExit as exit_:  # tyro's answer to an unknown or malformed flag
         raise ValueError(_tyro_message(errors.getvalue()) or f"exit {exit_.code}") from None
-    plain = _plain(config)
+    plain = _to_plain_data(config)
     recipe = {key: plain[key] for key in KEPT}
     recipe["training"] = {key: plain["training"][key] for key in TRAINING_KEPT}
     init = {key: plain[key] for key in INIT_KEPT}
@@ -81,11 +70,11 @@ def resolve(flags: list[str]) -> dict[str, Any]:
     return {"recipe": recipe, "init": init}
 
 
-def _plain(value: Any, depth: int = 0) -> Any:
+def _to_plain_data(value: Any, depth: int = 0) -> Any:
     """JSON-able, deterministic data of a config value: dataclasses by field, functions by
     qualified name and the values they close over (an init function's std), no addresses."""
     assert depth < 64, "config nests deeper than 64 levels"
-    down = functools.partial(_plain, depth=depth + 1)
+    down = functools.partial(_to_plain_data, depth=depth + 1)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: down(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):

@@ -1,16 +1,10 @@
 """Per-run JSONL files in TorchTitan's dump folder (``<dump_folder>/zephon/``).
 
-``steps.jsonl``
-    One line per training step, written by global rank 0 when the step's data is
-    handed over: ``step`` (TorchTitan's 1-based step), ``global_digest``,
-    ``data_fingerprint`` (the digest chain up to this step), ``tokens`` (label
-    tokens of the global batch), ``data_wait_s`` (the slowest rank's wait for the
-    pipeline), ``dp_size``. A run resumed from step ``s`` first drops the lines of
-    steps after ``s``: they are redone, with the same data by construction.
-``metrics.jsonl``
-    What TorchTitan's metric loggers receive (loss, throughput, memory, and the
-    data loader's tokens and data wait), one line per ``log`` call, with names
-    made safe for trackers such as MLflow (``throughput(tps)`` -> ``throughput_tps``).
+``steps.jsonl``: one line per training step (its global batch digest, the fingerprint
+chain, tokens, data wait), written by global rank 0; ``metrics.jsonl``: what
+TorchTitan's metric loggers receive, with names made safe for MLflow.
+
+Design: docs/design/orchestrator_titan.md
 """
 
 from __future__ import annotations
@@ -74,7 +68,7 @@ class JsonlMetricsLogger(BaseLogger):
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         record = {"step": step}
-        record.update({metric_name(k): _plain(v) for k, v in metrics.items()})
+        record.update({metric_name(k): _to_python_number(v) for k, v in metrics.items()})
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 
@@ -82,6 +76,6 @@ class JsonlMetricsLogger(BaseLogger):
         self._file.close()
 
 
-def _plain(value: Any) -> Any:
+def _to_python_number(value: Any) -> Any:
     """Tensors and numpy scalars as Python numbers."""
     return value.item() if hasattr(value, "item") else value

@@ -1,12 +1,6 @@
-"""``ZephonTokenizer``: Zephon's offline tiktoken encoding as a TorchTitan tokenizer component.
-
-TorchTitan builds ``config.tokenizer`` before the data loader and hands it to
-``config.dataloader.build(tokenizer=...)`` (and to the validator). Its default
-``HuggingFaceTokenizer`` needs tokenizer files under ``--hf-assets-path``; this
-component instead loads the encoding Zephon provisions at set-up
-(``zephon-provision-tokenizer``), so training never touches the network, and the
-trainer's tokenizer is the very one the lane pipeline tokenizes with.
-"""
+"""``ZephonTokenizer``: the lane pipeline's tokenizer (``pipeline.load_tokenizer``) as a
+TorchTitan tokenizer component, so the trainer's tokenizer is the very one the pipeline
+tokenizes with and training reads only local files."""
 
 from __future__ import annotations
 
@@ -18,15 +12,16 @@ from pipeline import Tokenizer, load_tokenizer
 
 
 class ZephonTokenizer(BaseTokenizer):
-    """``encode(text, add_bos, add_eos)`` over a Zephon tokenizer; gpt2 has no BOS token."""
+    """``encode(text, add_bos, add_eos)`` over a Zephon tokenizer; no BOS is ever added (the
+    lane pipeline separates documents with EOS alone)."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(BaseTokenizer.Config):
         name: str = "gpt2"
-        """Zephon tokenizer id (``pipeline.tokenizer.SUPPORTED_TOKENIZERS``)."""
+        """Zephon tokenizer spec: ``gpt2`` or a tokenizer file (``pipeline.load_tokenizer``)."""
 
     def __init__(self, config: Config, *, tokenizer_path: str | None = None) -> None:
-        # tokenizer_path (TorchTitan's --hf-assets-path) is not used: the file is provisioned.
+        # tokenizer_path (TorchTitan's --hf-assets-path) is not used: the spec names the file.
         super().__init__()
         self.name = config.name
         self.tokenizer: Tokenizer = load_tokenizer(config.name)
@@ -45,5 +40,5 @@ class ZephonTokenizer(BaseTokenizer):
         return self.tokenizer.decode(ids)
 
     def get_vocab_size(self) -> int:
-        """Number of token ids (gpt2: 50257)."""
+        """Number of token ids, special tokens included (gpt2: 50257)."""
         return self.tokenizer.vocab_size

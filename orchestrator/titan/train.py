@@ -1,25 +1,11 @@
 """``zephon-train`` / ``python -m orchestrator.titan.train``: TorchTitan's trainer on the lane pipeline.
 
 Runs TorchTitan's own entry point (``torchtitan.train.main``) after
-:mod:`orchestrator.titan.cpu_compat` has prepared TorchTitan for this machine.
-Configs are Python functions returning a ``ZephonTrainer.Config``; ``--module``
-defaults to ``orchestrator.titan.configs``. Everything else is TorchTitan's CLI::
+:mod:`orchestrator.titan.cpu_compat` has prepared TorchTitan for this machine;
+``--module`` defaults to ``orchestrator.titan.configs`` and everything else is
+TorchTitan's CLI, ``--dataloader.spec`` naming the data (an experiment's data section).
 
-    torchrun --nproc-per-node 2 -m orchestrator.titan.train --config zephon_debug \\
-        --dataloader.spec data.json --dump-folder runs/a \\
-        --checkpoint.enable --checkpoint.interval 100
-
-where ``data.json`` is an experiment's ``data`` section, e.g.
-``{"datasets": {"code": ["data/code/*.jsonl.zst"], "docs": ["data/docs/*.jsonl.gz"]},
-"mixture": {"code": 0.7, "docs": 0.3}}`` (:mod:`orchestrator.experiment.dataspec`;
-``zephon run`` writes one per run; or ``torchrun --nproc-per-node 2 --no-python
-zephon-train ...``). Resuming on another
-number of processes is TorchTitan's own resume: the same ``--dump-folder``, or
-``--checkpoint.initial-load-path runs/a/checkpoint/step-N
---checkpoint.no-initial-load-model-only`` for a new one.
-
-Per step, ``<dump-folder>/zephon/steps.jsonl`` gets the global batch digest;
-TorchTitan's metrics also go to ``<dump-folder>/zephon/metrics.jsonl``.
+Design: docs/design/orchestrator_titan.md
 """
 
 from __future__ import annotations

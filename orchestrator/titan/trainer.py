@@ -1,25 +1,11 @@
 """``ZephonTrainer``: TorchTitan's ``Trainer`` with the lane pipeline as its data loader.
 
-The training loop, model, parallelisms, optimizer and checkpointing are
-TorchTitan's own. The subclass only
+The training loop, model, parallelisms, optimizer and checkpointing are TorchTitan's own;
+the subclass makes Zephon's tokenizer and data loader the defaults, checks that the
+trainer's settings fit the data contract, ends training with a barrier instead of a
+sleep, and says what a checkpoint without Zephon's data state holds.
 
-* makes ``ZephonTokenizer`` and ``ZephonDataLoader`` the default components and
-  checks, when the config is built (before any process group exists), that the
-  trainer's settings fit the data contract: a global batch equal to the data
-  spec's (an unset ``--training.global-batch-size`` follows it when the trainer
-  is built), a model vocabulary that covers the tokenizer's;
-* once TorchTitan has built everything, checks that its gradient accumulation
-  covers exactly one global batch per step, connects the data loader to the
-  trainer (step counter, data-parallel group, metric loggers, run folder), and
-  adds a metric logger writing ``<dump_folder>/zephon/metrics.jsonl``;
-* replaces TorchTitan's 2-second sleep after training ("for other ranks to complete")
-  by a barrier of every rank, none on dp 1;
-* makes its checkpoint manager look at the data state of the checkpoint it is
-  about to load. DCP would refuse a checkpoint without ``dataloader.zephon``
-  (e.g. one saved by TorchTitan's stock loader) with a bare "Missing key in
-  checkpoint state_dict"; ``CheckpointManager.dcp_load`` is the one place that
-  knows which checkpoint TorchTitan chose, so it is wrapped to say what the
-  checkpoint holds instead and how to proceed.
+Design: docs/design/orchestrator_titan.md
 """
 
 from __future__ import annotations
@@ -33,8 +19,10 @@ from typing import Any
 import torch.distributed as dist
 import torchtitan.trainer as torchtitan_trainer
 from torchtitan.components.checkpointer import DATALOADER, CheckpointManager
+from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
 from torchtitan.components.metrics import LoggerContainer
 from torchtitan.distributed import ParallelDims
+from torchtitan.models.common.decoder import Decoder
 from torchtitan.trainer import Trainer
 
 from orchestrator.titan.collectives import DataParallelGroup
@@ -57,7 +45,8 @@ from pipeline import ConfigError, load_tokenizer
 
 
 class ZephonTrainer(Trainer):
-    """TorchTitan's trainer, fed by a :class:`ZephonDataLoader` (see module docstring)."""
+    """TorchTitan's trainer, fed by a :class:`ZephonDataLoader` (design:
+    docs/design/orchestrator_titan.md)."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(Trainer.Config):
@@ -66,6 +55,9 @@ class ZephonTrainer(Trainer):
         tokenizer: ZephonTokenizer.Config = field(default_factory=ZephonTokenizer.Config)
         dataloader: ZephonDataLoader.Config = field(default_factory=ZephonDataLoader.Config)
         validator: HeldOutEvaluator.Config = field(default_factory=HeldOutEvaluator.Config)
+        vocab_follows_tokenizer: bool = False
+        """Size the model's vocabulary (embedding, output layer, loss) to the tokenizer's;
+        Zephon's configs set it. Otherwise a model smaller than the tokenizer is refused."""
 
         def __post_init__(self) -> None:
             Trainer.Config.__post_init__(self)  # slots=True dataclasses cannot use bare super()
@@ -87,7 +79,9 @@ class ZephonTrainer(Trainer):
             model = self.model_spec.model if self.model_spec is not None else None
             model_vocab = getattr(model, "vocab_size", None)
             tokenizer_vocab = load_tokenizer(self.tokenizer.name).vocab_size
-            if model_vocab is not None and model_vocab < tokenizer_vocab:
+            if self.vocab_follows_tokenizer:
+                set_model_vocab(model, self.loss, tokenizer_vocab)
+            elif model_vocab is not None and model_vocab < tokenizer_vocab:
                 raise ConfigError(
                     f"the model's vocabulary ({model_vocab} ids) is smaller than tokenizer "
                     f"{self.tokenizer.name!r}'s ({tokenizer_vocab}); give the model vocab_size "
@@ -215,3 +209,18 @@ def _checking_data_state(dcp_load: Callable[..., None]) -> Callable[..., None]:
         dcp_load(state_dict, checkpoint_id=checkpoint_id, **kwargs)
 
     return load
+
+
+def set_model_vocab(model: object, loss: object, vocab: int) -> None:
+    """Resize a decoder's embedding, output layer and loss to ``vocab`` ids."""
+    if not isinstance(model, Decoder.Config) or model.lm_head is None:
+        raise ConfigError(
+            f"cannot size the vocabulary of {type(model).__qualname__}; set it to {vocab} "
+            "yourself and leave vocab_follows_tokenizer off"
+        )
+    model.vocab_size = vocab
+    model.tok_embeddings.num_embeddings = vocab
+    model.lm_head.out_features = vocab
+    loss_fn = loss.loss_fn if isinstance(loss, ChunkedLossWrapper.Config) else loss
+    if isinstance(loss_fn, CrossEntropyLoss.Config):
+        loss_fn.global_vocab_size = vocab

@@ -78,6 +78,8 @@ METRIC_DATA_WAIT = "data_wait_s"
 METRIC_EVAL_PREFIX = "eval/"
 """``eval/<domain>_bpb`` per held-out domain and ``eval/aggregate_bpb`` (their mean)."""
 METRIC_EVAL_AGGREGATE = "eval/aggregate_bpb"
+METRIC_TASK_PREFIX = "task/"
+"""``task/<task>/<metric>`` per downstream task metric (``eval.tasks``)."""
 
 # -- artifacts ---------------------------------------------------------------------------------
 ARTIFACT_DIR = "zephon"
@@ -85,11 +87,17 @@ ARTIFACT_DIR = "zephon"
 ARTIFACT_EXPERIMENT = "zephon/experiment.json"
 ARTIFACT_STEPS = "zephon/steps.jsonl"
 ARTIFACT_EVAL = "zephon/eval.jsonl"
+ARTIFACT_TASKS = "zephon/tasks.jsonl"
 
 
 def eval_metric(domain: str) -> str:
     """MLflow metric name of a domain's held-out bits per byte."""
     return f"{METRIC_EVAL_PREFIX}{domain}_bpb"
+
+
+def task_metric(task: str, metric: str) -> str:
+    """MLflow metric name of a downstream task's metric."""
+    return f"{METRIC_TASK_PREFIX}{task}/{metric}"
 
 
 def flatten(value: object, prefix: str = "") -> dict[str, object]:

@@ -16,6 +16,7 @@ from orchestrator.experiment.runfolder import (
     EXPERIMENT_FILE,
     RUN_SUBDIR,
     STEPS_FILE,
+    TASKS_FILE,
     RunFolder,
     RunStatus,
 )
@@ -23,6 +24,7 @@ from orchestrator.tracking.names import (
     ARTIFACT_EVAL,
     ARTIFACT_EXPERIMENT,
     ARTIFACT_STEPS,
+    ARTIFACT_TASKS,
     PARAM_CONTRACT_PREFIX,
     PARAM_MIX_PREFIX,
     PARAM_PRECISION,
@@ -406,6 +408,7 @@ class Tracker:
             ARTIFACT_EXPERIMENT: folder.path / EXPERIMENT_FILE,
             ARTIFACT_STEPS: folder.titan_dir / RUN_SUBDIR / STEPS_FILE,
             ARTIFACT_EVAL: folder.titan_dir / RUN_SUBDIR / EVAL_FILE,
+            ARTIFACT_TASKS: folder.titan_dir / RUN_SUBDIR / TASKS_FILE,
             LAUNCH_LOG_ARTIFACT: folder.log_path,
         }
         tracking = dict(folder.state().get("tracking") or {})
@@ -437,9 +440,9 @@ class Tracker:
         stays RUNNING in MLflow until ``zephon sync <folder>`` (which ends it as
         ``run.json``'s status says).
         """
-        self._finish(folder, status)
+        self._sync_and_end_run(folder, status)
 
-    def _finish(self, folder: RunFolder, status: str) -> dict[str, int]:
+    def _sync_and_end_run(self, folder: RunFolder, status: str) -> dict[str, int]:
         if status not in MLFLOW_STATUS:
             raise ValueError(
                 f"unknown run status {status!r}; expected one of {sorted(MLFLOW_STATUS)}"
@@ -486,5 +489,5 @@ def sync_folder(folder: RunFolder) -> dict[str, int]:
     tracker = Tracker(uri, state.get("mlflow_experiment") or "zephon")
     status = state.get("status")
     if status in MLFLOW_STATUS:
-        return tracker._finish(folder, status)
+        return tracker._sync_and_end_run(folder, status)
     return tracker.sync(folder)

@@ -19,6 +19,7 @@ from orchestrator.tracking.names import (
     METRIC_TOKENS_PER_S,
     eval_metric,
     metric_key,
+    task_metric,
 )
 from orchestrator.tracking.store import MAX_KEY, MAX_METRICS_PER_BATCH, Point
 
@@ -101,7 +102,7 @@ def eval_units(evals: dict[int, dict[str, Any]], sent: int | None) -> list[Unit]
 
 
 def _eval_scores(record: dict[str, Any]) -> dict[str, float]:
-    """The metrics of one ``eval.jsonl`` record."""
+    """The metrics of one ``eval.jsonl`` record: bits per byte, and the tasks' metrics."""
     bpb = {str(d): as_number(x) for d, x in (record.get("bpb") or {}).items()}
     values = {eval_metric(d): x for d, x in bpb.items() if x is not None}
     aggregate = as_number(record.get("aggregate_bpb"))
@@ -109,6 +110,10 @@ def _eval_scores(record: dict[str, Any]) -> dict[str, float]:
         aggregate = math.fsum(values.values()) / len(values)
     if aggregate is not None:
         values[METRIC_EVAL_AGGREGATE] = aggregate
+    for task, scores in (record.get("tasks") or {}).items():
+        for metric, raw in scores.items():
+            if (value := as_number(raw)) is not None:
+                values[task_metric(task, metric)] = value
     return values
 
 

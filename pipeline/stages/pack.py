@@ -1,20 +1,11 @@
 """``pack_flat`` with ``algorithm="wrap"``: fixed-length sequences from a token stream.
 
-Algorithm. Documents arrive as ``tokens + [EOS]`` and are concatenated into one
-stream. With sequence length ``T``, sequence ``k`` of a flush window covers
-stream positions ``[kT, kT + T]`` (``T+1`` tokens): inputs are the first ``T``,
-labels the last ``T``. Consecutive sequences overlap by one token, so every
-token after the first is a label exactly once and no token is lost to the
-input/label shift. Documents are cut where the sequence ends and continue in
-the next sequence; ``doc_starts`` records the input positions where a document
-(or a continued piece of one) starts, so positions and attention masks can be
-reset per document.
+Documents (``tokens + [EOS]``) are concatenated into one stream; sequence ``k`` covers stream
+positions ``[kT, kT + T]``, so consecutive sequences overlap by one token and every token
+after the first is a label exactly once. A flush pads the tail and empties the packer, so a
+window's sequences depend only on that window's chunks.
 
-At a flush point (end of a flush window) the tail of ``r >= 2`` tokens becomes
-one last sequence padded to ``T+1`` tokens; ``num_valid = r`` marks where the
-padding starts and the labels of padded positions are ignored in training. The
-packer is then empty, so a window's sequences depend only on that window's
-chunks: this is what bounds restore cost.
+Design: docs/design/pipeline_lanes.md
 """
 
 from __future__ import annotations
@@ -55,15 +46,15 @@ class TokenizedChunk:
 
 
 class WrapPacker:
-    """Stateful accumulator of the ``wrap`` packing algorithm (see module docstring)."""
+    """Stateful accumulator of the ``wrap`` packing algorithm (see the design doc)."""
 
     def __init__(self, max_length: int, pad_id: int) -> None:
         assert max_length >= 1, f"max_length must be >= 1, got {max_length}"
         self.max_length = max_length
         self.pad_id = pad_id
-        self._reset()
+        self._clear_pending()
 
-    def _reset(self) -> None:
+    def _clear_pending(self) -> None:
         self._tokens = np.zeros(0, dtype=np.int32)
         # Invariant: when tokens are pending, _starts[0] == 0 (the piece at the head).
         self._starts = np.zeros(0, dtype=np.int64)
@@ -87,7 +78,7 @@ class WrapPacker:
             self._tokens[: count * self.max_length + 1], self.max_length + 1
         )[:: self.max_length]
         positions = np.arange(count, dtype=np.int64) * self.max_length
-        out = self._sequences(
+        out = self._build_sequences(
             positions, self.max_length, np.array(windows, dtype=np.int32), self.max_length + 1
         )
         self._drop_before(count * self.max_length)
@@ -101,11 +92,11 @@ class WrapPacker:
             tokens = np.full((1, self.max_length + 1), self.pad_id, dtype=np.int32)
             tokens[0, :length] = self._tokens
             input_length = min(length, self.max_length)
-            out = self._sequences(np.zeros(1, dtype=np.int64), input_length, tokens, length)
-        self._reset()
+            out = self._build_sequences(np.zeros(1, dtype=np.int64), input_length, tokens, length)
+        self._clear_pending()
         return out
 
-    def _sequences(
+    def _build_sequences(
         self, positions: np.ndarray, input_length: int, tokens: np.ndarray, num_valid: int
     ) -> list[PackedSequence]:
         """The sequences whose inputs are pending ``[p, p + input_length)`` for each ``p`` in

@@ -122,7 +122,7 @@ def test_main_job_domains_differ_in_bytes_per_token_and_hold_out_in_full(
             assert 0 < sum(len(t.encode()) for t in scored) <= data.holdout_bytes, dataset.name
     finally:
         pipeline.close()
-    # Measured (module docstring): unicode 1.03, code 2.24, docs 3.53.
+    # Measured (docs/design/benchmarks_local_corpus.md): unicode 1.03, code 2.24, docs 3.53.
     assert bytes_per_token["unicode"] < 1.3
     assert bytes_per_token["code"] > 1.5 * bytes_per_token["unicode"]
     assert bytes_per_token["docs"] > 1.3 * bytes_per_token["code"]
@@ -239,7 +239,11 @@ def test_rebuild_on_other_parameters(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_split_cuts_long_sources_at_line_boundaries() -> None:
     text = "".join(f"line {i} ünïcode\n" for i in range(100)) + "x" * 500
-    parts = list(local_corpus._split([{"id": "a", "text": text}, {"id": "b", "text": "ok"}], 200))
+    parts = list(
+        local_corpus._split_long_records(
+            [{"id": "a", "text": text}, {"id": "b", "text": "ok"}], 200
+        )
+    )
     assert "".join(p["text"] for p in parts[:-1]) == text
     assert [p["id"] for p in parts[:2]] == ["a#0", "a#1"] and parts[-1] == {"id": "b", "text": "ok"}
     # Every part fits, except the one overlong line, which stays whole.

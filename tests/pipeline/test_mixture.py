@@ -9,7 +9,7 @@ from the pipeline's output: every input position ``[0, min(T, num_valid))`` of a
 belongs to the document piece that covers it (``doc_starts``, ``doc_sources``); pads
 belong to no dataset.
 
-Bound (``pipeline.source``, proof in ``pipeline.mixture``). Per lane ``l`` and dataset
+Bound (``pipeline.source``, proof in ``docs/design/pipeline_plan.md``). Per lane ``l`` and dataset
 ``d``, with normalised shares ``w``, ``cmax_e`` the largest record cost of ``e`` and
 ``s_e = phi_{l,e} * cbar_e`` (the part of a record the lane's phase credits)::
 

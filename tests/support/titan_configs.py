@@ -65,3 +65,10 @@ def stock_mini() -> Trainer.Config:
 def zephon_mini_deep() -> ZephonTrainer.Config:
     """``zephon_mini`` with 3 layers (module docstring)."""
     return zephon_mini(n_layers=3)
+
+
+def zephon_mini_gpt2_vocab() -> ZephonTrainer.Config:
+    """``zephon_mini`` whose vocabulary stays gpt2's (50,257 ids) whatever the tokenizer."""
+    config = zephon_mini()
+    config.vocab_follows_tokenizer = False
+    return config

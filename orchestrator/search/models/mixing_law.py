@@ -48,20 +48,20 @@ class MixingLaw(MixtureModel):
         return None
 
     def fit(self, observations: Observations, seed: int) -> MixingLaw:
-        return self._fit(observations, seed, starts_from=None)
+        return self._fit_from_starts(observations, seed, starts_from=None)
 
     def refit(self, observations: Observations, seed: int) -> MixingLaw:
-        return self._fit(observations, seed, starts_from=self.parameters)
+        return self._fit_from_starts(observations, seed, starts_from=self.parameters)
 
     def predict(self, mixtures: np.ndarray) -> np.ndarray:
         assert self.parameters, "fit the law before predicting"
         per_target = [
-            mean + scale * _law(params, mixtures)
+            mean + scale * _evaluate_law(params, mixtures)
             for params, (mean, scale) in zip(self.parameters, self.scales, strict=True)
         ]
         return np.mean(per_target, axis=0)
 
-    def _fit(
+    def _fit_from_starts(
         self, observations: Observations, seed: int, starts_from: list[np.ndarray] | None
     ) -> MixingLaw:
         rng = np.random.default_rng(seed)
@@ -90,7 +90,7 @@ class MixingLaw(MixtureModel):
         ridge = np.sqrt(config.ridge)
 
         def residuals(params: np.ndarray) -> np.ndarray:
-            return np.concatenate([_law(params, mixtures) - target, ridge * params[1:]])
+            return np.concatenate([_evaluate_law(params, mixtures) - target, ridge * params[1:]])
 
         def jacobian(params: np.ndarray) -> np.ndarray:
             grown = np.exp(np.clip(mixtures @ params[1:], -_EXPONENT_LIMIT, _EXPONENT_LIMIT))
@@ -109,7 +109,7 @@ class MixingLaw(MixtureModel):
         return best.x
 
 
-def _law(params: np.ndarray, mixtures: np.ndarray) -> np.ndarray:
+def _evaluate_law(params: np.ndarray, mixtures: np.ndarray) -> np.ndarray:
     return params[0] + np.exp(np.clip(mixtures @ params[1:], -_EXPONENT_LIMIT, _EXPONENT_LIMIT))
 
 

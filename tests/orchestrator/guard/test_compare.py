@@ -259,6 +259,7 @@ ROW_KEYS = [
     "dp_range",
     "runs",
     "run_ids",
+    "run_aggregates",
     "vs_best",
     "tier",
     "best",

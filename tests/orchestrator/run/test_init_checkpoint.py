@@ -40,7 +40,7 @@ def counting_create(calls: list[int], content: bytes = b"weights"):
 
 def test_concurrent_jobs_make_one_checkpoint(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(init_checkpoint, "_create", counting_create(calls))
+    monkeypatch.setattr(init_checkpoint, "_create_seed_checkpoint", counting_create(calls))
     config, recipe = load_experiment({}), fake_recipe()
     results: list[init_checkpoint.InitCheckpoint] = []
     threads = [
@@ -64,11 +64,13 @@ def test_checkpoint_is_found_again_and_hashed_by_content(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(init_checkpoint, "_create", counting_create(calls))
+    monkeypatch.setattr(init_checkpoint, "_create_seed_checkpoint", counting_create(calls))
     config = load_experiment({})
     first = init_checkpoint.ensure_init_checkpoint(config, fake_recipe("a" * 64))
     again = init_checkpoint.ensure_init_checkpoint(config, fake_recipe("a" * 64))
     assert again == first and len(calls) == 1
-    monkeypatch.setattr(init_checkpoint, "_create", counting_create(calls, b"other weights"))
+    monkeypatch.setattr(
+        init_checkpoint, "_create_seed_checkpoint", counting_create(calls, b"other weights")
+    )
     other = init_checkpoint.ensure_init_checkpoint(config, fake_recipe("b" * 64))
     assert len(calls) == 2 and other.sha256 != first.sha256

@@ -44,7 +44,7 @@ def test_the_measurement_is_made_once_and_shared(
     def measure_again() -> dict:
         raise AssertionError("measured twice: runs on one machine could disagree")
 
-    monkeypatch.setattr(precision, "_measure", measure_again)
+    monkeypatch.setattr(precision, "_measure_cpu_precision", measure_again)
     assert cpu_bfloat16_measurement() == first
     cached = json.loads((home / precision.CACHE_FILE).read_text())
     assert list(cached.values()) == [first]

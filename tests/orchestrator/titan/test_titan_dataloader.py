@@ -254,7 +254,18 @@ def test_trainer_config_refuses_a_model_vocabulary_smaller_than_the_tokenizers()
     model_spec = zephon_debug().model_spec
     model_spec.model.vocab_size = 2048  # TorchTitan's debugmodel default
     with pytest.raises(ConfigError, match="vocab_size >= 50257"):
-        trainer_config(model_spec=model_spec)
+        trainer_config(model_spec=model_spec, vocab_follows_tokenizer=False)
+
+
+def test_zephons_configs_size_the_vocabulary_to_the_tokenizer() -> None:
+    model_spec = zephon_debug().model_spec
+    model_spec.model.vocab_size = 2048
+    model_spec.model.tok_embeddings.num_embeddings = 2048
+    config = trainer_config(model_spec=model_spec)
+    assert config.vocab_follows_tokenizer
+    model = config.model_spec.model
+    assert model.vocab_size == model.tok_embeddings.num_embeddings == 50257
+    assert model.lm_head.out_features == config.loss.loss_fn.global_vocab_size == 50257
 
 
 def test_gradient_accumulation_keeps_the_global_batches(

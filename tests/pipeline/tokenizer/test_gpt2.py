@@ -25,11 +25,13 @@ from pipeline.paths import zephon_home
 from pipeline.tokenizer import (
     BPE_FILE_NAME,
     R50K_BASE_SHA256,
-    Tokenizer,
     clear_tokenizer_cache,
     load_tokenizer,
     provision,
     provision_main,
+)
+from pipeline.tokenizer import (
+    Gpt2Tokenizer as Tokenizer,
 )
 
 

@@ -1,18 +1,8 @@
 """``Pipeline``: the lane pipeline's builder, iterator and state.
 
-::
-
-    Pipeline(source)
-      .options(lanes=L, dp_rank=r, dp_size=dp)      rank r owns lanes [r*L/dp, (r+1)*L/dp)
-      .tokenize(tokenizer_id, field, parallelism)   stateless workers, results in chunk order
-      .pack_flat(max_length=T, algorithm="wrap")    per-lane accumulator
-      .shuffle(buffer_size=B, seed=S)               per-lane accumulator
-      .batch(microbatch_size=m, global_batch_size=G)
-
-Every step takes ``G/L`` sequences from each owned lane, in lane order; the
-rank's local batch (``G/dp`` sequences) is cut into micro-batches of ``m``.
-The concatenation of all ranks' local batches in rank order is the global
-batch in lane order, whatever ``dp``, ``m``, parallelism or runner.
+Every step takes ``G/L`` sequences from each owned lane, in lane order, so the global batch
+is the same whatever ``dp``, micro-batch, parallelism or runner.
+Design: docs/design/pipeline_overview.md, "The builder".
 """
 
 from __future__ import annotations
@@ -148,7 +138,7 @@ class Pipeline:
     def options(self, **kwargs: Any) -> Pipeline:
         """Set lane layout and performance knobs (fields of :class:`LaneOptions`)."""
         self._check_not_started()
-        self.lane_options = _updated(self.lane_options, kwargs, "options")
+        self.lane_options = _with_updates(self.lane_options, kwargs, "options")
         if "io_options" in kwargs:
             for dataset in self.source.datasets:
                 dataset.set_io_options(kwargs["io_options"])
@@ -189,40 +179,42 @@ class Pipeline:
         if t is None or p is None or b is None:
             absent = [n for n, c in (("tokenize", t), ("pack_flat", p), ("batch", b)) if c is None]
             raise ConfigError(f"the pipeline lacks stage(s) {absent}; add them before iterating")
-        _require(o.lanes >= 1, f"lanes must be >= 1, got {o.lanes}")
-        _require(o.dp_size >= 1, f"dp_size must be >= 1, got {o.dp_size}")
-        _require(
+        _require_setting(o.lanes >= 1, f"lanes must be >= 1, got {o.lanes}")
+        _require_setting(o.dp_size >= 1, f"dp_size must be >= 1, got {o.dp_size}")
+        _require_setting(
             0 <= o.dp_rank < o.dp_size, f"dp_rank must be in [0, {o.dp_size}), got {o.dp_rank}"
         )
-        _require(
+        _require_setting(
             o.lanes % o.dp_size == 0,
             f"lanes (L={o.lanes}) must be a multiple of dp_size ({o.dp_size}); choose L as a common "
             f"multiple of the dp sizes you will run on, e.g. L={np.lcm(o.lanes, o.dp_size)}",
         )
-        _require(
+        _require_setting(
             self.global_batch_size >= o.lanes and self.global_batch_size % o.lanes == 0,
             f"global_batch_size (G={self.global_batch_size}) must be a positive multiple of lanes "
             f"(L={o.lanes}): every lane gives G/L sequences per step",
         )
         local = self.global_batch_size // o.dp_size
-        _require(
+        _require_setting(
             b.microbatch_size >= 1 and local % b.microbatch_size == 0,
             f"microbatch_size ({b.microbatch_size}) must divide the local batch G/dp = "
             f"{self.global_batch_size}/{o.dp_size} = {local}",
         )
-        _require(o.flush_every >= 1, f"flush_every must be >= 1, got {o.flush_every}")
-        _require(
+        _require_setting(o.flush_every >= 1, f"flush_every must be >= 1, got {o.flush_every}")
+        _require_setting(
             o.runner in RUNNER_TYPES, f"runner must be one of {RUNNER_TYPES}, got {o.runner!r}"
         )
-        _require(t.parallelism >= 0, f"tokenize parallelism must be >= 0, got {t.parallelism}")
-        _require(p.max_length >= 1, f"max_length must be >= 1, got {p.max_length}")
-        _require(
+        _require_setting(
+            t.parallelism >= 0, f"tokenize parallelism must be >= 0, got {t.parallelism}"
+        )
+        _require_setting(p.max_length >= 1, f"max_length must be >= 1, got {p.max_length}")
+        _require_setting(
             p.algorithm in PACKING_ALGORITHMS,
             f"packing algorithm must be one of {PACKING_ALGORITHMS}, got {p.algorithm!r}",
         )
-        _require(self.shuffle_config.buffer_size >= 0, "shuffle buffer_size must be >= 0")
+        _require_setting(self.shuffle_config.buffer_size >= 0, "shuffle buffer_size must be >= 0")
         for ds in self.source.datasets:
-            _require(
+            _require_setting(
                 ds.field == t.field,
                 f"dataset '{ds.name}' reads field '{ds.field}' but tokenize(field='{t.field}'); "
                 "make them the same",
@@ -238,7 +230,7 @@ class Pipeline:
     def contract(self) -> dict[str, Any]:
         """The data contract: everything that must stay fixed across resumes."""
         self.validate()
-        tokenizer = self._tokenizer()
+        tokenizer = self._load_tokenizer()
         assert self.pack_config is not None and self.batch_config is not None
         return {
             **self.source.contract(),
@@ -291,7 +283,7 @@ class Pipeline:
     # -- iteration -----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[MicroBatch]:
-        self._start()
+        self._start_lanes()
         producer = self._produce_steps()
         prefetch = self.lane_options.prefetch_steps
         steps = BackgroundIterator(producer, prefetch, "zephon-steps") if prefetch else producer
@@ -361,13 +353,13 @@ class Pipeline:
             stacklevel=2,
         )
 
-    def _start(self) -> None:
+    def _start_lanes(self) -> None:
         if self._started:
             raise ConfigError(
                 "a Pipeline is iterated once; build a new one (and load_state_dict) to resume"
             )
         contract = self.contract()  # validates the configuration first
-        tokenizer = self._tokenizer()
+        tokenizer = self._load_tokenizer()
         first_step = 0
         if self._restore is not None:
             check_state(self._restore, contract, self.owned_lanes)
@@ -513,7 +505,7 @@ class Pipeline:
         assert self.batch_config is not None, "validate() first"
         return self.batch_config
 
-    def _tokenizer(self) -> Tokenizer:
+    def _load_tokenizer(self) -> Tokenizer:
         assert self.tokenize_config is not None
         return load_tokenizer(self.tokenize_config.tokenizer_id)
 
@@ -522,12 +514,12 @@ class Pipeline:
             raise ConfigError("the pipeline has started; configure it before iterating")
 
 
-def _require(condition: bool, message: str) -> None:
+def _require_setting(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
 
 
-def _updated(config: Any, changes: Mapping[str, Any], where: str) -> Any:
+def _with_updates(config: Any, changes: Mapping[str, Any], where: str) -> Any:
     known = set(asdict(config))
     unknown = sorted(set(changes) - known)
     if unknown:

@@ -1,19 +1,9 @@
 """What an experiment is: its schema, its validation, its data and their fingerprints.
 
-::
-
-    YAML / dict / Hydra config + key=value overrides
-        │  config.py        the sections (model, data, train, eval, resources, tracking)
-        ▼
-    ExperimentConfig ── validation.py   every problem at once, before any work starts
-        │
-        │  fingerprints.py  the data pipeline of the contract -> contract + variant fingerprints
-        │  dataspec.py      the data section as the trainer's data.json (one schema, both sides)
-        ▼
-    runfolder.py        a run's folder on disk: experiment.json, data.json, run.json, logs, digests
-
 No torch, no MLflow, no subprocess: this package imports nothing of ``run/``,
 ``service/``, ``guard/``, ``tracking/`` or ``titan/`` (tests/orchestrator/test_layout.py).
+
+Design: docs/design/orchestrator_experiment.md.
 """
 
 from orchestrator.experiment.config import (

@@ -1,16 +1,7 @@
 """The data spec: an experiment's ``data`` section as one JSON file, the trainer's data config.
 
-::
-
-    ExperimentConfig.data (DataSection) --write_data_spec--> <run>/data.json
-        (paths made absolute: the trainer runs in another folder, maybe on another node)
-    zephon-train --dataloader.spec <run>/data.json --read_data_spec--> DataSection
-        --> the same build_pipeline as the plan's fingerprints
-
-One schema on both sides (:class:`~orchestrator.experiment.config.DataSection`), so the
-trainer cannot read other defaults than the experiment's, and no path or dataset name
-passes through TorchTitan's command line (where a comma split a path and a name like
-``--dump-folder`` read as a flag).
+One schema on both sides (:class:`~orchestrator.experiment.config.DataSection`), local paths
+made absolute. Design: docs/design/orchestrator_experiment.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """The experiment's data: its pipeline, data contract and fingerprints.
 
-An experiment is a tree of sections (``model``, ``data``, ``train``, ``eval``,
-``resources``, ``tracking``), built from a YAML file, a dict or a Hydra/OmegaConf
-config plus ``key=value`` overrides. Unknown keys and wrong types are refused
-by OmegaConf's structured schema; everything else :func:`validate` checks
-before any work starts, reporting every problem at once.
-
-Fingerprints (computed by :func:`fingerprints` from the data pipeline the
-trainer will build, so they cannot drift from it)::
-
-    contract   = sha256(canonical data contract without the mixture)
-                 datasets (content fingerprints, field, exhausted), tokenizer, seed,
-                 seq len, global batch, lanes, packing, shuffle, flush interval,
-                 chunk size, held-out documents and bytes, measured tokens/byte
-    variant    = sha256(contract, canonical mixture)          "same data, same mix"
-    data fingerprint = the run's digest chain over its per-step global batch digests
+The fingerprints are computed from the data pipeline the trainer will build, so they
+cannot drift from it. Design: docs/design/orchestrator_experiment.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
-"""The canonical form of a data mix: normalised token shares rounded to fixed decimals.
+"""The canonical form of a data mix: normalised token shares rounded to fixed decimals
+(largest remainder; equal mixes give identical units).
 
-A mix gives each domain a share of tokens. With ``D = 10**decimals`` and
-the domains sorted, the canonical form of weights ``w`` is a tuple of integer units ``u``
-with ``sum(u) == D`` (domain ``i`` gets weight ``u_i / D``), found by the largest-remainder
-method::
-
-    x_i = w_i * D / sum(w)       exactly (the float weights read as fractions), then
-                                 rounded to 1e-9 of a unit
-    u_i = floor(x_i)
-    the D - sum(u) leftover units go one each to the largest remainders x_i - u_i
-    (ties: the domain first in sorted order)
-
-Equal mixes give identical units: ``{a: 1, b: 1}`` and ``{a: 0.5, b: 0.5}`` both give
-``(D/2, D/2)``. Rounding ``x_i`` to 1e-9 of a unit makes mixes that are proportional only
-up to float rounding agree as well: at one decimal ``{a: 3, b: 1, c: 16}`` ties ``a``
-and ``b`` at remainder 0.5 and gives ``(2, 0, 8)``; so does ``{a: 0.3, b: 0.1, c: 1.6}``,
-although in floats the remainder of ``a`` comes out a hair below that of ``b`` (exact
-fractions alone would give ``(1, 1, 8)``). Every weight is within one unit of its exact
-share. Weights are returned as ``u_i / D``, the floats nearest to the rounded decimals
-(their float sum may differ from 1 in the last bit).
+Design: docs/design/orchestrator_experiment.md.
 """
 
 from __future__ import annotations

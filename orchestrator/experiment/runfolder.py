@@ -1,21 +1,7 @@
 """The run folder: everything one experiment run leaves on disk, and the only input tracking needs.
 
-Layout of ``<runs_root>/<run name>/``::
-
-    experiment.json   the resolved experiment, its contract, mixture and fingerprints (written once)
-    data.json         the trainer's data config: the experiment's data section (dataspec.py)
-    run.json          status, launch segments (dp size per segment), MLflow run id, sync cursor
-    launch.log        torchrun's output, all segments appended
-    titan/            TorchTitan's dump folder
-      zephon/steps.jsonl     per step: global_digest, data_fingerprint, tokens, data_wait_s, dp_size
-      zephon/metrics.jsonl   TorchTitan's metrics (loss, throughput, ...) per logged step
-      zephon/eval.jsonl      held-out bits per byte per domain, per evaluated step
-      checkpoint/step-N      TorchTitan (DCP) checkpoints
-
-The files under ``titan/zephon`` are written while training runs and survive a
-crash line by line, so they double as the buffer of metrics not yet sent to a
-tracking server (see :mod:`orchestrator.tracking.tracker`). This module imports no
-torch, so tracking and the CLI stay light.
+Its files survive a crash line by line and double as the buffer of metrics not yet sent
+to a tracking server. No torch import. Design: docs/design/orchestrator_experiment.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Downstream task scores as the guard's per-document scores, so pairs are decided on a task.
 
-``decide_on=["task:NAME"]`` (or ``task:NAME:METRIC``) scores each variant on a task of
-``eval.tasks`` instead of held-out bits per byte. Each task item is one "document" of a
-pseudo-domain, so the decision is the same paired statistic (paired over items, blocked
-by seed, :mod:`orchestrator.guard.decisions`), on a lower-is-better score:
-
-* a perplexity task (items with ``loglikelihood`` and ``bytes``): bits per byte,
-  ``bits = -loglikelihood / ln 2`` over the item's bytes, exactly as held-out text;
-* any other metric (``acc``, ``acc_norm``, ...): ``-value`` per item with weight 1, so the
-  score is the negated mean and the difference the negated difference of the means. For
-  0/1 outcomes this is the paired difference of proportions with McNemar's variance (the
-  Wald interval, with Student t); a metric where lower is better is used as it is.
+``decide_on=["task:NAME[:METRIC]"]``: each task item is one document of the paired
+statistic, on a lower-is-better score (bits per byte for perplexity tasks, ``-metric``
+otherwise). Design: docs/tasks.md, "Deciding on a task".
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """A run's recipe and its fingerprint: what decides the training arithmetic apart from the data.
 
-::
-
-    ExperimentConfig --recipe_flags--> TorchTitan flags (model, steps, seed, precision, model.args)
-        --> python -m orchestrator.titan.recipe (TorchTitan's parser, in a subprocess)
-        --> {"recipe", "init"} + versions of torch, TorchTitan and Zephon
-    recipe_fingerprint = sha256(canonical recipe)      runs of one comparison share it
-    init_key           = sha256(canonical init part)   one seed checkpoint per init_key
-
-Resolving imports TorchTitan (about 10 s), so answers are cached in
-``$ZEPHON_HOME/recipes/<key>.json``, the key covering the model config and
-``model.args``, the versions and the source of the config module and of
-``orchestrator/titan/`` (a config
-function's other imports are covered by the versions only: after editing them,
-delete that folder). What replicates may differ in without changing the recipe is
-listed, with the reasons, in :data:`orchestrator.titan.recipe.REPLICATE_FREE`.
+Resolved by TorchTitan's own parser in a subprocess and cached under
+``$ZEPHON_HOME/recipes``. Design: docs/design/orchestrator_experiment.md.
 """
 
 from __future__ import annotations
@@ -84,7 +71,7 @@ def recipe_of(config: ExperimentConfig) -> Recipe:
     ``model.args`` may not set them (:data:`orchestrator.experiment.validation.OWNED_FLAGS`)
     and TorchTitan's answer for them is the flag's value."""
     m, t = config.model, config.train
-    versions = {name: _version(name) for name in RECIPE_PACKAGES}
+    versions = {name: _package_version(name) for name in RECIPE_PACKAGES}
     key = fingerprint(
         {
             "model": [m.module, m.config, list(m.args)],
@@ -99,7 +86,7 @@ def recipe_of(config: ExperimentConfig) -> Recipe:
         resolved = json.loads(cached.read_text())
     except (OSError, json.JSONDecodeError):
         try:
-            resolved = _resolve(recipe_flags(config))
+            resolved = _resolve_with_titan(recipe_flags(config))
         except _Refused as refused:  # the same flags are refused again without asking
             resolved = {"refused": str(refused)}
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +106,7 @@ class _Refused(Exception):
     """TorchTitan's parser refused the flags (its message): a stable answer, cached."""
 
 
-def _resolve(flags: list[str]) -> dict[str, Any]:
+def _resolve_with_titan(flags: list[str]) -> dict[str, Any]:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # resolving needs no GPU
     done = subprocess.run(
         [sys.executable, "-m", RESOLVER, *flags], capture_output=True, text=True, env=env
@@ -140,7 +127,7 @@ def _resolve(flags: list[str]) -> dict[str, Any]:
     return json.loads(done.stdout)
 
 
-def _version(package: str) -> str | None:
+def _package_version(package: str) -> str | None:
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:

@@ -132,7 +132,7 @@ class HeldOutEvaluator(Validator):
         nll, _ = self.score_rows(model_parts, rows.inputs, rows.labels)
         tasks = self._score_tasks(model_parts, step)
         model_parts[0].train()
-        self._record(rows, nll, step, time.perf_counter() - started, metrics, run_dir, tasks)
+        self._record_scores(rows, nll, step, time.perf_counter() - started, metrics, run_dir, tasks)
 
     def _score_tasks(self, model_parts: list[torch.nn.Module], step: int) -> TaskScores | None:
         """The downstream tasks' scores at ``step``, or None when none are due."""
@@ -186,7 +186,7 @@ class HeldOutEvaluator(Validator):
             scores = reduced.cpu().numpy()
         return scores[0], scores[1] > 0.5
 
-    def _record(
+    def _record_scores(
         self,
         rows: _HeldOutRows,
         nll: np.ndarray,

@@ -58,7 +58,7 @@ def test_a_cached_recipe_needs_no_torchtitan(monkeypatch: pytest.MonkeyPatch) ->
     def no_subprocess(flags: list[str]) -> dict:
         raise AssertionError(f"resolved again: {flags}")
 
-    monkeypatch.setattr(recipe_module, "_resolve", no_subprocess)
+    monkeypatch.setattr(recipe_module, "_resolve_with_titan", no_subprocess)
     again = recipe("train.steps=5", "train.seed=3")  # Zephon's own flags: set, not resolved
     assert again.fields["training"]["steps"] == 5 and again.fields["debug"]["seed"] == 3
     assert again.fields["model_spec"] == first.fields["model_spec"]
@@ -71,7 +71,9 @@ def test_a_flag_torchtitan_refuses_is_named_with_its_spelling(
         recipe("model.args=[--optimizer.lr,1e-3]")
     message = str(error.value)
     assert "Unrecognized options: --optimizer.lr" in message and LR in message
-    monkeypatch.setattr(recipe_module, "_resolve", lambda flags: {})  # cached: not asked again
+    monkeypatch.setattr(
+        recipe_module, "_resolve_with_titan", lambda flags: {}
+    )  # cached: not asked again
     with pytest.raises(ExperimentError) as again:
         recipe("model.args=[--optimizer.lr,1e-3]")
     assert str(again.value) == message

@@ -28,5 +28,20 @@ else
     echo "setup: dependencies up to date ($stamp matches pyproject.toml)"
 fi
 
+# A machine whose GPUs nvidia-smi lists needs a CUDA build of torch. Where a pip
+# configuration sends torch to a local CPU wheel (the CPU development machines), torch is
+# installed again with pip's configuration files ignored, from the index's default build.
+has_cuda_torch() { "$venv/bin/python" -c 'import sys, torch; sys.exit(torch.version.cuda is None)'; }
+if nvidia-smi -L >/dev/null 2>&1 && ! has_cuda_torch; then
+    echo "setup: GPUs found but torch is a CPU build: installing torch==2.13.0 with CUDA"
+    "$venv/bin/python" -m pip uninstall -qq -y torch
+    PIP_CONFIG_FILE=/dev/null "$venv/bin/python" -m pip install -qq torch==2.13.0
+    has_cuda_torch || {
+        echo "setup: error: torch==2.13.0 is still a CPU build; install a CUDA build of" \
+            "torch==2.13.0 into $venv from an index that serves one, then re-run" >&2
+        exit 1
+    }
+fi
+
 # Verifies an existing file without network access; downloads only when missing.
 "$venv/bin/zephon-provision-tokenizer"

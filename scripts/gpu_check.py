@@ -215,22 +215,35 @@ def check_guard(check: GpuCheck, details: dict[str, Any]) -> None:
     require(verdict["accepted"], f"the guard refused the sweep: {details['refusals']}")
 
 
+def sweep_run(check: GpuCheck, mixture: dict[str, float], dp: int) -> RunFolder:
+    """The sweep's run of ``mixture`` on ``dp`` (:func:`check_sweep`)."""
+    for path in sorted((check.work / "sweep-runs").iterdir()):
+        folder = RunFolder(path)
+        config = folder.experiment()["config"]
+        sizes = [segment["dp_size"] for segment in folder.state().get("segments", [])]
+        if config["data"]["mixture"] == mixture and sizes == [dp]:
+            return folder
+    raise CheckFailed(f"the sweep has no run of {mixture} on dp {dp}")
+
+
 def check_scores_against_cpu(check: GpuCheck, details: dict[str, Any]) -> None:
-    """The device's held-out scores against a CPU run of the same experiment: the same
-    digests (the data is made on the CPU either way), bits per byte within tolerance."""
-    device_run = api.run(
-        check.experiment(MIXES[0], check.device), dp=check.dp, run_name="device-dpN"
-    )
-    cpu_run = api.run(check.experiment(MIXES[0], "cpu"), dp=1, run_name="cpu-dp1")
-    for result in (device_run, cpu_run):
-        require(result.status == "succeeded", f"{result.run_name}: {result.messages}")
-    device_folder, cpu_folder = RunFolder(device_run.folder), RunFolder(cpu_run.folder)
+    """The device's held-out scores (the sweep's first mix on dp N) against a CPU run of the
+    same experiment (with ``--cpu``, the sweep's dp-1 run): the same digests (the data is
+    made on the CPU either way), bits per byte within tolerance."""
+    device_folder = sweep_run(check, MIXES[0], check.dp)
+    if check.device == "cpu":
+        cpu_folder = sweep_run(check, MIXES[0], 1)
+    else:
+        cpu_run = api.run(check.experiment(MIXES[0], "cpu"), dp=1, run_name="cpu-dp1")
+        require(cpu_run.status == "succeeded", f"the CPU run: {cpu_run.messages}")
+        cpu_folder = RunFolder(cpu_run.folder)
+    details["runs"] = [device_folder.name, cpu_folder.name]
     require(
         device_folder.digests() == cpu_folder.digests(),
         "the global batch digests differ between the device and the CPU run",
     )
-    assert device_run.eval is not None and cpu_run.eval is not None
-    device_bpb, cpu_bpb = device_run.eval["bpb"], cpu_run.eval["bpb"]
+    device_bpb = device_folder.evals()[STEPS]["bpb"]
+    cpu_bpb = cpu_folder.evals()[STEPS]["bpb"]
     relative = {d: abs(device_bpb[d] - cpu_bpb[d]) / cpu_bpb[d] for d in cpu_bpb}
     details.update(device_bpb=device_bpb, cpu_bpb=cpu_bpb, relative_difference=relative)
     worst = max(relative.values())

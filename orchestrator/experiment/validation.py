@@ -85,8 +85,8 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
 
 
 def _task_problems(eval_section: EvalSection) -> list[str]:
-    """What is wrong with the downstream task settings (the tasks themselves are looked up
-    when the run is planned, :mod:`orchestrator.titan.lm_eval_adapter`)."""
+    """What is wrong with the downstream task settings (the task names are looked up
+    when the run is planned, :mod:`orchestrator.run.task_lookup`)."""
     problems = []
     if eval_section.tasks and not eval_section.enable:
         problems.append("eval.tasks are scored by the evaluator: set eval.enable=true")

@@ -123,6 +123,11 @@ def plan(
         config = load_experiment(config, overrides)
     config = _with_absolute_paths(config)
     validate(config, dp)
+    if config.eval.tasks:  # lm-eval imports in ~2 s: only plans with tasks pay it
+        from orchestrator.run.task_lookup import task_manager
+
+        task_dir = config.eval.task_dir
+        task_manager(config.eval.tasks, None if task_dir is None else Path(task_dir))
     devices, chosen = _choose_placement(config, dp)
     as_written = config
     # Resolved here, on the machine that trains, and stored in the config: a resume keeps it.

@@ -10,9 +10,8 @@ Design: docs/tasks.md.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +25,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import get_metric_aggregation
 from torchtitan.components.loss import IGNORE_INDEX
 
+from orchestrator.run.task_lookup import folder_hint, task_manager
 from orchestrator.titan.evaluator import score_logits
 from pipeline import ConfigError, Tokenizer
 
@@ -228,7 +228,7 @@ def run_tasks(
     """
     if not tasks:
         raise ConfigError("no tasks to run: name at least one lm-eval task")
-    manager = _task_manager(tasks, task_dir)
+    manager = task_manager(tasks, task_dir)
     try:
         with _hub_offline(), _local_rank_zero():
             results = lm_eval.simple_evaluate(
@@ -246,7 +246,7 @@ def run_tasks(
         raise ConfigError(
             f"cannot load the data of task(s) {', '.join(tasks)} offline: {e}; give the "
             "task local data files (dataset_path: json, dataset_kwargs: {data_files: ...}) "
-            f"in its YAML in the task folder (eval.task_dir{_folder_hint(task_dir)})"
+            f"in its YAML in the task folder (eval.task_dir{folder_hint(task_dir)})"
         ) from e
     assert results is not None, "lm_eval.simple_evaluate returned nothing on rank 0"
     metrics = {
@@ -265,36 +265,6 @@ def run_tasks(
         for task, flags in (results.get("higher_is_better") or {}).items()
     }
     return TaskScores(metrics=metrics, items=items, higher_is_better=directions)
-
-
-def _folder_hint(task_dir: Path | None) -> str:
-    return f", now {task_dir}" if task_dir is not None else ", not set"
-
-
-def _task_manager(tasks: Sequence[str], task_dir: Path | None) -> lm_eval.tasks.TaskManager:
-    """A task manager knowing every name of ``tasks``; lm-eval's built-ins only if needed."""
-    if task_dir is not None and not Path(task_dir).is_dir():
-        raise ConfigError(f"task folder (eval.task_dir) {task_dir} is not a directory")
-    local = lm_eval.tasks.TaskManager(
-        include_path=str(task_dir) if task_dir is not None else None, include_defaults=False
-    )
-    if all(name in local.task_index for name in tasks):
-        return local
-    manager = _with_builtin_tasks(str(task_dir) if task_dir is not None else None)
-    unknown = [name for name in tasks if name not in manager.task_index]
-    if unknown:
-        raise ConfigError(
-            f"unknown lm-eval task(s) {', '.join(map(repr, unknown))}: neither in the task "
-            f"folder (eval.task_dir{_folder_hint(task_dir)}) nor among lm-eval's built-in "
-            "tasks; put the task's YAML in the task folder"
-        )
-    return manager
-
-
-@functools.lru_cache(maxsize=4)
-def _with_builtin_tasks(task_dir: str | None) -> lm_eval.tasks.TaskManager:
-    # Indexing lm-eval's ~15,000 built-in task names takes seconds: once per process.
-    return lm_eval.tasks.TaskManager(include_path=task_dir, include_defaults=True)
 
 
 @contextlib.contextmanager

@@ -18,15 +18,20 @@ from pipeline.tokenizer.base import Tokenizer, sha256_hex
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
 
-def eos_token_of_config(config_path: Path) -> str | None:
-    """The ``eos_token`` of a ``tokenizer_config.json`` (a string or ``{"content": ...}``)."""
+def read_tokenizer_config(config_path: Path) -> dict[str, Any]:
+    """A ``tokenizer_config.json`` as a dict; ``{}`` when there is none."""
     try:
         config = json.loads(config_path.read_text())
     except FileNotFoundError:
-        return None
+        return {}
     except (OSError, ValueError) as e:
         raise TokenizerError(f"cannot read {config_path}: {e}") from e
-    eos: Any = config.get("eos_token") if isinstance(config, dict) else None
+    return config if isinstance(config, dict) else {}
+
+
+def eos_token_of(config: dict[str, Any]) -> str | None:
+    """The ``eos_token`` of a tokenizer config (a string or ``{"content": ...}``)."""
+    eos = config.get("eos_token")
     if isinstance(eos, dict):
         eos = eos.get("content")
     return eos if isinstance(eos, str) and eos else None
@@ -56,7 +61,7 @@ class HuggingFaceTokenizer(Tokenizer):
         except Exception as e:  # the Rust parser raises a plain Exception
             raise TokenizerError(f"{path} is not a Hugging Face tokenizer.json: {e}") from e
         config_path = path.parent / TOKENIZER_CONFIG_FILE
-        eos_token = eos or eos_token_of_config(config_path)
+        eos_token = eos or eos_token_of(read_tokenizer_config(config_path))
         specials = sorted(
             token.content
             for token in tokenizer.get_added_tokens_decoder().values()

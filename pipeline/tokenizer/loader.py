@@ -12,7 +12,6 @@ A spec is ``gpt2`` (alias ``r50k_base``), or ``PATH[;KEY=VALUE]...`` where PATH 
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,12 @@ from pathlib import Path
 from pipeline.errors import ConfigError, TokenizerError
 from pipeline.tokenizer.base import Tokenizer
 from pipeline.tokenizer.gpt2 import GPT2_NAMES, Gpt2Tokenizer, provisioned_gpt2_path
-from pipeline.tokenizer.huggingface import TOKENIZER_CONFIG_FILE, HuggingFaceTokenizer
+from pipeline.tokenizer.huggingface import (
+    TOKENIZER_CONFIG_FILE,
+    HuggingFaceTokenizer,
+    eos_token_of,
+    read_tokenizer_config,
+)
 from pipeline.tokenizer.tiktoken_bpe import NAMED_PATTERNS, TiktokenTokenizer
 
 #: Options a spec may carry after the path, and which kind of tokenizer reads each.
@@ -63,7 +67,9 @@ class TokenizerSpec:
                     f"{', '.join(SPEC_OPTIONS)}"
                 )
             options[key.strip()] = value
-        if location in GPT2_NAMES and not options:
+        if location in GPT2_NAMES:
+            if options:
+                raise ConfigError(f"{location} takes no options, got {spec!r}: write {location}")
             return cls(None, "gpt2")
         path = Path(os.path.expanduser(location)).absolute()
         if not path.exists():
@@ -116,19 +122,12 @@ def _tiktoken_specials(spec: TokenizerSpec) -> tuple[dict[str, int], int]:
     """Special tokens and the EOS id of a tiktoken file: options, else its tokenizer_config."""
     assert spec.path is not None
     config_path = spec.path.parent / TOKENIZER_CONFIG_FILE
-    specials: dict[str, int] = {}
-    eos_token = spec.option("eos")
-    if config_path.is_file():
-        try:
-            config = json.loads(config_path.read_text())
-        except (OSError, ValueError) as e:
-            raise TokenizerError(f"cannot read {config_path}: {e}") from e
-        for token_id, token in (config.get("added_tokens_decoder") or {}).items():
-            specials[token["content"]] = int(token_id)
-        configured = config.get("eos_token")
-        eos_token = eos_token or (
-            configured.get("content") if isinstance(configured, dict) else configured
-        )
+    config = read_tokenizer_config(config_path)
+    specials = {
+        token["content"]: int(token_id)
+        for token_id, token in (config.get("added_tokens_decoder") or {}).items()
+    }
+    eos_token = spec.option("eos") or eos_token_of(config)
     eos_id = _integer_option(spec, "eos_id")
     if eos_token is not None and eos_id is not None:
         specials[eos_token] = eos_id

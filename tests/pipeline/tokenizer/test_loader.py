@@ -28,6 +28,7 @@ def test_the_loaded_tokenizer_is_cached_per_spec_and_file() -> None:
     ("spec", "error", "message"),
     [
         ("llama3", ConfigError, "unknown tokenizer 'llama3'"),
+        ("gpt2;eos=<|x|>", ConfigError, "gpt2 takes no options"),
         ("/no/such/tokenizer.json", TokenizerError, "no tokenizer file at /no/such"),
         (f"{GPT_NEOX};eos", ConfigError, "is not KEY=VALUE"),
         (f"{GPT_NEOX};colour=red", ConfigError, "is not KEY=VALUE"),

@@ -76,6 +76,7 @@ def raw_batch_encoder(
 
         return tiktoken_tokens
     assert isinstance(loaded, HuggingFaceTokenizer), f"no raw library for {loaded!r}"
+    # Loading it set TOKENIZERS_PARALLELISM=false, as in the pipeline: both use p threads.
     raw = tokenizers.Tokenizer.from_file(str(TokenizerSpec.parse(tokenizer).path))
     encode = functools.partial(raw.encode_batch_fast, add_special_tokens=False)
 
@@ -223,7 +224,8 @@ def measure_pipeline_ratio(
 RAW_CALLS = {
     "gpt2": "`encode_ordinary_batch(num_threads=p)`",
     "tiktoken": "`encode_ordinary_batch(num_threads=p)`",
-    "huggingface": "`encode_batch_fast` of `tokenizers` on p threads",
+    "huggingface": "`encode_batch_fast` of `tokenizers` on p threads (its own thread pool off, "
+    "`TOKENIZERS_PARALLELISM=false`, as the pipeline sets it)",
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import unicodedata
 from pathlib import Path
@@ -48,6 +49,19 @@ def test_ids_are_those_of_the_tokenizers_package(texts: list[str]) -> None:
     assert [a.tolist() for a in tok.encode_arrays(plain)] == expected
     assert tok.encode(plain[0]) == expected[0]
     assert all(a.dtype == np.uint32 for a in tok.encode_arrays(plain[:3]))
+
+
+@pytest.mark.parametrize("preset", [None, "true"])
+def test_tokenizers_own_thread_pool_is_off_unless_the_user_set_it(
+    monkeypatch: pytest.MonkeyPatch, preset: str | None
+) -> None:
+    """The pipeline's ``parallelism`` workers are its cores; a user's explicit setting wins."""
+    if preset is None:
+        monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    else:
+        monkeypatch.setenv("TOKENIZERS_PARALLELISM", preset)
+    HuggingFaceTokenizer(GPT_NEOX / "tokenizer.json")
+    assert os.environ["TOKENIZERS_PARALLELISM"] == (preset or "false")
 
 
 def test_special_token_strings_in_data_are_plain_text() -> None:

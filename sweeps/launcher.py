@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job
 from hydra.plugins.launcher import Launcher
@@ -28,6 +29,7 @@ from orchestrator.run import interrupts, warm_start
 from orchestrator.run.devices import discover
 from orchestrator.run.launch import cpu_start_env
 from orchestrator.service.pool import DevicePool, Lease
+from pipeline.errors import ConfigError
 from sweeps.config import experiment_from
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,9 @@ class ZephonLauncher(Launcher):
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
-        self._compose = threading.Lock()
+        self._hydra_state = threading.Lock()
+        """Held while a job reads or writes Hydra's process-wide state (the config loader,
+        ``HydraConfig``'s singleton, the callbacks): everything but the task function itself."""
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -85,6 +89,12 @@ class ZephonLauncher(Launcher):
         from hydra.core.utils import setup_globals
 
         assert self.config is not None and self.hydra_context is not None
+        if self.config.hydra.job.chdir:
+            raise ConfigError(
+                "hydra/launcher=zephon runs a sweep's jobs as threads of one process, where "
+                "hydra.job.chdir=true would move every job's working directory at once; "
+                "set hydra.job.chdir=false (conf/config.yaml's default)"
+            )
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
@@ -104,7 +114,7 @@ class ZephonLauncher(Launcher):
         )
         runs: list[tuple[list[int], Callable[[Lease], JobReturn]]] = []
         for number, overrides in enumerate(job_overrides, start=initial_job_idx):
-            with self._compose:
+            with self._hydra_state:
                 experiment = experiment_from(
                     self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
                 )
@@ -159,7 +169,7 @@ class ZephonLauncher(Launcher):
             pinned.append(f"resources.gpu_ids=[{','.join(map(str, lease.devices.gpu_ids))}]")
         else:
             pinned.append(f"resources.max_procs={lease.size}")
-        with self._compose:
+        with self._hydra_state:
             config = self.hydra_context.config_loader.load_sweep_config(self.config, pinned)
             with open_dict(config):
                 config.hydra.job.id = number
@@ -172,11 +182,26 @@ class ZephonLauncher(Launcher):
             lease.devices.kind,
             " ".join(filter_overrides(overrides)),
         )
-        return run_job(
-            hydra_context=self.hydra_context,
-            task_function=self.task_function,
-            config=config,
-            job_dir_key="hydra.sweep.dir",
-            job_subdir_key="hydra.sweep.subdir",
-            configure_logging=False,
-        )
+        # Hydra's run_job sets HydraConfig's singleton, copies it back into the job's
+        # return and restores it afterwards: two jobs doing so at once swap or lose each
+        # other's Hydra config. It therefore runs under the lock, which the job gives up
+        # only while its task function runs.
+        with self._hydra_state:
+            return run_job(
+                hydra_context=self.hydra_context,
+                task_function=self._without_hydra_state_lock,
+                config=config,
+                job_dir_key="hydra.sweep.dir",
+                job_subdir_key="hydra.sweep.subdir",
+                configure_logging=False,
+            )
+
+    def _without_hydra_state_lock(self, config: DictConfig) -> Any:
+        """The task function, run while other jobs may start or end
+        (:attr:`_hydra_state`)."""
+        assert self.task_function is not None
+        self._hydra_state.release()
+        try:
+            return self.task_function(config)
+        finally:
+            self._hydra_state.acquire()

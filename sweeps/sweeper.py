@@ -383,7 +383,9 @@ def job_outcome(job: Job, result: JobReturn) -> dict[str, Any]:
         if "dp_size" in value:  # a dry run's plan
             outcome["dp_sizes"] = [value["dp_size"]]
     else:
-        outcome.update(status=RunStatus.FAILED, error=str(result._return_value))
+        error = result._return_value
+        # an exception without a message (a bare assert) still says what it was
+        outcome.update(status=RunStatus.FAILED, error=str(error) or repr(error))
     return outcome
 
 

@@ -71,6 +71,8 @@ class GpuCheck:
     results: list[CheckResult] = field(default_factory=list)
     devices: Devices | None = None
     corpus: dict[str, list[str]] = field(default_factory=dict)
+    tokenizer: str = "gpt2"
+    """``data.tokenizer`` of every run (the model's vocabulary follows it)."""
 
     @property
     def dp(self) -> int:
@@ -84,7 +86,12 @@ class GpuCheck:
             "name": "gpu-check",
             "runs_root": str(self.work / "runs"),
             "model": {"config": "zephon_mini"},
-            "data": {"datasets": self.corpus, "mixture": mixture, "holdout_bytes": 4096},
+            "data": {
+                "datasets": self.corpus,
+                "mixture": mixture,
+                "holdout_bytes": 4096,
+                "tokenizer": self.tokenizer,
+            },
             "train": {"steps": STEPS, "checkpoint_interval": 2},
             "eval": {"interval": STEPS},
             "resources": {"device": device, "timeout_s": 900, "oversubscribe": True},
@@ -180,6 +187,7 @@ def check_sweep(check: GpuCheck, details: dict[str, Any]) -> None:
         "train=smoke",
         f"data.datasets=${{zephon_local_corpus:{CORPUS_MB}}}",
         "data.holdout_bytes=4096",
+        f"data.tokenizer={check.tokenizer}",
         f"eval.interval={STEPS}",
         f"resources.device={check.device}",
         "resources.oversubscribe=true",
@@ -292,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=None, help="a new folder (default runs/gpu_check/<time>)"
     )
+    parser.add_argument(
+        "--tokenizer",
+        default="gpt2",
+        help="data.tokenizer of every run: gpt2 (default) or a tokenizer file or folder",
+    )
     args = parser.parse_args(argv)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     work = (args.out or Path("runs") / "gpu_check" / stamp).absolute()
@@ -299,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--out {work} is not empty: give a new folder")
     work.mkdir(parents=True, exist_ok=True)
     os.chdir(work)  # runs, the sweep and the embedded MLflow store (./mlflow.db) live here
-    check = GpuCheck(work, "cpu" if args.cpu else "cuda")
+    check = GpuCheck(work, "cpu" if args.cpu else "cuda", tokenizer=args.tokenizer)
     check.corpus = local_corpus(CORPUS_MB)  # the sweep's ${zephon_local_corpus:1}, same files
     steps = [
         ("devices", "the GPUs found and the plan's CUDA_VISIBLE_DEVICES", check_devices),

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real multi-domain corpus built from local text, and a plan over it."""
+"""Shared fixtures: a real multi-domain corpus built from local text, and a plan over it;
+the files that train run first."""
 
 from __future__ import annotations
 
@@ -8,6 +9,32 @@ import pytest
 
 from demo.local_corpus import build_local_corpus
 from pipeline import Dataset, WorkSource
+
+TRAINING_FILES_FIRST = (
+    "tests/e2e/",
+    "tests/test_gpu_check.py",
+    "tests/orchestrator/titan/",
+    "tests/orchestrator/run/test_warm_start.py",
+    "tests/benchmarks/",
+    "tests/test_docs_commands.py",
+)
+"""Where the files that launch trainings (minutes each) lie, in the order they start."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of :data:`TRAINING_FILES_FIRST` first, then the rest in collection order.
+
+    The suite's workers take whole files (``--dist loadfile``) in collection order; a
+    training file collected last kept one worker busy for minutes while the other, done,
+    waited (longest first: the short files fill the end instead).
+    """
+
+    def start_rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        ranks = [i for i, prefix in enumerate(TRAINING_FILES_FIRST) if path.startswith(prefix)]
+        return ranks[0] if ranks else len(TRAINING_FILES_FIRST)
+
+    items.sort(key=start_rank)  # stable: each file's tests keep their order
 
 
 @pytest.fixture(scope="session")

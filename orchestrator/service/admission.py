@@ -2,7 +2,7 @@
 again before it starts (the queue file could be written by anyone who can write it).
 
 A spec is an experiment validated as any other, plus the service's :class:`Rules`: size
-limits, dataset files under the data roots, and no code or paths of the submitter's
+limits, dataset and tokenizer files under the data roots, and no code or paths of the submitter's
 choosing. Nothing here runs a shell.
 
 Design: docs/design/orchestrator_service.md
@@ -25,6 +25,7 @@ from orchestrator.experiment import (
     split_step_problems,
     validate,
 )
+from pipeline.tokenizer.gpt2 import GPT2_NAMES
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Rules:
     """The service's admission rules: docs/design/orchestrator_service.md, Admission."""
 
     data_roots: tuple[str, ...]
-    """Folders dataset files must lie under."""
+    """Folders dataset and tokenizer files must lie under."""
     runs_root: str
     """Where the service keeps run folders."""
     tracking_uri: str
@@ -131,6 +132,9 @@ def admit(spec: Any, rules: Rules) -> ExperimentConfig:
             [f"the spec is {size} bytes of JSON; the limit is {rules.limits.max_spec_bytes}"]
         )
     problems = _service_keys(spec, rules)
+    outside = _tokenizer_outside_roots(spec, rules)
+    if outside:  # refused before loading, which would open the file
+        raise ExperimentError([*problems, *outside])
     if any("${" in text for text in _collect_strings(spec)):
         # OmegaConf would resolve them: ${oc.env:...} would copy secrets into the run.
         raise ExperimentError([*problems, "the spec contains ${...} interpolations; give values"])
@@ -231,6 +235,23 @@ def _check_dataset_paths(config: ExperimentConfig, rules: Rules) -> list[str]:
                     f"{[str(r) for r in roots]}"
                 )
     return problems
+
+
+def _tokenizer_outside_roots(spec: dict[str, Any], rules: Rules) -> list[str]:
+    """``data.tokenizer``, unless a gpt2 name, must lie under a data root like the datasets."""
+    data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
+    tokenizer = data.get("tokenizer")
+    if not isinstance(tokenizer, str):
+        return []  # the default, or a wrong type the schema refuses
+    location = os.path.expanduser(tokenizer.split(";", 1)[0])
+    if location in GPT2_NAMES:
+        return []
+    if not os.path.isabs(location):
+        return [f"data.tokenizer: {location!r}: give an absolute path"]
+    roots = [Path(os.path.realpath(os.path.expanduser(r))) for r in rules.data_roots]
+    if _is_inside_roots(Path(os.path.realpath(location)), roots):
+        return []
+    return [f"data.tokenizer: {location!r} is outside the data roots {[str(r) for r in roots]}"]
 
 
 def _is_inside_roots(path: Path, roots: list[Path]) -> bool:

@@ -40,7 +40,7 @@ from orchestrator.run.launch import free_port
 from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
-from tests.support.sweeps import datasets_override, mixes_override, multirun
+from tests.support.sweeps import datasets_override, mixes_override, multirun, tokenizer_override
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(900)
@@ -227,6 +227,7 @@ def sweep(server: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
         "tracking=server",
         "tracking.experiment=dashboard",
         datasets_override(built),
+        tokenizer_override(built),
         "model=mini",
         "data.holdout_bytes=4096",
         "train=smoke",

@@ -1,5 +1,5 @@
-"""Experiments end to end: real TorchTitan training (``zephon_mini``, a 6.6 M-parameter
-llama3; CPU, gloo, torchrun), the real embedded MLflow store, held-out evaluation and the comparison guard.
+"""Experiments end to end: real TorchTitan training (``zephon_mini``, a small llama3 with
+the corpus's own 1,024-token BPE; CPU, gloo, torchrun), the real embedded MLflow store, held-out evaluation and the comparison guard.
 
 Runs (4 steps, or 2 where said; checkpoints and evaluation every 2 steps; ~30 s a launch;
 the dp-1 runs two at a time, a core each):
@@ -55,7 +55,7 @@ from orchestrator.tracking.names import (
 )
 from orchestrator.tracking.uris import resolve_uri
 from tests.support import REPO
-from tests.support.titan_run import corpus
+from tests.support.titan_run import corpus, corpus_tokenizer
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -76,6 +76,7 @@ def experiment(domains: dict[str, list[Path]], mixture: dict[str, float], **data
             "datasets": {n: [str(p) for p in paths] for n, paths in domains.items()},
             "mixture": dict(mixture),
             "holdout_bytes": 4096,
+            "tokenizer": corpus_tokenizer(domains),
             **data,
         },
         "train": {"steps": STEPS, "checkpoint_interval": 2},

@@ -26,7 +26,7 @@ from sweeps.search import proposal_from_inputs
 from sweeps.search_report import PREDICTIONS_PLOT, TRAJECTORY_PLOT
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
-from tests.support.sweeps import datasets_override, multirun_command
+from tests.support.sweeps import datasets_override, multirun_command, tokenizer_override
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1500)
@@ -60,6 +60,7 @@ def test_a_search_runs_its_rounds_and_continues_after_an_interrupt_to_the_same_p
         "search",
         "hydra/launcher=zephon",
         datasets_override(built),
+        tokenizer_override(built),
         "model=mini",
         "data.holdout_bytes=4096",
         "train=smoke",

@@ -30,7 +30,7 @@ from orchestrator.service.admission import verify_request
 from orchestrator.service.scheduler import Scheduler
 from tests.support import REPO
 from tests.support.agents import retrying_submitter, spec
-from tests.support.titan_run import corpus
+from tests.support.titan_run import corpus, corpus_tokenizer
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -47,8 +47,14 @@ def data_root(data: dict[str, list[str]]) -> str:
     return str(Path(next(iter(data.values()))[0]).parents[1])
 
 
-def make_service(root: Path, data_root: str, **kw: Any) -> service.ServiceConfig:
-    svc = service.ServiceConfig(root=str(root), data_roots=(data_root,), **kw)
+@pytest.fixture(scope="module")
+def tokenizer(data: dict[str, list[str]]) -> str:
+    """The corpus's small tokenizer (a folder, itself a data root of the services here)."""
+    return corpus_tokenizer({n: [Path(p) for p in ps] for n, ps in data.items()})
+
+
+def make_service(root: Path, data_root: str, tokenizer: str, **kw: Any) -> service.ServiceConfig:
+    svc = service.ServiceConfig(root=str(root), data_roots=(data_root, tokenizer), **kw)
     svc.save()
     return svc
 
@@ -57,16 +63,24 @@ def make_service(root: Path, data_root: str, **kw: Any) -> service.ServiceConfig
 
 
 def test_bad_requests_are_refused_with_reasons_and_change_nothing(
-    tmp_path: Path, data: dict[str, list[str]], data_root: str
+    tmp_path: Path, data: dict[str, list[str]], data_root: str, tokenizer: str
 ) -> None:
-    svc = make_service(tmp_path / "svc", data_root, max_queued_per_submitter=2)
-    good = spec(data)
+    svc = make_service(tmp_path / "svc", data_root, tokenizer, max_queued_per_submitter=2)
+    good = spec(data, tokenizer=tokenizer)
     outside = {**good, "data": {**good["data"], "datasets": {"etc": ["/etc/passwd"]}}}
     traversal = {"data": {"datasets": {"x": [f"{data_root}/../../../../etc/passwd"]}}}
     cases = {
         "outside the data roots": outside,
         "outside the data roots ": traversal,
         "absolute path": {"data": {"datasets": {"x": ["relative/*.jsonl"]}}},
+        "data.tokenizer: '/etc' is outside the data roots": {
+            **good,
+            "data": {**good["data"], "tokenizer": "/etc;eos=x"},
+        },
+        "data.tokenizer: 'tokenizer.json': give an absolute path": {
+            **good,
+            "data": {**good["data"], "tokenizer": "tokenizer.json"},
+        },
         "colour": {**good, "colour": "blue"},
         "train.steps=1000000000 is above the limit": spec(data, steps=10**9),
         "model.module='os' is not allowed": {**good, "model": {"module": "os"}},
@@ -135,12 +149,14 @@ def test_bad_requests_are_refused_with_reasons_and_change_nothing(
 
 
 def test_twenty_agents_two_hundred_jobs_none_lost_none_twice(
-    tmp_path: Path, data: dict[str, list[str]], data_root: str
+    tmp_path: Path, data: dict[str, list[str]], data_root: str, tokenizer: str
 ) -> None:
     # 20 agent processes of one OS user: one submitter, allowed 200 pending jobs here
-    svc = make_service(tmp_path / "svc", data_root, max_queued_per_submitter=200)
+    svc = make_service(tmp_path / "svc", data_root, tokenizer, max_queued_per_submitter=200)
     with multiprocessing.get_context("spawn").Pool(20) as pool:
-        results = pool.starmap(retrying_submitter, [(str(svc.path), w, data) for w in range(20)])
+        results = pool.starmap(
+            retrying_submitter, [(str(svc.path), w, data, tokenizer) for w in range(20)]
+        )
     submitted = [r for worker in results for r in worker]
     ids_per_key: dict[str, set[str]] = {}
     for key, job_id, _ in submitted:
@@ -172,8 +188,7 @@ def serve(svc: service.ServiceConfig, *extra: str) -> subprocess.Popen[str]:
             "serve",
             "--root",
             str(svc.path),
-            "--data-root",
-            svc.data_roots[0],
+            *(f"--data-root={root}" for root in svc.data_roots),
             *extra,
         ],
         env=ENV,
@@ -184,16 +199,18 @@ def serve(svc: service.ServiceConfig, *extra: str) -> subprocess.Popen[str]:
 
 
 def test_sigkill_of_scheduler_and_job_then_restart_on_a_larger_lease_same_digests(
-    tmp_path: Path, data: dict[str, list[str]], data_root: str
+    tmp_path: Path, data: dict[str, list[str]], data_root: str, tokenizer: str
 ) -> None:
-    svc = make_service(tmp_path / "svc", data_root)
-    body = spec(data, steps=4, checkpoint_interval=2)
+    svc = make_service(tmp_path / "svc", data_root, tokenizer)
+    body = spec(data, steps=4, checkpoint_interval=2, tokenizer=tokenizer)
     victim = service.submit(svc, body, key="victim")["job"]["id"]
     scheduler = serve(svc, "--capacity", "1")  # the first attempt gets a 1-core lease
     folder = RunFolder(svc.runs_root / victim)
     deadline = time.monotonic() + 600
     while max(folder.steps(), default=0) < 3 and time.monotonic() < deadline:
         assert scheduler.poll() is None, scheduler.communicate()
+        attempt = svc.queue().get(victim)
+        assert attempt.state in ("queued", "running"), (attempt.state, attempt.error)
         time.sleep(0.5)
     assert folder.last_checkpoint_step() == 2
     job = svc.queue().get(victim)
@@ -204,11 +221,11 @@ def test_sigkill_of_scheduler_and_job_then_restart_on_a_larger_lease_same_digest
 
     # the victim resumes on a 2-core lease, at dp 2; then these two run side by side, a core each
     reference = service.submit(
-        svc, spec(data, steps=4, dp=1) | {"name": "reference"}, key="reference"
+        svc, spec(data, steps=4, dp=1, tokenizer=tokenizer) | {"name": "reference"}, key="reference"
     )["job"]["id"]
-    doomed = service.submit(svc, spec(data, steps=500, dp=1) | {"name": "doomed"}, key="doomed")[
-        "job"
-    ]["id"]
+    doomed = service.submit(
+        svc, spec(data, steps=500, dp=1, tokenizer=tokenizer) | {"name": "doomed"}, key="doomed"
+    )["job"]["id"]
     restarted = serve(svc, "--until-idle")
     while not RunFolder(svc.runs_root / doomed).steps() and restarted.poll() is None:
         time.sleep(0.5)  # cancelled mid-training
@@ -274,10 +291,10 @@ async def _mcp_session(root: str, body: dict) -> dict[str, Any]:
 
 
 def test_mcp_client_session_submits_reads_status_and_compares(
-    tmp_path: Path, data: dict[str, list[str]], data_root: str
+    tmp_path: Path, data: dict[str, list[str]], data_root: str, tokenizer: str
 ) -> None:
-    svc = make_service(tmp_path / "svc", data_root)
-    out = asyncio.run(_mcp_session(str(svc.path), spec(data)))
+    svc = make_service(tmp_path / "svc", data_root, tokenizer)
+    out = asyncio.run(_mcp_session(str(svc.path), spec(data, tokenizer=tokenizer)))
     assert out["init"].serverInfo.name == "zephon"
     expected = {"submit", "status", "wait", "cancel", "list_jobs", "compare", "verify_elastic"}
     assert expected <= set(out["tools"])

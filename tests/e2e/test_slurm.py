@@ -41,6 +41,7 @@ from tests.support.sweeps import (
     mixes_override,
     multirun,
     multirun_command,
+    tokenizer_override,
 )
 from tests.support.titan_run import corpus
 
@@ -266,6 +267,7 @@ def test_sweep_through_submitit_slurm_survives_a_cancelled_job_and_ends_accepted
         "hydra.launcher.timeout_min=20",
         "hydra.launcher.cpus_per_task=2",
         datasets_override(domains),
+        tokenizer_override(domains),
         "model=mini",
         "data.holdout_bytes=4096",
         "train=smoke",

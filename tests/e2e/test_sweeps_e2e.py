@@ -35,7 +35,7 @@ from pipeline import Dataset
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
 from tests.support.helpers import write_jsonl
-from tests.support.sweeps import datasets_override, mixes_override, multirun
+from tests.support.sweeps import datasets_override, mixes_override, multirun, tokenizer_override
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1500)
@@ -53,9 +53,12 @@ def domains(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 @pytest.fixture(scope="module")
 def base_overrides(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """The shared test corpus as data.datasets, and a 2-step schedule."""
+    """The shared test corpus as data.datasets with its small tokenizer, and a 2-step
+    schedule."""
+    built = corpus(tmp_path_factory.getbasetemp())
     return [
-        datasets_override(corpus(tmp_path_factory.getbasetemp())),
+        datasets_override(built),
+        tokenizer_override(built),
         "model=mini",
         "data.holdout_bytes=4096",
         "train=smoke",
@@ -168,6 +171,7 @@ def paired(work: Path, twin_code: dict[str, list[Path]]) -> dict[str, Any]:
         "paired",
         "hydra/launcher=zephon",
         datasets_override(twin_code),
+        tokenizer_override(corpus(work.parent)),
         "model=mini",
         "data.holdout_bytes=4096",
         "data.holdout_docs=8",

@@ -19,12 +19,13 @@ def spec(
     steps: int = 2,
     seed: int = 0,
     dp: int | None = None,
+    tokenizer: str = "gpt2",
     **train: Any,
 ) -> dict:
     """A tiny experiment over the test corpus (``dp``: pinned, else the scheduler's choice)."""
     return {
         "model": {"config": "zephon_mini"},
-        "data": {"datasets": data, "seed": seed, "holdout_bytes": 2048},
+        "data": {"datasets": data, "seed": seed, "holdout_bytes": 2048, "tokenizer": tokenizer},
         "train": {"steps": steps, **train},
         "eval": {"enable": False},
         "resources": {"timeout_s": 600, "dp": dp},
@@ -32,7 +33,7 @@ def spec(
 
 
 def retrying_submitter(
-    root: str, worker: int, data: dict[str, list[str]]
+    root: str, worker: int, data: dict[str, list[str]], tokenizer: str
 ) -> list[tuple[str, str, bool]]:
     """One agent process (all of them the same submitter, the OS user): 10 experiments,
     each submitted 3 times (retries), in a random order;
@@ -46,7 +47,9 @@ def retrying_submitter(
     for key in keys:
         i = int(key.rsplit("e", 1)[1])
         real = worker < 2 and i == 0
-        body = spec(data, seed=worker * 10 + i, dp=1 if real else None)  # trainings side by side
+        body = spec(
+            data, seed=worker * 10 + i, dp=1 if real else None, tokenizer=tokenizer
+        )  # trainings side by side
         got = service.submit(svc, body, key=key, kind="run" if real else "plan")
         out.append((key, got["job"]["id"], got["created"]))
         time.sleep(rng.random() * 0.01)

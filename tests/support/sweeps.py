@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.support import REPO
+from tests.support.titan_run import corpus_tokenizer
 
 
 def multirun(
@@ -49,6 +50,12 @@ def datasets_override(built: dict[str, list[Path]]) -> str:
         f"{name}:[{','.join(repr(str(p)) for p in paths)}]" for name, paths in sorted(built.items())
     )
     return f"data.datasets={{{datasets}}}"
+
+
+def tokenizer_override(built: dict[str, list[Path]]) -> str:
+    """``data.tokenizer=...``: the small BPE of the shared corpus ``built``
+    (:func:`tests.support.titan_run.corpus_tokenizer`)."""
+    return f"data.tokenizer={corpus_tokenizer(built)}"
 
 
 def mixes_override(domains: Sequence[str], *weights: Sequence[float]) -> str:

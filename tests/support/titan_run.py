@@ -9,9 +9,11 @@ their results from the run folder: ``zephon/steps.jsonl`` (digests) and
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +25,15 @@ from orchestrator.run.devices import discover
 from orchestrator.run.launch import c10d_rendezvous, free_port, train_command
 from orchestrator.run.launch import launch_env as launch_env_of_run
 from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
+from pipeline import Dataset, WorkSource
 from tests.support import REPO
+from tests.support.tokenizers import EOS, train_byte_level_bpe
 
 RUN_TIMEOUT_S = 300
 """Limit of one launch; a healthy one takes 10-60 s on 2 cores."""
 CORPUS_BYTES_PER_DOMAIN = 300_000
+CORPUS_FOLDER = "titan-corpus"
+"""The shared corpus's folder under the root given to :func:`corpus`."""
 MIXTURE = {"code": 0.5, "docs": 0.3}
 """Token shares of the named domains; the third domain (``unicode``) gets the rest."""
 
@@ -65,21 +71,56 @@ class Run:
 
 def corpus(root: Path) -> dict[str, list[Path]]:
     """The shared small corpus (built once; later calls return at once)."""
-    return build_local_corpus(root / "titan-corpus", max_bytes_per_domain=CORPUS_BYTES_PER_DOMAIN)
+    return build_local_corpus(root / CORPUS_FOLDER, max_bytes_per_domain=CORPUS_BYTES_PER_DOMAIN)
 
 
-def zephon_data_args(domains: dict[str, list[Path]], work: Path) -> list[str]:
-    """``--dataloader.spec work/data.json``, written for the corpus: one dataset per domain,
-    the test mixture, no held-out text, shard indexes cached in ``work/index-cache``."""
+CORPUS_VOCAB = 1024
+"""Vocabulary of :func:`corpus_tokenizer`. With gpt2's 50,257 tokens the output layer and
+its gradients are most of a ``zephon_mini`` step; with 1,024 a step takes about half."""
+
+
+def corpus_tokenizer(domains: dict[str, list[Path]]) -> str:
+    """``data.tokenizer`` for training tests on the shared corpus ``domains``
+    (:func:`tests.support.titan_run.corpus`), whose evidence is the data and the bookkeeping,
+    not gpt2: a byte-level BPE of :data:`CORPUS_VOCAB` tokens trained on that corpus, with a
+    tokenizer_config.json naming its EOS, in a folder beside it (trained once)."""
+    corpus_root = Path(min(p for paths in domains.values() for p in paths)).parents[1]
+    assert corpus_root.name == CORPUS_FOLDER, (
+        f"corpus_tokenizer takes the shared corpus of tests.support.titan_run.corpus, "
+        f"whose shards lie in <root>/{CORPUS_FOLDER}/<domain>/, not {corpus_root}"
+    )
+    folder = corpus_root.with_name("corpus-bpe")
+    if not (folder / "tokenizer_config.json").exists():
+        with tempfile.TemporaryDirectory() as index_cache:
+            datasets = [
+                Dataset(name, [str(p) for p in paths], cache_dir=index_cache)
+                for name, paths in sorted(domains.items())
+            ]
+            # the first 100 kB of every domain, read as the pipeline reads it
+            source = WorkSource(datasets, dict.fromkeys(domains, 1.0), holdout_bytes=100_000)
+            texts = [text for d in range(len(datasets)) for text in source.heldout_documents(d)]
+        train_byte_level_bpe(texts, folder, vocab_size=CORPUS_VOCAB)
+        # written last: its presence says the folder is complete
+        (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": EOS}))
+    return str(folder)
+
+
+def zephon_data_args(
+    domains: dict[str, list[Path]], work: Path, tokenizer: str = "gpt2"
+) -> list[str]:
+    """``--dataloader.spec work/data.json`` (written for the corpus: one dataset per domain,
+    the test mixture, ``tokenizer``, no held-out text, shard indexes cached in
+    ``work/index-cache``) and ``--tokenizer.name``, which must agree with it."""
     third = round(1.0 - sum(MIXTURE.values()), 6)
     data = DataSection(
         datasets={name: [str(p) for p in paths] for name, paths in domains.items()},
         mixture={name: MIXTURE.get(name, third) for name in domains},
         holdout_bytes=0,
+        tokenizer=tokenizer,
         cache_dir=str(work / "index-cache"),
     )
     write_data_spec(work / "data.json", data)
-    return ["--dataloader.spec", str(work / "data.json")]
+    return ["--dataloader.spec", str(work / "data.json"), "--tokenizer.name", tokenizer]
 
 
 def launch_env(work: Path) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Elastic resume of real TorchTitan training on the lane pipeline (torchrun, CPU, gloo).
 
-A small llama3 (``zephon_mini``, gpt2 vocabulary) trains 12 steps on 2 processes and
+A small llama3 (``zephon_mini``, the corpus's 1,024-token BPE) trains 12 steps on 2 processes and
 checkpoints at step 6 (one uninterrupted run, shared by the tests). Resumed
 from step 6 on 1 process (with gradient accumulation: G=8 > dp x local = 1 x 4)
 and on 4 processes, steps 7..12 get exactly the uninterrupted run's global
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.titan_run import Run, corpus, launch, zephon_data_args
+from tests.support.titan_run import Run, corpus, corpus_tokenizer, launch, zephon_data_args
 
 STEPS = 12
 CHECKPOINT_STEP = 6
@@ -27,7 +27,7 @@ The batches are checked exactly by their digests; the losses check the rest of t
 resumed state (model, optimizer, schedule) and the numerics. What legitimately differs
 is the order in which gradients and losses are summed (FSDP reduce-scatter over 1, 2
 or 4 ranks, 1 or 2 accumulated micro-batches): fp32 rounding that grows through the
-AdamW updates. Measured here (losses 7.8-8.9): steps 7..12 differ by at most 1.0e-4
+AdamW updates. Measured with the gpt2 vocabulary (losses 7.8-8.9): steps 7..12 differ by at most 1.0e-4
 on dp 1 and 1.5e-4 on dp 4 (2.6e-4 on dp 1 with micro-batches of 2); the two-node run
 is bit-identical. 2e-3 leaves a margin of 8x or more, and is still far below the
 effect of a wrong resume: this model's loss typically moves by 0.15-1.0 from one step
@@ -42,7 +42,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def data_args(work: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    return zephon_data_args(corpus(tmp_path_factory.getbasetemp()), work)
+    domains = corpus(tmp_path_factory.getbasetemp())
+    return zephon_data_args(domains, work, tokenizer=corpus_tokenizer(domains))
 
 
 @pytest.fixture(scope="module")

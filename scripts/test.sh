@@ -26,6 +26,8 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # Two workers, each taking whole test files (module fixtures train once): a training
-# launch spends much of its time starting up, which the other worker overlaps.
+# launch spends much of its time starting up, which the other worker overlaps. Files go
+# out in collection order, the training files first (tests/conftest.py), not xdist's
+# default of the files with the most tests first, which left the longest for the end.
 exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "${ZEPHON_TEST_WORKERS:-2}" \
-    --dist loadfile "$@"
+    --dist loadfile --no-loadscope-reorder "$@"

@@ -24,9 +24,10 @@ TRAINING_FILES_FIRST = (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The files of :data:`TRAINING_FILES_FIRST` first, then the rest in collection order.
 
-    The suite's workers take whole files (``--dist loadfile``) in collection order; a
-    training file collected last kept one worker busy for minutes while the other, done,
-    waited (longest first: the short files fill the end instead).
+    The suite's workers take whole files (``--dist loadfile --no-loadscope-reorder``,
+    scripts/test.sh) in collection order. A training file started last kept one worker
+    busy for minutes while the other, done, waited; started first, the short files fill
+    the end instead (longest first).
     """
 
     def start_rank(item: pytest.Item) -> int:

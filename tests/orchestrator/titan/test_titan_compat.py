@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,6 +14,7 @@ from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, fle
 
 from orchestrator.titan import cpu_compat
 from orchestrator.titan.runlog import metric_name
+from tests.support import REPO
 
 
 def test_patches_apply_where_their_condition_holds() -> None:
@@ -27,6 +31,30 @@ def test_patches_apply_where_their_condition_holds() -> None:
         assert not {"cpu device", "flex -> SDPA"} & set(applied)
         assert utils.device_type == accelerator
     assert ("triton stub" in applied) == (importlib.util.find_spec("triton") is None)
+
+
+@pytest.mark.skipif(
+    torch._utils._get_available_device_type() is not None,
+    reason="the SDPA stand-in is installed on CPU-only machines only",
+)
+def test_the_cpu_trainer_imports_no_compiler_and_leaves_torch_compile_alone() -> None:
+    """TorchTitan's import-time torch.compile calls are skipped on CPU (their results are
+    replaced by the stand-in), so a trainer process does not import the inductor backend."""
+    probe = (
+        "import sys, torch; compile_function = torch.compile\n"
+        "import orchestrator.titan.trainer, torchtitan.trainer\n"
+        "assert torch.compile is compile_function, 'torch.compile was not restored'\n"
+        "print(sorted(m for m in sys.modules if m.startswith('torch._inductor.compile_fx')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
 
 
 @pytest.mark.skipif(

@@ -77,6 +77,12 @@ class ZephonLauncher(Launcher):
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
+        if config.hydra.job.chdir:  # refused before the sweep opens anything
+            raise ConfigError(
+                "hydra/launcher=zephon runs a sweep's jobs as threads of one process, where "
+                "hydra.job.chdir=true would move every job's working directory at once; "
+                "set hydra.job.chdir=false (conf/config.yaml's default)"
+            )
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
@@ -89,12 +95,6 @@ class ZephonLauncher(Launcher):
         from hydra.core.utils import setup_globals
 
         assert self.config is not None and self.hydra_context is not None
-        if self.config.hydra.job.chdir:
-            raise ConfigError(
-                "hydra/launcher=zephon runs a sweep's jobs as threads of one process, where "
-                "hydra.job.chdir=true would move every job's working directory at once; "
-                "set hydra.job.chdir=false (conf/config.yaml's default)"
-            )
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,8 @@
 again before it starts (the queue file could be written by anyone who can write it).
 
 A spec is an experiment validated as any other, plus the service's :class:`Rules`: size
-limits, dataset and tokenizer files under the data roots, and no code or paths of the submitter's
-choosing. Nothing here runs a shell.
+limits, dataset and tokenizer files under the data roots, and no code or paths of the
+submitter's choosing. Nothing here runs a shell.
 
 Design: docs/design/orchestrator_service.md
 """
@@ -25,7 +25,7 @@ from orchestrator.experiment import (
     split_step_problems,
     validate,
 )
-from pipeline.tokenizer.gpt2 import GPT2_NAMES
+from pipeline.tokenizer.loader import tokenizer_file_location
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ def _check_size_limits(config: ExperimentConfig, limits: Limits) -> list[str]:
 
 
 def _check_dataset_paths(config: ExperimentConfig, rules: Rules) -> list[str]:
-    roots = [Path(os.path.realpath(os.path.expanduser(r))) for r in rules.data_roots]
+    roots = _resolved_roots(rules)
     problems = []
     for name, patterns in config.data.datasets.items():
         for pattern in patterns:
@@ -243,15 +243,20 @@ def _tokenizer_outside_roots(spec: dict[str, Any], rules: Rules) -> list[str]:
     tokenizer = data.get("tokenizer")
     if not isinstance(tokenizer, str):
         return []  # the default, or a wrong type the schema refuses
-    location = os.path.expanduser(tokenizer.split(";", 1)[0])
-    if location in GPT2_NAMES:
+    location = tokenizer_file_location(tokenizer)
+    if location is None:
         return []
     if not os.path.isabs(location):
         return [f"data.tokenizer: {location!r}: give an absolute path"]
-    roots = [Path(os.path.realpath(os.path.expanduser(r))) for r in rules.data_roots]
+    roots = _resolved_roots(rules)
     if _is_inside_roots(Path(os.path.realpath(location)), roots):
         return []
     return [f"data.tokenizer: {location!r} is outside the data roots {[str(r) for r in roots]}"]
+
+
+def _resolved_roots(rules: Rules) -> list[Path]:
+    """The data roots with ``~``, symlinks and ``..`` resolved."""
+    return [Path(os.path.realpath(os.path.expanduser(r))) for r in rules.data_roots]
 
 
 def _is_inside_roots(path: Path, roots: list[Path]) -> bool:

@@ -39,6 +39,13 @@ HF_FILE_NAME = "tokenizer.json"
 TIKTOKEN_FILE_NAME = "tokenizer.model"
 
 
+def tokenizer_file_location(spec: str) -> str | None:
+    """The file or folder ``spec`` names, as written (``~`` expanded), without opening it;
+    None for a gpt2 name."""
+    location = spec.split(";", 1)[0]
+    return None if location in GPT2_NAMES else os.path.expanduser(location)
+
+
 @dataclass(frozen=True)
 class TokenizerSpec:
     """A parsed tokenizer spec: a gpt2 name, or a file with its kind and options."""
@@ -67,11 +74,12 @@ class TokenizerSpec:
                     f"{', '.join(SPEC_OPTIONS)}"
                 )
             options[key.strip()] = value
-        if location in GPT2_NAMES:
+        file_location = tokenizer_file_location(spec)
+        if file_location is None:
             if options:
                 raise ConfigError(f"{location} takes no options, got {spec!r}: write {location}")
             return cls(None, "gpt2")
-        path = Path(os.path.expanduser(location)).absolute()
+        path = Path(file_location).absolute()
         if not path.exists():
             if "/" not in location and "." not in location:
                 raise ConfigError(

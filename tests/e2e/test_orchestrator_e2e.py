@@ -1,5 +1,6 @@
 """Experiments end to end: real TorchTitan training (``zephon_mini``, a small llama3 with
-the corpus's own 1,024-token BPE; CPU, gloo, torchrun), the real embedded MLflow store, held-out evaluation and the comparison guard.
+the corpus's own 1,024-token BPE; CPU, gloo, torchrun), the real embedded MLflow store,
+held-out evaluation and the comparison guard.
 
 Runs (4 steps, or 2 where said; checkpoints and evaluation every 2 steps; ~30 s a launch;
 the dp-1 runs two at a time, a core each):

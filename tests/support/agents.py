@@ -47,9 +47,8 @@ def retrying_submitter(
     for key in keys:
         i = int(key.rsplit("e", 1)[1])
         real = worker < 2 and i == 0
-        body = spec(
-            data, seed=worker * 10 + i, dp=1 if real else None, tokenizer=tokenizer
-        )  # trainings side by side
+        # the two trainings run side by side, a core each
+        body = spec(data, seed=worker * 10 + i, dp=1 if real else None, tokenizer=tokenizer)
         got = service.submit(svc, body, key=key, kind="run" if real else "plan")
         out.append((key, got["job"]["id"], got["created"]))
         time.sleep(rng.random() * 0.01)

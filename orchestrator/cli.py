@@ -490,10 +490,6 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run one ``zephon`` command; returns (and, as a script, exits with) its exit code."""
     args = _parse_arguments(argv)
-    if args.command in TRAINING:
-        from orchestrator.run.launch import prepare_cpu_launches
-
-        prepare_cpu_launches()
     # Training commands stop their torchrun on SIGINT/SIGTERM and report the run interrupted.
     handling = interrupts.handling() if args.command in TRAINING else contextlib.nullcontext()
     try:

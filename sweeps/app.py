@@ -22,7 +22,6 @@ from orchestrator.errors import RunFailed
 from orchestrator.experiment import load_experiment
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.run import interrupts
-from orchestrator.run.launch import prepare_cpu_launches
 from sweeps.config import split
 
 CONFIG_PATH = "pkg://zephon_conf"
@@ -74,7 +73,6 @@ def hydra_main(cfg: DictConfig) -> dict[str, Any]:
 def main() -> None:
     """The ``zephon-run`` console script: Hydra's app, stopped cleanly by SIGINT/SIGTERM
     (exit 130 and one line per unfinished run, see :mod:`orchestrator.run.interrupts`)."""
-    prepare_cpu_launches()
     with interrupts.entry_point("zephon-run", on_stop=_hydra_raises):
         hydra_main()
 

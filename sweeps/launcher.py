@@ -104,7 +104,8 @@ class ZephonLauncher(Launcher):
             spare_cores=True,
             extra_processes=self.extra_processes,
         )
-        if pool.devices.kind == "cpu":  # the trainer's imports overlap the jobs' composition
+        if pool.devices.kind == "cpu" and not self.config.get("dry_run"):
+            # the trainer's imports overlap the jobs' composition; a dry run launches nothing
             warm_start.prepare(cpu_start_env())
         log.info(
             "Launching %d jobs on %d free %s devices",

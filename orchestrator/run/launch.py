@@ -27,7 +27,7 @@ import psutil
 from orchestrator.experiment import ExperimentConfig
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import interrupts, warm_start
-from orchestrator.run.devices import Devices, gpu_may_be_visible, usable_cores
+from orchestrator.run.devices import Devices, usable_cores
 from orchestrator.run.recipe import recipe_flags
 
 TRAIN_MODULE = "orchestrator.titan.train"
@@ -179,14 +179,6 @@ def cpu_start_env() -> dict[str, str]:
         "CUDA_VISIBLE_DEVICES": "",
         **{k: v for k, v in defaults.items() if k not in os.environ},
     }
-
-
-def prepare_cpu_launches() -> None:
-    """Start the warm server now if this machine can have no GPU, so that its launches
-    will be CPU ones: a training command calls it first, and the trainer's imports overlap
-    its set-up (elsewhere the plan decides, in :mod:`orchestrator.run.api`)."""
-    if not gpu_may_be_visible():
-        warm_start.prepare(cpu_start_env())
 
 
 def _common_env() -> dict[str, str]:

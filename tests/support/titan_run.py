@@ -1,7 +1,8 @@
 """Real ``torchrun`` launches of TorchTitan on CPU (gloo) for the titan tests, and their results.
 
-Every launch runs under a wall-clock limit in its own process group (killed whole
-on time-out) and a failed launch shows the tail of its log. Runs share one small
+Every launch is started as Zephon starts a CPU launch (forked from its warm server, in its
+own process group, killed whole after a wall-clock limit) and a failed launch shows the
+tail of its log. Runs share one small
 real corpus (``build_local_corpus(..., max_bytes_per_domain=300_000)``) and read
 their results from the run folder: ``zephon/steps.jsonl`` (digests) and
 ``zephon/metrics.jsonl`` (losses).
@@ -11,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from demo.local_corpus import build_local_corpus
 from orchestrator.experiment import DataSection, write_data_spec
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run.devices import discover
-from orchestrator.run.launch import c10d_rendezvous, free_port, train_command
+from orchestrator.run.launch import Launch, c10d_rendezvous, free_port, run_local, train_command
 from orchestrator.run.launch import launch_env as launch_env_of_run
 from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
 from pipeline import Dataset, WorkSource
@@ -145,7 +144,9 @@ def launch(
     config: str = "zephon_mini",
     nodes: int = 1,
 ) -> Run:
-    """Train with ``nproc`` processes on each of ``nodes`` torchrun agents (c10d on loopback)."""
+    """Train with ``nproc`` processes on each of ``nodes`` torchrun agents (c10d on loopback),
+    started as Zephon starts a CPU launch (:func:`orchestrator.run.launch.run_local`: forked
+    from its warm server, output in the folder's ``launch.log``)."""
     env = launch_env(work)
     flags = [
         *("--module", module, "--config", config, "--dump-folder", str(folder)),
@@ -161,29 +162,6 @@ def launch(
             train_command(nproc, flags, c10d_rendezvous(nodes, node, endpoint, folder.name))
             for node in range(nodes)
         ]
-    agents = [
-        subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # one process group per agent: a time-out kills its workers
-        )
-        for command in commands
-    ]
-    outputs, codes = [], []
-    for agent in agents:
-        try:
-            out, _ = agent.communicate(timeout=RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            for other in agents:
-                if other.poll() is None:
-                    os.killpg(other.pid, signal.SIGKILL)
-            out, _ = agent.communicate()
-            out += f"\n[titan_run] killed after {RUN_TIMEOUT_S} s"
-        outputs.append(out)
-        codes.append(agent.returncode)
-    failed = next((c for c in codes if c != 0), 0)
-    return Run(folder, failed, "\n".join(outputs))
+    run_folder = RunFolder(folder)
+    code = run_local(Launch(commands, env, run_folder, timeout_s=RUN_TIMEOUT_S))
+    return Run(folder, code, run_folder.log_path.read_text(errors="replace"))

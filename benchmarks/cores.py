@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +53,18 @@ def titan_times(log: Path) -> dict[str, float]:
     return found
 
 
-def measure_startup(work: Path, dp: int, warm: bool, name: str) -> dict[str, Any]:
-    """One ``zephon-run`` of the smoke experiment in ``work``; its start-up and teardown."""
+def measure_startup(
+    work: Path, dp: int, warm: bool, name: str, overrides: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One ``zephon-run`` of the smoke experiment (``overrides`` added) in ``work``; its
+    start-up and teardown."""
     mode = "warm" if warm else "cold"
     command = [
         str(Path(sys.executable).parent / "zephon-run"),
         *STARTUP_OVERRIDES,
         f"resources.dp={dp}",
         f"run_name={name}",
+        *overrides,
     ]
     env = {**os.environ, "ZEPHON_WARM_START": "1" if warm else "0"}
     start = time.time()

@@ -39,7 +39,10 @@ def test_titan_times_reads_the_training_start_and_the_first_and_last_steps(tmp_p
 
 
 def test_a_warm_dp1_start_up_is_measured_from_the_command(tmp_path: Path) -> None:
-    measured = measure_startup(tmp_path, dp=1, warm=True, name="warm-dp1")
+    # 2 steps and no evaluation: the phases are what is checked, not the smoke run's length
+    measured = measure_startup(
+        tmp_path, dp=1, warm=True, name="warm-dp1", overrides=("train.steps=2", "eval=off")
+    )
     assert measured["mode"] == "warm" and measured["dp"] == 1
     assert 0 < measured["to_training_start_s"] <= measured["to_first_step_s"] < measured["wall_s"]
     assert 0 < measured["last_step_to_return_s"] < measured["wall_s"]

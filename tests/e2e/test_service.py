@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -30,6 +29,7 @@ from orchestrator.service.admission import verify_request
 from orchestrator.service.scheduler import Scheduler
 from tests.support import REPO
 from tests.support.agents import retrying_submitter, spec
+from tests.support.processes import forked_process_context
 from tests.support.titan_run import corpus, corpus_tokenizer
 
 pytestmark = pytest.mark.timeout(1200)
@@ -153,7 +153,7 @@ def test_twenty_agents_two_hundred_jobs_none_lost_none_twice(
 ) -> None:
     # 20 agent processes of one OS user: one submitter, allowed 200 pending jobs here
     svc = make_service(tmp_path / "svc", data_root, tokenizer, max_queued_per_submitter=200)
-    with multiprocessing.get_context("spawn").Pool(20) as pool:
+    with forked_process_context("tests.support.agents").Pool(20) as pool:
         results = pool.starmap(
             retrying_submitter, [(str(svc.path), w, data, tokenizer) for w in range(20)]
         )

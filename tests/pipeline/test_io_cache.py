@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import re
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import zstandard
 from pipeline.dataset import Dataset
 from pipeline.errors import ConfigError, DataError
 from pipeline.io import IOOptions, ShardCache
+from tests.support.processes import forked_process_context
 
 CACHE_ON = {"cache": {"enabled": True}}
 
@@ -215,7 +215,7 @@ def _fetch(url: str, cache_dir: str, barrier, results) -> None:
 def test_concurrent_processes_download_once(serve, tmp_path: Path) -> None:
     server = serve(delay=0.5)  # a slow GET: every process asks while the first downloads
     write_zst(server.root / "a.jsonl.zst", texts("a", 200))
-    ctx = multiprocessing.get_context("spawn")
+    ctx = forked_process_context(__name__)
     barrier, results = ctx.Barrier(4), ctx.Queue()
     cache = tmp_path / "cache"
     args = (server.url("a.jsonl.zst"), str(cache), barrier, results)
@@ -238,7 +238,7 @@ def test_killed_download_leaves_only_a_temp_file(serve, tmp_path: Path) -> None:
     served = write_zst(server.root / "stall" / "a.jsonl.zst", texts("a", 2000))
     url = server.url("stall/a.jsonl.zst")
     cache = tmp_path / "cache"
-    ctx = multiprocessing.get_context("spawn")
+    ctx = forked_process_context(__name__)
     child = ctx.Process(target=_fetch, args=(url, str(cache), None, None))
     child.start()
     deadline = time.monotonic() + 30

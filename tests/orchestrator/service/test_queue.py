@@ -3,7 +3,6 @@ persistence, and many processes and threads writing at once."""
 
 from __future__ import annotations
 
-import multiprocessing
 import random
 import sqlite3
 import subprocess
@@ -23,6 +22,7 @@ from orchestrator.service.queue import (
     QueueFull,
     TransitionError,
 )
+from tests.support.processes import forked_process_context
 
 SPEC = {"data": {"mixture": {"code": 0.5, "docs": 0.5}}, "train": {"steps": 20}}
 
@@ -324,7 +324,7 @@ def test_many_processes_create_a_new_queue_at_once(tmp_path: Path) -> None:
     # Switching a new file to WAL does not wait out SQLite's busy timeout; opening must retry.
     workers = 12
     paths = [str(tmp_path / f"new-{i}" / "jobs.db") for i in range(40)]
-    ctx = multiprocessing.get_context("spawn")
+    ctx = forked_process_context(__name__)
     barrier = ctx.Barrier(workers)
     procs = [ctx.Process(target=_open_worker, args=(paths, w, barrier)) for w in range(workers)]
     for p in procs:
@@ -367,7 +367,7 @@ def test_concurrent_processes_and_schedulers(tmp_path: Path) -> None:
         except BaseException as e:  # reported by the test thread below
             failures.append(e)
 
-    ctx = multiprocessing.get_context("spawn")
+    ctx = forked_process_context(__name__)
     barrier = ctx.Barrier(WORKERS)
     results = ctx.Queue()
     procs = [

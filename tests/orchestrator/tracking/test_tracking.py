@@ -7,7 +7,6 @@ everything else is real: MlflowClient, SQLite, artifacts on disk, HTTP to `mlflo
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
 import socket
@@ -56,6 +55,7 @@ from orchestrator.tracking.reading import training_run_ids
 from orchestrator.tracking.tracker import Tracker, sync_folder
 from orchestrator.tracking.uris import check_tracking, resolve_uri
 from pipeline.errors import ConfigError
+from tests.support.processes import forked_process_context
 
 CONTRACT = {
     "datasets": [
@@ -194,7 +194,7 @@ def test_processes_opening_a_new_store_at_once_all_get_it(tmp_path: Path) -> Non
     """Jobs of a sweep or of the job service start together on a new database: MLflow's
     migrations must run once, not race (they fail with ``dimension_attributes`` then)."""
     uri = f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}"
-    ctx = multiprocessing.get_context("spawn")
+    ctx = forked_process_context(__name__)
     barrier = ctx.Barrier(2)
     procs = [ctx.Process(target=_open_store, args=(uri, barrier)) for _ in range(2)]
     for p in procs:

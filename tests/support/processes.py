@@ -1,0 +1,18 @@
+"""Fresh processes for the concurrency tests, forked from a server that imported their code once."""
+
+from __future__ import annotations
+
+import multiprocessing
+from multiprocessing.context import ForkServerContext
+
+
+def forked_process_context(*preload: str) -> ForkServerContext:
+    """A ``forkserver`` context whose server imports the modules ``preload`` (those of the
+    processes' targets) once: each process is then a fork of it, where ``spawn`` would
+    start an interpreter that imports them again (~1-2 s of CPU each), and ``fork`` would
+    copy the test process with its threads. The server starts on first use and serves the
+    whole test process; a later call's ``preload`` only applies if none runs yet (its
+    processes then import what they need themselves)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(preload))
+    return context

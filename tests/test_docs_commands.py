@@ -51,6 +51,7 @@ from sweeps.mixes import MixSpace
 from sweeps.search_state import SearchSpec
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
+from tests.support.cli import working_in, zephon_in_process
 
 DOC_FILES = sorted(
     [REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "docs").glob("design/*.md")]
@@ -335,25 +336,6 @@ def work(tmp_path_factory: pytest.TempPathFactory, corpus: dict[str, list[Path]]
     return folder
 
 
-@contextlib.contextmanager
-def working_in(folder: Path) -> Iterator[None]:
-    """Run the body with ``folder`` as the current directory."""
-    previous = Path.cwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(previous)
-
-
-def zephon_in_process(argv: list[str], folder: Path) -> tuple[int, str]:
-    """``zephon ARGV`` in ``folder`` in this process: (exit code, stdout and stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with working_in(folder), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(argv)
-    return code, out.getvalue() + err.getvalue()
-
-
 def zephon_run(arguments: list[str], folder: Path) -> subprocess.CompletedProcess[str]:
     """``zephon-run ARGUMENTS`` in ``folder``, its sweeps and single runs' Hydra output
     under ``folder``."""
@@ -392,7 +374,8 @@ def test_a_documented_command_runs(command: DocCommand, work: Path) -> None:
         cli._parse_arguments(check.argv)
         return
     if check.how == "run":
-        code, output = zephon_in_process(check.argv, work)
+        done = zephon_in_process(work, *check.argv)
+        code, output = done.returncode, done.stdout + done.stderr
         assert code == check.expected_exit, f"zephon {shlex.join(check.argv)}:\n{output[-3000:]}"
         if check.expected_exit != EXIT_OK:
             assert NOTHING_TRACKED.search(output), output

@@ -2,8 +2,8 @@
 the corpus's own 1,024-token BPE; CPU, gloo, torchrun), the real embedded MLflow store,
 held-out evaluation and the comparison guard.
 
-Runs (4 steps, or 2 where said; checkpoints and evaluation every 2 steps; ~30 s a launch;
-the dp-1 runs two at a time, a core each):
+Runs (4 steps, or 2 where said; checkpoints and evaluation every 2 steps; the dp-1 runs
+two at a time, a core each):
 
     a-dp2   variant A (code .5 docs .3 unicode .2) on 2 processes
     a-dp1   variant A on 1 process
@@ -56,6 +56,7 @@ from orchestrator.tracking.names import (
 )
 from orchestrator.tracking.uris import resolve_uri
 from tests.support import REPO
+from tests.support.cli import zephon_in_process
 from tests.support.titan_run import corpus, corpus_tokenizer
 
 pytestmark = pytest.mark.timeout(1800)
@@ -265,7 +266,7 @@ def test_compare_accepts_two_variants_on_two_dp_sizes(
     work: Path, runs: dict[str, api.RunResult]
 ) -> None:
     ids = [runs[n].mlflow_run_id for n in ("a-dp2", "a-dp1", "b-dp2", "b-dp1")]
-    cli = zephon(work, "compare", *ids, "--json")
+    cli = zephon_in_process(work, "compare", *ids, "--json")
     assert cli.returncode == 0, cli.stdout + cli.stderr
     verdict = json.loads(cli.stdout)
     assert verdict["accepted"] and verdict["eval_step"] == STEPS
@@ -282,7 +283,7 @@ def test_compare_accepts_two_variants_on_two_dp_sizes(
 
 def refusals(work: Path, *runs: api.RunResult) -> list[dict[str, Any]]:
     """``zephon compare`` of ``runs``, which must refuse (exit 3); its reasons."""
-    cli = zephon(work, "compare", *(r.mlflow_run_id or "" for r in runs), "--json")
+    cli = zephon_in_process(work, "compare", *(r.mlflow_run_id or "" for r in runs), "--json")
     assert cli.returncode == 3, cli.stdout + cli.stderr
     return json.loads(cli.stdout)["refusals"]
 

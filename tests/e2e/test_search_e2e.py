@@ -10,7 +10,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from sweeps.search import proposal_from_inputs
 from sweeps.search_report import PREDICTIONS_PLOT, TRAJECTORY_PLOT
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
+from tests.support.cli import zephon_in_process
 from tests.support.sweeps import datasets_override, multirun_command, tokenizer_override
 from tests.support.titan_run import corpus
 
@@ -135,14 +135,11 @@ def test_a_search_runs_its_rounds_and_continues_after_an_interrupt_to_the_same_p
 
     # An agent's next steps: the sweep's runs fitted again, and the next mixtures, from the
     # command line (the repetition cap comes from the runs' own experiment).
-    zephon = str(Path(sys.executable).parent / "zephon")
     for command in (
         ["fit", "--sweep", name],
         ["propose", "--sweep", name, "--n", "1", "--max", f"unicode={UNICODE_MAX}"],
     ):
-        answered = subprocess.run(
-            [zephon, *command, "--json"], cwd=work, capture_output=True, text=True, env=env
-        )
+        answered = zephon_in_process(work, *command, "--json")
         assert answered.returncode == 0, answered.stdout[-2000:] + answered.stderr[-3000:]
         report = json.loads(answered.stdout)
         assert report["runs"] == len(summary["jobs"])

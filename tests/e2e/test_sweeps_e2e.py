@@ -34,6 +34,7 @@ from orchestrator.tracking.uris import resolve_uri
 from pipeline import Dataset
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
+from tests.support.cli import zephon_in_process
 from tests.support.helpers import write_jsonl
 from tests.support.sweeps import datasets_override, mixes_override, multirun, tokenizer_override
 from tests.support.titan_run import corpus
@@ -227,14 +228,8 @@ def test_paired_seeds_decide_a_b_and_cannot_tell_a_a(
     assert lo < 0 < hi and "2 seeds" in twins["method"]
 
     # A/B on the code held-out sets: training on code beats training on unicode, decided
-    command = [sys.executable, "-m", "orchestrator.cli", "compare", "--sweep", result["sweep"]]
-    process = subprocess.run(
-        [*command, "--decide-on", "code_a,code_b", "--json"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+    process = zephon_in_process(
+        work, "compare", "--sweep", result["sweep"], "--decide-on", "code_a,code_b", "--json"
     )
     assert process.returncode == 0, process.stderr[-3000:]
     on_code = json.loads(process.stdout)

@@ -12,6 +12,7 @@ Design: docs/design/pipeline_plan.md
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import threading
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,7 @@ import numpy as np
 
 from pipeline.dataset import Dataset
 from pipeline.errors import ConfigError, StateError
+from pipeline.io import atomic_write
 from pipeline.mixture import Mixture, earliest_finish
 from pipeline.stages.tokenize import WorkChunk
 from pipeline.tokenizer import Tokenizer
@@ -36,6 +38,8 @@ _MEASURED: dict[tuple[str, str, str, str, int], float] = {}
 """Tokens per byte measured in this process, by (name, content fingerprint, text field,
 tokenizer fingerprint, sample bytes): a pure function of them (design doc)."""
 _MEASURED_LOCK = threading.Lock()
+_CALIBRATION_VERSION = 1
+"""Part of the on-disk calibration key: bump it when the sample or the measure changes."""
 
 
 def cut_to_budget(texts: Sequence[str], budget: int) -> list[str]:
@@ -57,6 +61,12 @@ def cut_to_budget(texts: Sequence[str], budget: int) -> list[str]:
         e[:low].decode("utf-8", "ignore") if len(e) > low else t
         for t, e in zip(texts, encoded, strict=True)
     ]
+
+
+def _calibration_file(key: tuple[str, str, str, str, int]) -> str:
+    """The on-disk calibration entry of ``key`` (see ``_measure_tokens_per_byte``)."""
+    text = json.dumps([*key, _CALIBRATION_STREAM, _MAX_CALIBRATION_RECORDS, _CALIBRATION_VERSION])
+    return f"{hashlib.sha256(text.encode()).hexdigest()}.json"
 
 
 def _name_key(name: str) -> int:
@@ -170,6 +180,22 @@ class WorkSource:
         with _MEASURED_LOCK:
             if key in _MEASURED:
                 return _MEASURED[key]
+        # Every rank of every launch plans the same contract: measured once per machine and
+        # stored beside the shard indexes, not tokenized again by each process (a pure
+        # function of the key, so the stored value is exactly the measured one).
+        stored = ds.cache_dir / "calibration" / _calibration_file(key)
+        try:
+            measured = float(json.loads(stored.read_text())["tokens_per_byte"])
+        except (OSError, ValueError, KeyError, TypeError):  # missing or damaged: measure
+            measured = self._tokens_per_byte_of_sample(ds, tokenizer)
+            record = json.dumps({"key": list(key), "tokens_per_byte": measured}).encode()
+            atomic_write(stored, lambda out: out.write(record))
+        with _MEASURED_LOCK:
+            _MEASURED[key] = measured
+        return measured
+
+    def _tokens_per_byte_of_sample(self, ds: Dataset, tokenizer: Tokenizer) -> float:
+        """Tokens per byte of ``ds``'s seeded calibration sample (design doc)."""
         order = np.random.default_rng([_name_key(ds.name), _CALIBRATION_STREAM]).permutation(
             ds.num_records
         )
@@ -178,12 +204,8 @@ class WorkSource:
             int(np.searchsorted(cumulative, self.calibration_bytes)) + 1, _MAX_CALIBRATION_RECORDS
         )
         sample = [int(i) for i in order[:take]]
-        texts = ds.read_texts(sample)
-        tokens = sum(len(ids) for ids in tokenizer.encode_batch(texts))
-        measured = tokens / max(1, int(ds.record_bytes[sample].sum()))
-        with _MEASURED_LOCK:
-            _MEASURED[key] = measured
-        return measured
+        tokens = sum(len(ids) for ids in tokenizer.encode_batch(ds.read_texts(sample)))
+        return tokens / max(1, int(ds.record_bytes[sample].sum()))
 
     # -- held-out records --------------------------------------------------------------------
 

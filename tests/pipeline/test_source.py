@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import ConfigError, Dataset, WorkSource, load_tokenizer
+from pipeline import source as source_module
 from pipeline.source import cut_to_budget
 from tests.support.helpers import two_datasets
 
@@ -144,6 +145,36 @@ def test_calibration_depends_on_the_data_not_the_seed_and_is_measured_once(
     assert not encoded  # this process measured these datasets already
     WorkSource(small, {"a": 0.5, "b": 0.5}, calibration_bytes=64).calibrate(tokenizer)
     assert len(encoded) == 2  # another sample size is another measurement, per dataset
+
+
+def test_calibration_is_stored_for_other_processes_and_a_damaged_entry_is_measured_again(
+    small: list[Dataset], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokenizer = load_tokenizer("gpt2")
+    first = WorkSource(small, {"a": 0.5, "b": 0.5}, calibration_bytes=100).calibrate(tokenizer)
+    encoded: list[int] = []
+    encode_batch = tokenizer.encode_batch
+
+    def counting(texts: list[str]) -> list[list[int]]:
+        encoded.append(len(texts))
+        return encode_batch(texts)
+
+    monkeypatch.setattr(tokenizer, "encode_batch", counting)
+    monkeypatch.setattr(source_module, "_MEASURED", {})  # another process: nothing in memory
+    assert (
+        WorkSource(small, {"a": 0.9, "b": 0.1}, calibration_bytes=100).calibrate(tokenizer) == first
+    )
+    assert not encoded  # read from the datasets' cache_dir
+    stored = sorted((small[0].cache_dir / "calibration").glob("*.json"))
+    assert len(stored) == 2
+    for entry in stored:
+        entry.write_text('{"tokens_per_byte": ')  # a write cut short
+    monkeypatch.setattr(source_module, "_MEASURED", {})
+    assert (
+        WorkSource(small, {"a": 0.5, "b": 0.5}, calibration_bytes=100).calibrate(tokenizer) == first
+    )
+    assert len(encoded) == 2  # measured again, to the same values
+    assert all(json.loads(e.read_text())["tokens_per_byte"] in first.values() for e in stored)
 
 
 @pytest.mark.parametrize("lanes", [1, 4])

@@ -59,6 +59,9 @@ def zephon_mini(dim: int = 64, n_heads: int = 4, n_layers: int = 2) -> ZephonTra
     assert base.model_spec is not None, "llama3_debugmodel has no model_spec"
     model = _mini_llama3(dim, n_heads, n_layers)
     base.model_spec = replace(base.model_spec, flavor="zephon_mini", model=model)
+    # No activation checkpointing: its recomputation was ~a third of a CPU step of this
+    # model, whose activations are small; memory and speed only, not part of the recipe.
+    base.activation_checkpoint = None
     return _on_short_sequences(base)
 
 

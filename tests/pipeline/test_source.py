@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pipeline import ConfigError, Dataset, WorkSource, load_tokenizer
 from pipeline import source as source_module
 from pipeline.source import cut_to_budget
+from pipeline.tokenizer import Tokenizer
 from tests.support.helpers import two_datasets
 
 
@@ -128,11 +129,8 @@ def test_calibration_measures_more_tokens_per_byte_for_code(small: list[Dataset]
     assert source.calibrate(load_tokenizer("gpt2")) == tpb  # measured once
 
 
-def test_calibration_depends_on_the_data_not_the_seed_and_is_measured_once(
-    small: list[Dataset], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    tokenizer = load_tokenizer("gpt2")
-    first = WorkSource(small, {"a": 0.5, "b": 0.5}, seed=0).calibrate(tokenizer)
+def counted_encodes(tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the batches ``tokenizer`` encodes from now on (one entry per call)."""
     encoded: list[int] = []
     encode_batch = tokenizer.encode_batch
 
@@ -141,6 +139,15 @@ def test_calibration_depends_on_the_data_not_the_seed_and_is_measured_once(
         return encode_batch(texts)
 
     monkeypatch.setattr(tokenizer, "encode_batch", counting)
+    return encoded
+
+
+def test_calibration_depends_on_the_data_not_the_seed_and_is_measured_once(
+    small: list[Dataset], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokenizer = load_tokenizer("gpt2")
+    first = WorkSource(small, {"a": 0.5, "b": 0.5}, seed=0).calibrate(tokenizer)
+    encoded = counted_encodes(tokenizer, monkeypatch)
     assert WorkSource(small, {"a": 0.9, "b": 0.1}, seed=5).calibrate(tokenizer) == first
     assert not encoded  # this process measured these datasets already
     WorkSource(small, {"a": 0.5, "b": 0.5}, calibration_bytes=64).calibrate(tokenizer)
@@ -152,14 +159,7 @@ def test_calibration_is_stored_for_other_processes_and_a_damaged_entry_is_measur
 ) -> None:
     tokenizer = load_tokenizer("gpt2")
     first = WorkSource(small, {"a": 0.5, "b": 0.5}, calibration_bytes=100).calibrate(tokenizer)
-    encoded: list[int] = []
-    encode_batch = tokenizer.encode_batch
-
-    def counting(texts: list[str]) -> list[list[int]]:
-        encoded.append(len(texts))
-        return encode_batch(texts)
-
-    monkeypatch.setattr(tokenizer, "encode_batch", counting)
+    encoded = counted_encodes(tokenizer, monkeypatch)
     monkeypatch.setattr(source_module, "_MEASURED", {})  # another process: nothing in memory
     assert (
         WorkSource(small, {"a": 0.9, "b": 0.1}, calibration_bytes=100).calibrate(tokenizer) == first

@@ -51,7 +51,7 @@ from sweeps.mixes import MixSpace
 from sweeps.search_state import SearchSpec
 from sweeps.sweeper import SWEEP_FILE
 from tests.support import REPO
-from tests.support.cli import working_in, zephon_in_process
+from tests.support.cli import zephon_in_process
 
 DOC_FILES = sorted(
     [REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "docs").glob("design/*.md")]
@@ -468,7 +468,7 @@ def test_a_documented_python_example_runs(
     logged: list[Any] = []
     namespace: dict[str, Any] = {"rank": 0, "world": 1, "train_step": batches.append}
     namespace |= {"log": logged.append, "states_of_all_ranks": []}
-    with working_in(tmp_path), contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.chdir(tmp_path), contextlib.redirect_stdout(io.StringIO()):
         for statement in ast.parse(source).body:
             loop = isinstance(statement, ast.For) and isinstance(statement.iter, ast.Name)
             if loop:

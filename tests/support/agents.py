@@ -1,7 +1,7 @@
 """Agents of the job-service tests: a tiny spec, and a submitter that retries.
 
-Kept apart from the test module so that each spawned submitter process imports only the
-service client (about 1 s), not MLflow and TorchTitan (about 12 s each, 20 processes).
+Kept apart from the test module so that the server the 20 submitter processes fork from
+(``tests.support.processes``) imports only the service client, not MLflow and TorchTitan.
 """
 
 from __future__ import annotations

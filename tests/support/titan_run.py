@@ -2,10 +2,9 @@
 
 Every launch is started as Zephon starts a CPU launch (forked from its warm server, in its
 own process group, killed whole after a wall-clock limit) and a failed launch shows the
-tail of its log. Runs share one small
-real corpus (``build_local_corpus(..., max_bytes_per_domain=300_000)``) and read
-their results from the run folder: ``zephon/steps.jsonl`` (digests) and
-``zephon/metrics.jsonl`` (losses).
+tail of its log. Runs share one small real corpus (``build_local_corpus(...,
+max_bytes_per_domain=300_000)``) and read their results from the run folder:
+``zephon/steps.jsonl`` (digests) and ``zephon/metrics.jsonl`` (losses).
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""Datasets: named, fingerprinted sets of shards whose records are read by pointer.
+"""Datasets: named sets of shards whose records are read by key, each shard indexed lazily.
 
 A ``Dataset`` resolves its file patterns at construction and reads nothing else until first
-used. It then indexes every shard once and caches each index on disk under ``cache_dir``,
-keyed by the shard's content fingerprint; every cache file is written by atomic rename, so
-later runs and concurrent processes share it. Remote shards are read from verified local
-copies (:mod:`pipeline.io`), with the same fingerprint as the same bytes read locally.
+used. A shard is indexed when it is first reached, not before: its content is hashed and its
+index built (or mapped from the cache under ``cache_dir``, keyed by that hash, every cache
+file written by atomic rename so later runs and concurrent processes share it). The plan
+itself needs only each shard's metadata (size and stat, or a remote file's validators).
+Records are addressed by key, ``shard << 32 | row``. Remote shards are read from verified
+local copies (:mod:`pipeline.io`), with the same fingerprint as the same bytes read locally.
 
 Design: docs/design/pipeline_datasets.md
 """
@@ -19,7 +21,6 @@ import re
 import threading
 import time
 import warnings
-import zipfile
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,11 +43,16 @@ from pipeline.formats import (
 )
 from pipeline.paths import zephon_home
 
-INDEX_VERSION = "v1"
+INDEX_VERSION = "v2"  # a memory-mapped .npy table and a .json of skips (v1: one .npz)
 FINGERPRINT_TAG = "zephon-dataset-v1"
+MANIFEST_TAG = "zephon-manifest-v2"
+RECORD_KEY_SHIFT = 32
+"""A record's key is ``shard << RECORD_KEY_SHIFT | row``: shards and rows below 2**31."""
+_ROW_MASK = (1 << RECORD_KEY_SHIFT) - 1
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _MAX_OPEN_SHARDS = 64  # bounds open file descriptors for datasets with many shards
+_INDEX_LOCKS = 64  # shards are indexed under one of this many locks (striped by shard)
 # A file modified within this window may be modified again without its
 # (size, mtime) changing, so its fingerprint is not put in the stat cache.
 _RACY_NS = 2_000_000_000
@@ -58,6 +64,17 @@ _REASONS = {
     "empty_document": "the text is empty",
 }
 _IGNORED = "blank_line"  # counted in report() but never an error or a warning
+
+
+def record_keys(shards: np.ndarray | int, rows: np.ndarray | int) -> np.ndarray:
+    """Keys of records ``(shard, row)`` (int64)."""
+    return (np.asarray(shards, dtype=np.int64) << RECORD_KEY_SHIFT) | np.asarray(rows, np.int64)
+
+
+def split_record_keys(keys: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """``(shards, rows)`` of record keys."""
+    array = np.asarray(keys, dtype=np.int64)
+    return array >> RECORD_KEY_SHIFT, array & _ROW_MASK
 
 
 @dataclass(frozen=True)
@@ -85,21 +102,38 @@ class _Shard:
 
 
 @dataclass(frozen=True)
-class _DatasetIndex:
-    """Everything the lazy indexing pass produces; built once, then read-only."""
+class ShardMetadata:
+    """What the plan knows of a shard without reading it."""
 
-    fingerprints: list[str]
-    local_paths: list[Path]  # the shard itself, or the local copy of a remote shard
-    stats: list[tuple[int, int]]  # (size, mtime_ns) of each local path when indexed
-    read_paths: list[Path]  # the local path, or its decompressed copy
-    indexes: list[ShardIndex]
+    size: int
+    """Bytes of the file (for a remote shard, as its server reports)."""
+    version: tuple[Any, ...]
+    """What changes when the file is rewritten: (mtime_ns, inode) of a local file, (ETag,
+    modification time) of a remote one; checked when the shard is first read."""
+
+
+@dataclass(frozen=True)
+class _IndexedShard:
+    """What indexing one shard produces; built once, then read-only."""
+
+    fingerprint: str  # SHA-256 of the shard's raw bytes
+    local_path: Path  # the shard itself, or the local copy of a remote shard
+    stat: tuple[int, int]  # (size, mtime_ns) of local_path when indexed
+    read_path: Path  # the local path, or its decompressed copy
+    index: ShardIndex
+
+
+@dataclass(frozen=True)
+class _WholeDataset:
+    """Global record numbering over every shard (built only when asked for)."""
+
     starts: np.ndarray  # global index of each shard's first record; len = shards + 1
     record_bytes: np.ndarray
     fingerprint: str
 
 
 class Dataset:
-    """A named set of shards with a text field, a content fingerprint and a record index.
+    """A named set of shards with a text field, a content fingerprint and lazy indexes.
 
     ``paths`` are files or glob patterns (``~`` and ``**`` allowed), or fsspec
     URLs (globs too, except over HTTP, where each file must be listed),
@@ -108,10 +142,11 @@ class Dataset:
     configures remote IO: ``{"cache": {"enabled": True, "dir": None}}`` keeps
     verified local copies of remote shards under ``dir`` (default
     ``cache_dir``) for later runs and other processes (see ``pipeline.io``).
-    Records are numbered globally in shard order, then in record order within
-    a shard; bad records are skipped and counted (``on_bad_record="skip"``) or
-    fail indexing (``"error"``). ``exhausted`` tells the plan what to do when
-    the dataset runs out: ``"repeat"`` it or ``"stop"``.
+    Records are addressed by key (``record_keys``); the whole-dataset views
+    (``num_records``, ``record_bytes``, ``fingerprint``, ``read_texts``) number them
+    globally in shard order and index every shard first. Bad records are skipped and
+    counted (``on_bad_record="skip"``) or fail indexing (``"error"``). ``exhausted``
+    tells the plan what to do when the dataset runs out: ``"repeat"`` it or ``"stop"``.
     """
 
     def __init__(
@@ -148,7 +183,10 @@ class Dataset:
         )
         self.set_io_options(io_options)
         self._shards = [_Shard(p, *detect_format(p)) for p in _resolve_shards(name, paths)]
-        self._state: _DatasetIndex | None = None
+        self._indexed: list[_IndexedShard | None] = [None] * len(self._shards)
+        self._metadata: list[ShardMetadata] | None = None
+        self._whole: _WholeDataset | None = None
+        self._warned_bad = False
         self._init_transients()
 
     def set_io_options(self, io_options: Mapping[str, Any] | None) -> None:
@@ -160,20 +198,20 @@ class Dataset:
             raise ConfigError(f"dataset {self.name!r}: {e}") from e
 
     def __repr__(self) -> str:
-        records = f"{self.num_records} records" if self._state else "not indexed"
+        indexed = sum(s is not None for s in self._indexed)
         return (
-            f"Dataset({self.name!r}, {len(self._shards)} shards, field={self.field!r}, {records})"
+            f"Dataset({self.name!r}, {len(self._shards)} shards, field={self.field!r}, "
+            f"{indexed} indexed)"
         )
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickle the index (built here first) but no open files or locks.
+        """Pickle the shards indexed so far (their indexes as cache paths), no files or locks.
 
-        Process workers receive a Dataset once; they reuse the parent's index and open
-        the shards themselves.
+        Process workers receive a Dataset once; they map the parent's indexes and index
+        the shards it had not reached themselves.
         """
-        self._ensure_indexed()
         state = self.__dict__.copy()
-        for transient in ("_formats", "_lock", "_handles", "_handles_lock"):
+        for transient in ("_formats", "_locks", "_handles", "_handles_lock"):
             state.pop(transient)
         return state
 
@@ -186,11 +224,11 @@ class Dataset:
         self._formats: dict[str, ShardFormat] = {
             f.name: f for f in (JsonlFormat(), TextFormat(), ParquetFormat())
         }
-        self._lock = threading.Lock()
+        self._locks = [threading.Lock() for _ in range(_INDEX_LOCKS + 1)]  # the last: whole
         self._handles: OrderedDict[int, Any] = OrderedDict()
         self._handles_lock = threading.Lock()
 
-    # -- properties (the first use indexes the dataset) ------------------------
+    # -- shards: metadata without reading, indexes on first use -----------------
 
     @property
     def shards(self) -> list[Path | str]:
@@ -202,146 +240,262 @@ class Dataset:
         return [s.source for s in self._shards]
 
     @property
+    def num_shards(self) -> int:
+        """Number of shards (known from construction)."""
+        return len(self._shards)
+
+    def shard_metadata(self) -> list[ShardMetadata]:
+        """Each shard's size and version, from a stat (or one metadata request) per shard.
+
+        Taken once, at the first call (the plan); a shard first read later must still match.
+        """
+        with self._locks[-1]:
+            if self._metadata is None:
+                self._metadata = [self._query_metadata(s) for s in self._shards]
+            return self._metadata
+
+    @property
+    def manifest_fingerprint(self) -> str:
+        """SHA-256 over the field and each shard's format and size, in order: what the plan
+        knows of the data without reading it (the content is checked as shards are read)."""
+        canonical = [
+            MANIFEST_TAG,
+            self.field,
+            [
+                [s.format, s.compression, m.size]
+                for s, m in zip(self._shards, self.shard_metadata(), strict=True)
+            ],
+        ]
+        return hashlib.sha256(json.dumps(canonical).encode()).hexdigest()
+
+    def shard_index(self, shard: int) -> ShardIndex:
+        """The index of one shard, built (or mapped from the cache) at its first use."""
+        return self._index_of(shard).index
+
+    def shard_records(self, shard: int) -> int:
+        """Usable records of one shard (indexes it)."""
+        return len(self._index_of(shard).index)
+
+    def shard_fingerprint(self, shard: int) -> str:
+        """SHA-256 of one shard's raw bytes (computed when it is first read)."""
+        return self._index_of(shard).fingerprint
+
+    def read_shard_fingerprints(self) -> dict[int, str]:
+        """Content SHA-256 of every shard read (indexed) so far in this process, by shard."""
+        return {s: state.fingerprint for s, state in enumerate(self._indexed) if state is not None}
+
+    def record_text_bytes(self, keys: np.ndarray | Sequence[int]) -> np.ndarray:
+        """UTF-8 byte length of the text of each record key (int64)."""
+        shards, rows = split_record_keys(keys)
+        out = np.empty(len(shards), dtype=np.int64)
+        for s in np.unique(shards).tolist():
+            where = shards == s
+            out[where] = self.shard_index(s).text_bytes[rows[where]]
+        return out
+
+    def text_bytes_of(self, key: int) -> int:
+        """UTF-8 byte length of one record's text (the plan's per-draw lookup)."""
+        shard, row = int(key) >> RECORD_KEY_SHIFT, int(key) & _ROW_MASK
+        return int(self._index_of(shard).index.table[row, 2])
+
+    def pointer(self, key: int) -> RecordPointer:
+        """Pointer of the record with key ``key``."""
+        shard, row = int(key) >> RECORD_KEY_SHIFT, int(key) & _ROW_MASK
+        return RecordPointer(self.name, shard, row)
+
+    def read_records(self, keys: np.ndarray | Sequence[int]) -> list[str]:
+        """Texts of the records ``keys``, in the given order. Thread-safe.
+
+        Raises ``DataError`` naming the record if a shard no longer holds what
+        was indexed, ``IndexError`` for a key outside the dataset.
+        """
+        shards, rows = split_record_keys(keys)
+        texts: list[str] = [""] * len(shards)
+        for s in sorted(set(shards.tolist())):  # np.unique costs more on a chunk's few items
+            if not 0 <= s < len(self._shards):
+                raise IndexError(f"dataset {self.name!r}: shard {s} out of range")
+            positions = np.flatnonzero(shards == s)
+            state = self._index_of(s)
+            index = state.index
+            wanted = rows[positions]
+            if wanted.size and int(wanted.max()) >= len(index):
+                raise IndexError(
+                    f"dataset {self.name!r}: shard {s} has {len(index)} records, "
+                    f"record {int(wanted.max())} asked for"
+                )
+            fmt = self._formats[self._shards[s].format]
+            got = fmt.read(self._open_shard_handle(s, state), index, wanted, self.field)
+            expected = index.text_bytes[wanted].tolist()
+            for pos, row, text, size in zip(
+                positions.tolist(), wanted.tolist(), got, expected, strict=True
+            ):
+                if text is None or utf8_len(text) != size:
+                    raise self._shard_changed_error(s, row)
+                texts[pos] = text
+        return texts
+
+    # -- the whole dataset (indexes every shard) --------------------------------
+
+    @property
     def fingerprint(self) -> str:
-        """SHA-256 over the field and each shard's format and content fingerprint, in order."""
-        return self._ensure_indexed().fingerprint
+        """SHA-256 over the field and each shard's format and content fingerprint, in order
+        (reads every shard; the plan's order v1 uses it)."""
+        return self._whole_dataset().fingerprint
 
     @property
     def shard_fingerprints(self) -> list[str]:
-        """SHA-256 of each shard file's raw bytes."""
-        return list(self._ensure_indexed().fingerprints)
+        """SHA-256 of each shard file's raw bytes (reads every shard)."""
+        return [self.shard_fingerprint(s) for s in range(len(self._shards))]
 
     @property
     def num_records(self) -> int:
-        """Usable records over all shards."""
-        return int(self._ensure_indexed().starts[-1])
+        """Usable records over all shards (indexes every shard)."""
+        return int(self._whole_dataset().starts[-1])
 
     @property
     def record_bytes(self) -> np.ndarray:
         """UTF-8 byte length of each record's text (int64), in global record order."""
-        return self._ensure_indexed().record_bytes
+        return self._whole_dataset().record_bytes
 
-    def pointer(self, i: int) -> RecordPointer:
-        """Pointer of global record ``i``."""
-        state = self._ensure_indexed()
-        self._check_range(np.array([i]), state)
-        shard = int(np.searchsorted(state.starts, i, side="right")) - 1
-        return RecordPointer(self.name, shard, int(i - state.starts[shard]))
+    def global_keys(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Record keys of global record numbers (shard order, then row)."""
+        whole = self._whole_dataset()
+        idx = np.asarray(indices, dtype=np.int64)
+        n = int(whole.starts[-1])
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise IndexError(f"dataset {self.name!r}: record index out of range [0, {n})")
+        shard = np.searchsorted(whole.starts, idx, side="right") - 1
+        return record_keys(shard, idx - whole.starts[shard])
 
     def read_texts(self, indices: Sequence[int] | np.ndarray) -> list[str]:
-        """Texts of global records ``indices``, in the given order. Thread-safe.
-
-        Raises ``DataError`` naming the record if a shard no longer holds what
-        was indexed.
-        """
-        state = self._ensure_indexed()
-        idx = np.asarray(indices, dtype=np.int64)
-        self._check_range(idx, state)
-        shard_of = np.searchsorted(state.starts, idx, side="right") - 1
-        texts: list[str] = [""] * len(idx)
-        for s in sorted(set(shard_of.tolist())):  # np.unique costs more on a chunk's few items
-            positions = np.flatnonzero(shard_of == s)
-            rows = idx[positions] - state.starts[s]
-            index = state.indexes[s]
-            fmt = self._formats[self._shards[s].format]
-            got = fmt.read(self._open_shard_handle(int(s), state), index, rows, self.field)
-            expected = index.text_bytes[rows].tolist()
-            for pos, row, text, size in zip(
-                positions.tolist(), rows.tolist(), got, expected, strict=True
-            ):
-                if text is None or utf8_len(text) != size:
-                    raise self._shard_changed_error(int(s), row)
-                texts[pos] = text
-        return texts
+        """Texts of global records ``indices``, in the given order (see ``read_records``)."""
+        return self.read_records(self.global_keys(indices))
 
     def report(self) -> dict[str, Any]:
-        """Record, shard and skip counts, with up to 3 ``"path:line"`` examples per reason.
+        """Record, shard and skip counts of the shards indexed so far, with up to 3
+        ``"path:line"`` examples per reason.
 
-        ``empty_shards`` counts shards without usable records; Parquet
+        ``empty_shards`` counts indexed shards without usable records; Parquet
         examples give 1-based row numbers instead of lines.
         """
-        state = self._ensure_indexed()
-        skipped, examples = self._skip_summary(state)
+        indexed = [(self._shards[s], st.index) for s, st in enumerate(self._indexed) if st]
+        skipped, examples = self._skip_summary(indexed)
         return {
-            "records": int(state.starts[-1]),
+            "records": sum(len(index) for _, index in indexed),
             "shards": len(self._shards),
-            "empty_shards": sum(len(ix) == 0 for ix in state.indexes),
+            "shards_indexed": len(indexed),
+            "empty_shards": sum(len(index) == 0 for _, index in indexed),
             "skipped": skipped,
             "examples": examples,
         }
 
     # -- indexing --------------------------------------------------------------
 
-    def _ensure_indexed(self) -> _DatasetIndex:
-        state = self._state
-        if state is None:
-            with self._lock:
-                if self._state is None:
-                    self._state = self._index_shards()
-                state = self._state
-        return state
+    def _whole_dataset(self) -> _WholeDataset:
+        whole = self._whole
+        if whole is None:
+            states = [self._index_of(s) for s in range(len(self._shards))]
+            with self._locks[-1]:
+                if self._whole is None:
+                    self._whole = self._number_globally(states)
+                whole = self._whole
+        return whole
 
-    def _index_shards(self) -> _DatasetIndex:
-        fingerprints, local_paths, stats, read_paths, indexes = [], [], [], [], []
-        for shard in self._shards:
-            try:
-                if shard.remote:
-                    try:
-                        local = self._io.local_copy(str(shard.source))
-                    except DataError as e:
-                        raise DataError(f"dataset {self.name!r}: {e}") from e
-                    st = os.stat(local)
-                    fp = io.content_sha256(local)  # verified by local_copy
-                else:
-                    local = Path(shard.source)
-                    st = os.stat(local)
-                    fp = self._content_fingerprint(local, st)
-                read_path = local
-                if shard.compression:
-                    read_path = self._ensure_decompressed_copy(shard, local, fp)
-                index = self._shard_index(shard, fp, read_path)
-            except OSError as e:
-                raise DataError(f"dataset {self.name!r}: cannot index {shard.source}: {e}") from e
-            if self.on_bad_record == "error":
-                self._raise_on_bad(shard, index)
-            fingerprints.append(fp)
-            local_paths.append(local)
-            stats.append((st.st_size, st.st_mtime_ns))
-            read_paths.append(read_path)
-            indexes.append(index)
-        counts = np.array([len(ix) for ix in indexes], dtype=np.int64)
-        record_bytes = np.concatenate([ix.text_bytes for ix in indexes]).astype(np.int64)
+    def _number_globally(self, states: list[_IndexedShard]) -> _WholeDataset:
+        counts = np.array([len(st.index) for st in states], dtype=np.int64)
+        record_bytes = np.concatenate(
+            [np.zeros(0, np.int64)] + [np.asarray(st.index.text_bytes) for st in states]
+        ).astype(np.int64)
         record_bytes.flags.writeable = False  # shared with every caller
         canonical = [
             FINGERPRINT_TAG,
             self.field,
-            [[s.format, fp] for s, fp in zip(self._shards, fingerprints, strict=True)],
+            [[s.format, st.fingerprint] for s, st in zip(self._shards, states, strict=True)],
         ]
-        state = _DatasetIndex(
-            fingerprints=fingerprints,
-            local_paths=local_paths,
-            stats=stats,
-            read_paths=read_paths,
-            indexes=indexes,
-            starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-            record_bytes=record_bytes,
-            fingerprint=hashlib.sha256(json.dumps(canonical).encode()).hexdigest(),
-        )
-        skipped, examples = self._skip_summary(state)
-        if state.starts[-1] == 0:
+        if counts.sum() == 0:
+            skipped, _ = self._skip_summary([(s, st.index) for s, st in zip(self._shards, states)])
             raise DataError(
                 f"dataset {self.name!r} has no usable records ({len(self._shards)} files; "
                 f"skipped: {skipped}); check `field=` and the files"
             )
-        bad = {r: n for r, n in skipped.items() if r != _IGNORED}
-        if bad:
-            # Skipping is allowed, but never silent.
-            warnings.warn(
-                f"dataset {self.name!r}: skipped {sum(bad.values())} bad records {bad}, "
-                f"e.g. {examples}; see Dataset.report()",
-                stacklevel=2,
-            )
+        return _WholeDataset(
+            starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            record_bytes=record_bytes,
+            fingerprint=hashlib.sha256(json.dumps(canonical).encode()).hexdigest(),
+        )
+
+    def _index_of(self, s: int) -> _IndexedShard:
+        state = self._indexed[s]
+        if state is None:
+            with self._locks[s % _INDEX_LOCKS]:
+                state = self._indexed[s]
+                if state is None:
+                    state = self._indexed[s] = self._index_shard(s)
         return state
+
+    def _query_metadata(self, shard: _Shard) -> ShardMetadata:
+        if shard.remote:
+            try:
+                remote = io.remote_validators(str(shard.source))
+            except DataError as e:
+                raise DataError(f"dataset {self.name!r}: {e}") from e
+            return ShardMetadata(int(remote["size"] or 0), (remote["etag"], remote["modified"]))
+        try:
+            st = os.stat(shard.source)
+        except OSError as e:
+            raise DataError(f"dataset {self.name!r}: cannot stat {shard.source}: {e}") from e
+        return ShardMetadata(st.st_size, (st.st_mtime_ns, st.st_ino))
+
+    def _index_shard(self, s: int) -> _IndexedShard:
+        shard = self._shards[s]
+        try:
+            if shard.remote:
+                try:
+                    local = self._io.local_copy(str(shard.source))
+                except DataError as e:
+                    raise DataError(f"dataset {self.name!r}: {e}") from e
+                st = os.stat(local)
+                fp = io.content_sha256(local)  # verified by local_copy
+            else:
+                local = Path(shard.source)
+                st = os.stat(local)
+                fp = self._content_fingerprint(local, st)
+            self._check_unchanged_since_plan(s, st)
+            read_path = local
+            if shard.compression:
+                read_path = self._ensure_decompressed_copy(shard, local, fp)
+            index = self._shard_index(shard, fp, read_path)
+        except OSError as e:
+            raise DataError(f"dataset {self.name!r}: cannot index {shard.source}: {e}") from e
+        if self.on_bad_record == "error":
+            self._raise_on_bad(shard, index)
+        bad = {r: n for r, n in index.skipped.items() if r != _IGNORED}
+        if bad and not self._warned_bad:
+            # Skipping is allowed, but never silent: once per dataset, the rest is counted.
+            self._warned_bad = True
+            _, examples = self._skip_summary([(shard, index)])
+            warnings.warn(
+                f"dataset {self.name!r}: skipped {sum(bad.values())} bad records {bad} in "
+                f"{shard.source}, e.g. {examples}; Dataset.report() counts them over every "
+                "shard read",
+                stacklevel=3,
+            )
+        return _IndexedShard(fp, local, (st.st_size, st.st_mtime_ns), read_path, index)
+
+    def _check_unchanged_since_plan(self, s: int, st: os.stat_result) -> None:
+        """A shard must be read as the plan saw it: its size (and a local file's version)."""
+        planned = self._metadata[s] if self._metadata is not None else None
+        if planned is None:
+            return
+        shard = self._shards[s]
+        now = st.st_size if shard.remote else (st.st_size, (st.st_mtime_ns, st.st_ino))
+        then = planned.size if shard.remote else (planned.size, planned.version)
+        if now != then:
+            raise DataError(
+                f"dataset {self.name!r}: shard {shard.source} changed between the plan and its "
+                f"first read (size {planned.size} -> {st.st_size}); restore it, or plan again "
+                "(a new run: its data contract changes)"
+            )
 
     def _content_fingerprint(self, path: Path, st: os.stat_result) -> str:
         """SHA-256 of the file's bytes, remembered per (path, size, mtime, inode)."""
@@ -369,17 +523,15 @@ class Dataset:
         return copy
 
     def _shard_index(self, shard: _Shard, fp: str, read_path: Path) -> ShardIndex:
-        """Cached index of the shard, built and cached if missing or unreadable."""
+        """Cached index of the shard (memory-mapped), built and cached if missing or damaged."""
         field_hash = hashlib.sha256(self.field.encode()).hexdigest()[:16]
-        name = f"{fp}.{shard.format}.{field_hash}.{INDEX_VERSION}.npz"
-        cached = self.cache_dir / "index" / name
+        stem = self.cache_dir / "index" / f"{fp}.{shard.format}.{field_hash}.{INDEX_VERSION}"
+        files = (stem.with_name(stem.name + ".npy"), stem.with_name(stem.name + ".json"))
         try:
-            return ShardIndex.load(cached)
-        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
+            return ShardIndex.load(*files)
+        except (OSError, ValueError, KeyError, TypeError):
             pass  # missing, or damaged: build it and replace the entry
-        index = self._formats[shard.format].build_index(read_path, self.field)
-        io.atomic_write(cached, index.save)
-        return index
+        return self._formats[shard.format].build_index(read_path, self.field).save(*files)
 
     def _raise_on_bad(self, shard: _Shard, index: ShardIndex) -> None:
         bad = [(lines[0], r) for r, lines in index.examples.items() if r != _IGNORED]
@@ -392,10 +544,13 @@ class Dataset:
                 "this file); fix or remove the record, or pass on_bad_record='skip'"
             )
 
-    def _skip_summary(self, state: _DatasetIndex) -> tuple[dict[str, int], dict[str, list[str]]]:
+    @staticmethod
+    def _skip_summary(
+        indexed: Sequence[tuple[_Shard, ShardIndex]],
+    ) -> tuple[dict[str, int], dict[str, list[str]]]:
         skipped: dict[str, int] = {}
         examples: dict[str, list[str]] = {}
-        for shard, index in zip(self._shards, state.indexes, strict=True):
+        for shard, index in indexed:
             for reason, n in index.skipped.items():
                 skipped[reason] = skipped.get(reason, 0) + n
                 kept = examples.setdefault(reason, [])
@@ -406,7 +561,7 @@ class Dataset:
 
     # -- reading ---------------------------------------------------------------
 
-    def _open_shard_handle(self, s: int, state: _DatasetIndex) -> Any:
+    def _open_shard_handle(self, s: int, state: _IndexedShard) -> Any:
         """Open handle of shard ``s`` (LRU-cached; evicted handles close once unused)."""
         with self._handles_lock:
             handle = self._handles.get(s)
@@ -414,10 +569,10 @@ class Dataset:
                 self._handles.move_to_end(s)
                 return handle
             try:
-                st = os.stat(state.local_paths[s])
-                if (st.st_size, st.st_mtime_ns) != state.stats[s]:
+                st = os.stat(state.local_path)
+                if (st.st_size, st.st_mtime_ns) != state.stat:
                     raise self._shard_changed_error(s, None)
-                handle = self._formats[self._shards[s].format].open(state.read_paths[s])
+                handle = self._formats[self._shards[s].format].open(state.read_path)
             except OSError as e:
                 raise DataError(
                     f"dataset {self.name!r}: cannot open shard {self._shards[s].source}: {e}"
@@ -437,11 +592,6 @@ class Dataset:
             "was indexed; restore the original file, or re-create the Dataset to re-index it "
             f"(this changes its fingerprint; if the file is unchanged, delete {self.cache_dir})"
         )
-
-    def _check_range(self, idx: np.ndarray, state: _DatasetIndex) -> None:
-        n = int(state.starts[-1])
-        if idx.size and (idx.min() < 0 or idx.max() >= n):
-            raise IndexError(f"dataset {self.name!r}: record index out of range [0, {n})")
 
 
 def _resolve_shards(

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from pipeline.errors import ConfigError, DataError
-from pipeline.io import is_url, url_filename
+from pipeline.io import atomic_write, is_url, url_filename
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSIONS = {".gz": "gz", ".zst": "zst"}
@@ -69,40 +69,61 @@ def detect_format(path: str | os.PathLike[str]) -> tuple[str, str | None]:
 class ShardIndex:
     """Where each usable record of one shard lives, and what was skipped.
 
-    For JSONL and text, ``offsets``/``lengths`` are the byte range of the
-    record (its line, or the whole file); for Parquet they are the row group
-    and the row inside it. ``text_bytes`` is the UTF-8 length of each text.
-    ``skipped`` counts bad records by reason; ``examples`` keeps up to three
-    1-based line (Parquet: row) numbers per reason. Paths are not stored, so
-    an index stays valid when its file is renamed.
+    ``table`` holds one int64 row ``(offset, length, text bytes)`` per usable record. For
+    JSONL and text, offset and length are the byte range of the record (its line, or the
+    whole file); for Parquet they are the row group and the row inside it. Text bytes are
+    the UTF-8 length of the record's text. ``skipped`` counts bad records by reason;
+    ``examples`` keeps up to three 1-based line (Parquet: row) numbers per reason. Paths
+    are not stored, so an index stays valid when its file is renamed. A loaded index is
+    memory-mapped: only the pages of the records read are brought into memory.
     """
 
-    offsets: np.ndarray
-    lengths: np.ndarray
-    text_bytes: np.ndarray
+    table: np.ndarray
     skipped: dict[str, int]
     examples: dict[str, list[int]]
+    files: tuple[Path, Path] | None = None
+    """The ``.npy`` table and ``.json`` metadata this index was loaded from or saved to."""
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return len(self.table)
 
-    def save(self, f: BinaryIO) -> None:
-        """Write the index to ``f`` as ``.npz`` (no pickles)."""
-        meta = json.dumps({"skipped": self.skipped, "examples": self.examples})
-        np.savez(
-            f,
-            offsets=self.offsets,
-            lengths=self.lengths,
-            text_bytes=self.text_bytes,
-            meta=np.array(meta),
-        )
+    @property
+    def offsets(self) -> np.ndarray:
+        """Byte offset (JSONL, text) or row group (Parquet) of each record."""
+        return self.table[:, 0]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Byte length (JSONL, text) or row within its group (Parquet) of each record."""
+        return self.table[:, 1]
+
+    @property
+    def text_bytes(self) -> np.ndarray:
+        """UTF-8 length of each record's text."""
+        return self.table[:, 2]
+
+    def save(self, table_path: Path, meta_path: Path) -> ShardIndex:
+        """Write the table (``.npy``, no pickles) and then its metadata, each by atomic
+        rename; returns the index with ``files`` set."""
+        meta = json.dumps({"skipped": self.skipped, "examples": self.examples}).encode()
+        atomic_write(table_path, lambda out: np.save(out, self.table, allow_pickle=False))
+        atomic_write(meta_path, lambda out: out.write(meta))
+        return ShardIndex(self.table, self.skipped, self.examples, (table_path, meta_path))
 
     @classmethod
-    def load(cls, path: Path) -> ShardIndex:
-        """Read an index written by ``save``."""
-        with np.load(path) as z:
-            meta = json.loads(str(z["meta"]))
-            return cls(z["offsets"], z["lengths"], z["text_bytes"], **meta)
+    def load(cls, table_path: Path, meta_path: Path) -> ShardIndex:
+        """Read an index written by ``save``, its table memory-mapped."""
+        meta = json.loads(meta_path.read_bytes())
+        table = np.load(table_path, mmap_mode="r", allow_pickle=False)
+        if table.ndim != 2 or table.shape[1] != 3 or table.dtype != np.int64:
+            raise ValueError(f"{table_path}: not a shard index table")
+        return cls(table, meta["skipped"], meta["examples"], (table_path, meta_path))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # A process worker maps the cached files again instead of receiving a copy.
+        if self.files is not None:
+            return (ShardIndex.load, self.files)
+        return (ShardIndex, (np.asarray(self.table), self.skipped, self.examples))
 
 
 class ShardFormat(Protocol):
@@ -132,10 +153,9 @@ class _Skips:
         kept.extend(int(p) for p in positions[: MAX_EXAMPLES - len(kept)])
 
     def index(self, offsets: _Ints, lengths: _Ints, text_bytes: _Ints) -> ShardIndex:
-        def arr(values: _Ints) -> np.ndarray:
-            return np.asarray(values, dtype=np.int64)
-
-        return ShardIndex(arr(offsets), arr(lengths), arr(text_bytes), self.counts, self.examples)
+        columns = [np.asarray(values, dtype=np.int64) for values in (offsets, lengths, text_bytes)]
+        table = np.stack(columns, axis=1) if len(columns[0]) else np.zeros((0, 3), np.int64)
+        return ShardIndex(table, self.counts, self.examples)
 
 
 def utf8_len(text: str) -> int:

@@ -143,6 +143,15 @@ def content_sha256(copy: Path) -> str:
     return copy.name[:64]
 
 
+def remote_validators(url: str) -> dict[str, Any]:
+    """What identifies ``url``'s current version, from metadata only (one ``fs.info``):
+    its size, ETag and modification time. Raises ``DataError`` naming the URL if it is
+    missing or unreachable."""
+    fs, path = _resolve_filesystem(url)
+    fs.invalidate_cache(path)  # backends that cache listings would report stale sizes
+    return _extract_validators(_query_file_info(fs, path, url, missing=DataError))
+
+
 class ShardCache:
     """Local copies of remote files, shared between processes if the cache is enabled.
 
@@ -166,9 +175,8 @@ class ShardCache:
         followed by the URL's suffixes. Raises ``DataError`` naming the URL if
         the file cannot be fetched; the cache is then left as it was.
         """
+        remote = remote_validators(url)
         fs, path = _resolve_filesystem(url)
-        fs.invalidate_cache(path)  # backends that cache listings would report stale sizes
-        remote = _extract_validators(_query_file_info(fs, path, url, missing=DataError))
         key = hashlib.sha256(url.encode()).hexdigest()
         entry = self.root / "remote" / "urls" / f"{key}.json"
         copy = _find_reusable_copy(entry, remote)

@@ -16,7 +16,6 @@ import json
 import math
 import threading
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -25,17 +24,16 @@ from pipeline.dataset import Dataset
 from pipeline.errors import ConfigError, StateError
 from pipeline.io import atomic_write
 from pipeline.mixture import Mixture, earliest_finish
+from pipeline.order import DatasetOrder, GlobalPermutationOrder, OrderVersion, ShardWindowOrder
+from pipeline.order.base import CALIBRATION_STREAM, MIN_HOLDOUT_DOCS
 from pipeline.stages.tokenize import WorkChunk
 from pipeline.tokenizer import Tokenizer
 
-_CALIBRATION_STREAM = 0xCA1B
-_HOLDOUT_STREAM = 0x4E1D
 _PHASE_STREAM = 0x9A5E
-_MAX_HOLDOUT_FRACTION = 0.25
-_MIN_HOLDOUT_DOCS = 2
 _MAX_CALIBRATION_RECORDS = 4096
+_DEFAULT_SHARD_WINDOW = 64
 _MEASURED: dict[tuple[str, str, str, str, int], float] = {}
-"""Tokens per byte measured in this process, by (name, content fingerprint, text field,
+"""Tokens per byte measured in this process, by (name, calibration identity, text field,
 tokenizer fingerprint, sample bytes): a pure function of them (design doc)."""
 _MEASURED_LOCK = threading.Lock()
 _CALIBRATION_VERSION = 1
@@ -65,27 +63,30 @@ def cut_to_budget(texts: Sequence[str], budget: int) -> list[str]:
 
 def _calibration_file(key: tuple[str, str, str, str, int]) -> str:
     """The on-disk calibration entry of ``key`` (see ``_measure_tokens_per_byte``)."""
-    text = json.dumps([*key, _CALIBRATION_STREAM, _MAX_CALIBRATION_RECORDS, _CALIBRATION_VERSION])
+    text = json.dumps([*key, CALIBRATION_STREAM, _MAX_CALIBRATION_RECORDS, _CALIBRATION_VERSION])
     return f"{hashlib.sha256(text.encode()).hexdigest()}.json"
 
 
-def _name_key(name: str) -> int:
-    """A stable 64-bit integer for a dataset name (seeds must not depend on dataset order)."""
-    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
-
-
 class WorkSource:
-    """The data plan: datasets, token-share mixture, seeded permutations and lane split."""
+    """The data plan: datasets, token-share mixture, seeded order and lane split.
+
+    ``order`` chooses how each dataset's records are ordered (:class:`OrderVersion`; v2,
+    the default, reads only the shards a run reaches; v1 is kept for runs made with it);
+    ``shard_window`` is v2's number of shards whose records are mixed together.
+    """
 
     def __init__(
         self,
         datasets: Sequence[Dataset],
         mixture: Mapping[str, float],
+        *,
         seed: int = 0,
         chunk_tokens: int = 8192,
         calibration_bytes: int = 1 << 20,
         holdout_bytes: int = 0,
         holdout_docs: int = 64,
+        order: OrderVersion | str = OrderVersion.V2,
+        shard_window: int = _DEFAULT_SHARD_WINDOW,
     ) -> None:
         if not datasets:
             raise ConfigError("WorkSource needs at least one Dataset.")
@@ -99,11 +100,17 @@ class WorkSource:
             raise ConfigError("chunk_tokens and calibration_bytes must be >= 1")
         if not isinstance(holdout_bytes, int) or holdout_bytes < 0:
             raise ConfigError(f"holdout_bytes must be an integer >= 0, got {holdout_bytes!r}")
-        if not isinstance(holdout_docs, int) or holdout_docs < _MIN_HOLDOUT_DOCS:
+        if not isinstance(holdout_docs, int) or holdout_docs < MIN_HOLDOUT_DOCS:
             raise ConfigError(
-                f"holdout_docs must be an integer >= {_MIN_HOLDOUT_DOCS} (the sampling error "
+                f"holdout_docs must be an integer >= {MIN_HOLDOUT_DOCS} (the sampling error "
                 f"of a held-out score needs two documents), got {holdout_docs!r}"
             )
+        if order not in tuple(OrderVersion):
+            raise ConfigError(
+                f"order must be one of {[v.value for v in OrderVersion]}, got {order!r}"
+            )
+        if not isinstance(shard_window, int) or shard_window < 1:
+            raise ConfigError(f"shard_window must be an integer >= 1, got {shard_window!r}")
         self.datasets = list(datasets)
         self.mixture = Mixture(mixture, names)
         self.seed = seed
@@ -111,25 +118,41 @@ class WorkSource:
         self.calibration_bytes = calibration_bytes
         self.holdout_bytes = holdout_bytes
         self.holdout_docs = holdout_docs
-        self._training: list[np.ndarray] | None = None
+        self.order = OrderVersion(order)
+        self.shard_window = shard_window
+        self.orders = [self._make_order(ds) for ds in self.datasets]
         self._tokens_per_byte: dict[str, float] | None = None
-        self._costs: list[np.ndarray] | None = None
         self._mean_costs: list[float] | None = None
         self._lock = threading.Lock()
+
+    def _make_order(self, dataset: Dataset) -> DatasetOrder:
+        common = {
+            "holdout_docs": self.holdout_docs,
+            "holds_out": self.holdout_bytes > 0,
+            "calibration_bytes": self.calibration_bytes,
+            "max_calibration_records": _MAX_CALIBRATION_RECORDS,
+        }
+        if self.order is OrderVersion.V1:
+            return GlobalPermutationOrder(dataset, self.seed, **common)
+        return ShardWindowOrder(dataset, self.seed, shard_window=self.shard_window, **common)
 
     # -- plan contract -------------------------------------------------------------------------
 
     def contract(self) -> dict[str, Any]:
-        """The plan's part of the data contract (indexes the datasets if needed)."""
-        return {
+        """The plan's part of the data contract (v1 indexes the datasets; v2 reads metadata).
+
+        Order v1's contract is exactly what it was before orders had versions, so runs made
+        with it keep their fingerprints.
+        """
+        contract: dict[str, Any] = {
             "datasets": [
                 {
                     "name": ds.name,
-                    "fingerprint": ds.fingerprint,
+                    "fingerprint": order.contract_fingerprint(),
                     "field": ds.field,
                     "exhausted": ds.exhausted,
                 }
-                for ds in self.datasets
+                for ds, order in zip(self.datasets, self.orders, strict=True)
             ],
             "mixture": self.mixture.canonical(),
             "seed": self.seed,
@@ -137,6 +160,9 @@ class WorkSource:
             "holdout_bytes": self.holdout_bytes,
             "holdout_docs": self.holdout_docs,
         }
+        if self.order is not OrderVersion.V1:
+            contract["order"] = {"version": str(self.order), "shard_window": self.shard_window}
+        return contract
 
     # -- calibration ---------------------------------------------------------------------------
 
@@ -150,7 +176,8 @@ class WorkSource:
         with self._lock:
             if self._tokens_per_byte is None:
                 measured = {
-                    ds.name: self._measure_tokens_per_byte(ds, tokenizer) for ds in self.datasets
+                    ds.name: self._measure_tokens_per_byte(order, tokenizer)
+                    for ds, order in zip(self.datasets, self.orders, strict=True)
                 }
                 self._adopt_calibration(measured)
             assert self._tokens_per_byte is not None
@@ -169,14 +196,12 @@ class WorkSource:
 
     def _adopt_calibration(self, tokens_per_byte: dict[str, float]) -> None:
         self._tokens_per_byte = tokens_per_byte
-        self._costs = [
-            np.rint(ds.record_bytes * tokens_per_byte[ds.name]).astype(np.int64) + 1
-            for ds in self.datasets
-        ]
         self._mean_costs = None
 
-    def _measure_tokens_per_byte(self, ds: Dataset, tokenizer: Tokenizer) -> float:
-        key = (ds.name, ds.fingerprint, ds.field, tokenizer.fingerprint, self.calibration_bytes)
+    def _measure_tokens_per_byte(self, order: DatasetOrder, tokenizer: Tokenizer) -> float:
+        ds = order.dataset
+        identity = order.calibration_identity()
+        key = (ds.name, identity, ds.field, tokenizer.fingerprint, self.calibration_bytes)
         with _MEASURED_LOCK:
             if key in _MEASURED:
                 return _MEASURED[key]
@@ -187,98 +212,69 @@ class WorkSource:
         try:
             measured = float(json.loads(stored.read_text())["tokens_per_byte"])
         except (OSError, ValueError, KeyError, TypeError):  # missing or damaged: measure
-            measured = self._tokens_per_byte_of_sample(ds, tokenizer)
+            sample = order.calibration_keys()
+            tokens = sum(len(ids) for ids in tokenizer.encode_batch(ds.read_records(sample)))
+            measured = tokens / max(1, int(ds.record_text_bytes(sample).sum()))
             record = json.dumps({"key": list(key), "tokens_per_byte": measured}).encode()
             atomic_write(stored, lambda out: out.write(record))
         with _MEASURED_LOCK:
             _MEASURED[key] = measured
         return measured
 
-    def _tokens_per_byte_of_sample(self, ds: Dataset, tokenizer: Tokenizer) -> float:
-        """Tokens per byte of ``ds``'s seeded calibration sample (design doc)."""
-        order = np.random.default_rng([_name_key(ds.name), _CALIBRATION_STREAM]).permutation(
-            ds.num_records
-        )
-        cumulative = np.cumsum(ds.record_bytes[order])
-        take = min(
-            int(np.searchsorted(cumulative, self.calibration_bytes)) + 1, _MAX_CALIBRATION_RECORDS
-        )
-        sample = [int(i) for i in order[:take]]
-        tokens = sum(len(ids) for ids in tokenizer.encode_batch(ds.read_texts(sample)))
-        return tokens / max(1, int(ds.record_bytes[sample].sum()))
-
     # -- held-out records --------------------------------------------------------------------
 
     def heldout_records(self, dataset_index: int) -> np.ndarray:
-        """Global ids of a dataset's held-out records, in their selection order (design doc)."""
-        ds = self.datasets[dataset_index]
-        if self.holdout_bytes == 0:
-            return np.zeros(0, dtype=np.int64)
-        take = min(self.holdout_docs, int(ds.num_records * _MAX_HOLDOUT_FRACTION))
-        if take < _MIN_HOLDOUT_DOCS:
-            raise ConfigError(
-                f"dataset {ds.name!r} has {ds.num_records} records: holding out "
-                f"{_MIN_HOLDOUT_DOCS} documents for evaluation needs at least "
-                f"{math.ceil(_MIN_HOLDOUT_DOCS / _MAX_HOLDOUT_FRACTION)} (held-out documents are "
-                f"at most {_MAX_HOLDOUT_FRACTION:.0%} of a dataset); add data or set "
-                "holdout_bytes=0"
-            )
-        order = np.random.default_rng([_HOLDOUT_STREAM, _name_key(ds.name)]).permutation(
-            ds.num_records
-        )
-        return order[:take].astype(np.int64)
+        """Keys of a dataset's held-out records, in their selection order (design doc)."""
+        return self.orders[dataset_index].heldout_keys()
 
     def heldout_documents(self, dataset_index: int) -> list[str]:
         """The scored text of a dataset's held-out records: cut to ``holdout_bytes`` in all."""
         ds = self.datasets[dataset_index]
-        return cut_to_budget(ds.read_texts(self.heldout_records(dataset_index)), self.holdout_bytes)
+        return cut_to_budget(ds.read_records(self.heldout_records(dataset_index)), self.holdout_bytes)
 
     def training_records(self, dataset_index: int) -> np.ndarray:
-        """Global ids of the records training draws from (all but the held-out), sorted."""
-        with self._lock:
-            if self._training is None:
-                self._training = [
-                    np.setdiff1d(np.arange(ds.num_records, dtype=np.int64), self.heldout_records(d))
-                    for d, ds in enumerate(self.datasets)
-                ]
-            return self._training[dataset_index]
+        """Keys of every record training draws from (all but the held-out), sorted.
+
+        Enumerates the dataset (every shard is indexed): for tests and benchmarks, never
+        needed by a run.
+        """
+        return self.orders[dataset_index].training_keys()
 
     # -- lane plans ----------------------------------------------------------------------------
-
-    def permutation(self, dataset_index: int, epoch: int) -> np.ndarray:
-        """Record ids of ``epoch`` of a dataset, in order (seeded by seed, dataset name, epoch)."""
-        training = self.training_records(dataset_index)
-        order = _build_epoch_permutation(
-            self.seed, _name_key(self.datasets[dataset_index].name), len(training), epoch
-        )
-        return order if self.holdout_bytes == 0 else training[order]
 
     def lane_plan(
         self, lane: int, num_lanes: int, state: Mapping[str, Any] | None = None
     ) -> LanePlan:
         """The chunk stream of one lane, from the beginning or from a saved plan state."""
-        assert self._costs is not None, "calibrate() or set_calibration() before planning"
+        assert self._tokens_per_byte is not None, "calibrate() or set_calibration() before planning"
         assert 0 <= lane < num_lanes, f"lane must be in [0, {num_lanes}), got {lane}"
         return LanePlan(self, lane, num_lanes, state)
 
+    def record_cost(self, dataset_index: int, key: int) -> int:
+        """Estimated token cost of one record: ``round(bytes * tokens/byte) + 1``."""
+        assert self._tokens_per_byte is not None, "calibrate() or set_calibration() before planning"
+        order = self.orders[dataset_index]
+        return order.record_cost(key, self._tokens_per_byte[order.dataset.name])
+
     def chunk_costs(self, dataset_index: int) -> np.ndarray:
-        """Estimated token cost of every record of a dataset."""
-        assert self._costs is not None, "calibrate() or set_calibration() before planning"
-        return self._costs[dataset_index]
+        """Estimated token cost of every record of a dataset, in global record order
+        (indexes every shard: for tests and benchmarks)."""
+        assert self._tokens_per_byte is not None, "calibrate() or set_calibration() before planning"
+        ds = self.datasets[dataset_index]
+        return np.rint(ds.record_bytes * self._tokens_per_byte[ds.name]).astype(np.int64) + 1
 
     def mean_cost(self, dataset_index: int) -> float:
-        """Mean estimated cost of a dataset's training records, ``cbar_d`` (design doc).
-
-        An exact integer sum over a count, so it is the same float on every machine.
-        """
-        costs = self.chunk_costs(dataset_index)
-        training = self.training_records(dataset_index)
+        """Mean estimated record cost of a dataset, ``cbar_d`` (design doc): an exact integer
+        sum over a count, so it is the same float on every machine."""
+        assert self._tokens_per_byte is not None, "calibrate() or set_calibration() before planning"
         with self._lock:
             if self._mean_costs is None:
                 self._mean_costs = [math.nan] * len(self.datasets)
             if math.isnan(self._mean_costs[dataset_index]):
-                total = int(costs[training].sum())
-                self._mean_costs[dataset_index] = total / max(1, len(training))
+                order = self.orders[dataset_index]
+                self._mean_costs[dataset_index] = order.mean_cost(
+                    self._tokens_per_byte[order.dataset.name]
+                )
             return self._mean_costs[dataset_index]
 
     def lane_phases(self, lane: int, num_lanes: int) -> list[float]:
@@ -310,14 +306,6 @@ class WorkSource:
         return [-phi * self.mean_cost(d) for d, phi in enumerate(self.lane_phases(lane, num_lanes))]
 
 
-@lru_cache(maxsize=64)
-def _build_epoch_permutation(seed: int, name_key: int, num_records: int, epoch: int) -> np.ndarray:
-    dtype = np.int32 if num_records < 2**31 else np.int64
-    perm = np.random.default_rng([seed, name_key, epoch]).permutation(num_records).astype(dtype)
-    perm.flags.writeable = False
-    return perm
-
-
 class LanePlan:
     """Emits one lane's work chunks; its state is a handful of integers per dataset."""
 
@@ -328,7 +316,7 @@ class LanePlan:
         self.lane = lane
         self.num_lanes = num_lanes
         names = [ds.name for ds in source.datasets]
-        self._sizes = [len(source.training_records(d)) for d in range(len(source.datasets))]
+        self._orders = source.orders
         self._stops = [ds.exhausted == "stop" for ds in source.datasets]
         if state is None:
             self._chunk = 0
@@ -339,16 +327,14 @@ class LanePlan:
             self._drawn = [int(state["drawn"][n]) for n in names]
             self._tokens = [int(state["tokens"][n]) for n in names]
         self._names = names
-        self._costs = [source.chunk_costs(d) for d in range(len(names))]
         self._offsets = source.lane_offsets(lane, num_lanes)
         self._start = source.lane_start(lane, num_lanes)
         self._fresh = not any(self._drawn)
-        self._perms: dict[int, tuple[int, np.ndarray]] = {}
         # (record, cost) of the record each dataset would give next; recomputed after a draw.
         self._next: list[tuple[int, int] | None] = [None] * len(names)
         self._active = [
-            not (stop and drawn * num_lanes + lane >= size)
-            for stop, drawn, size in zip(self._stops, self._drawn, self._sizes, strict=True)
+            not stop or order.in_first_epoch(drawn * num_lanes + lane)
+            for stop, drawn, order in zip(self._stops, self._drawn, self._orders, strict=True)
         ]
 
     def state(self) -> dict[str, Any]:
@@ -373,7 +359,7 @@ class LanePlan:
                     pending = self._next[e]
                     if pending is None:
                         record = self._find_lane_record(e, self._drawn[e])
-                        pending = self._next[e] = (record, int(self._costs[e][record]))
+                        pending = self._next[e] = (record, self.source.record_cost(e, record))
                     next_costs[e] = pending[1]
             if self._fresh and self._start is not None and self._active[self._start]:
                 d = self._start  # the lane's first record (design doc)
@@ -392,7 +378,9 @@ class LanePlan:
             ds_ids.append(d)
             rec_ids.append(record)
             if self._stops[d]:
-                self._active[d] = self._drawn[d] * self.num_lanes + self.lane < self._sizes[d]
+                self._active[d] = self._orders[d].in_first_epoch(
+                    self._drawn[d] * self.num_lanes + self.lane
+                )
         if not ds_ids:
             return None
         chunk = WorkChunk(
@@ -406,9 +394,4 @@ class LanePlan:
 
     def _find_lane_record(self, d: int, k: int) -> int:
         """The lane's ``k``-th record of dataset ``d``: stream position ``k*L + lane``."""
-        epoch, i = divmod(k * self.num_lanes + self.lane, self._sizes[d])
-        cached_epoch, perm = self._perms.get(d, (-1, None))
-        if cached_epoch != epoch or perm is None:
-            perm = self.source.permutation(d, epoch)
-            self._perms[d] = (epoch, perm)
-        return int(perm[i])
+        return self._orders[d].key_at(k * self.num_lanes + self.lane)

@@ -32,7 +32,7 @@ class WorkChunk:
     datasets: np.ndarray
     """int16, dataset index of each record."""
     records: np.ndarray
-    """int64, global record index within its dataset."""
+    """int64, record key within its dataset (``shard << 32 | row``, see ``record_keys``)."""
 
 
 class TokenizeWork:
@@ -90,14 +90,14 @@ def _read_in_order(chunk: WorkChunk, datasets: Sequence[Dataset]) -> tuple[list[
     for ds_index in sorted(set(chunk.datasets.tolist())):  # np.unique costs more on a few items
         positions = np.flatnonzero(chunk.datasets == ds_index)
         ds = datasets[int(ds_index)]
-        records = [int(r) for r in chunk.records[positions]]
+        records = chunk.records[positions]
         try:
-            got = ds.read_texts(records)
+            got = ds.read_records(records)
         except Exception as exc:
-            raise StageError("read", ds.name, _failing_pointer(ds, records), exc) from exc
+            raise StageError("read", ds.name, _failing_pointer(ds, records.tolist()), exc) from exc
         for pos, text in zip(positions, got, strict=True):
             texts[int(pos)] = text
-        text_bytes += int(ds.record_bytes[records].sum())
+        text_bytes += int(ds.record_text_bytes(records).sum())
     return texts, text_bytes
 
 
@@ -105,7 +105,7 @@ def _failing_pointer(ds: Dataset, records: list[int]) -> tuple[str, int, int]:
     """Find the first record of a failed batched read by reading them one at a time."""
     for record in records:
         try:
-            ds.read_texts([record])
+            ds.read_records([record])
         except Exception:
             return ds.pointer(record).as_tuple()
     return ds.pointer(records[0]).as_tuple()

@@ -1,0 +1,112 @@
+"""``DatasetOrder``: what the plan asks of one dataset's order, and the versions of it."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from abc import ABC, abstractmethod
+from enum import StrEnum
+
+import numpy as np
+
+from pipeline.dataset import Dataset
+from pipeline.errors import ConfigError
+
+CALIBRATION_STREAM = 0xCA1B
+HOLDOUT_STREAM = 0x4E1D
+MAX_HOLDOUT_FRACTION = 0.25
+MIN_HOLDOUT_DOCS = 2
+
+
+class OrderVersion(StrEnum):
+    """How a dataset's records are ordered; part of the data contract."""
+
+    V1 = "v1"
+    """One seeded permutation of every record per epoch (indexes the whole corpus)."""
+    V2 = "v2"
+    """Shards permuted per epoch, records permuted within windows of shards (O(1) a record)."""
+
+
+def name_key(name: str) -> int:
+    """A stable 64-bit integer for a dataset name (seeds must not depend on dataset order)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
+
+
+def holdout_count(dataset: Dataset, records: int, holdout_docs: int) -> int:
+    """Held-out documents to take from ``records`` candidates: ``min(K, floor(n / 4))``;
+    raises ConfigError when that is fewer than two."""
+    take = min(holdout_docs, int(records * MAX_HOLDOUT_FRACTION))
+    if take < MIN_HOLDOUT_DOCS:
+        raise ConfigError(
+            f"dataset {dataset.name!r} has {records} records: holding out "
+            f"{MIN_HOLDOUT_DOCS} documents for evaluation needs at least "
+            f"{math.ceil(MIN_HOLDOUT_DOCS / MAX_HOLDOUT_FRACTION)} (held-out documents are "
+            f"at most {MAX_HOLDOUT_FRACTION:.0%} of a dataset); add data or set "
+            "holdout_bytes=0"
+        )
+    return take
+
+
+class DatasetOrder(ABC):
+    """One dataset's records as the plan sees them: an endless stream of epochs of training
+    records (position ``p`` -> record key), the held-out records and the calibration sample.
+
+    Every answer is a pure function of the dataset's content, its name and ``seed``.
+    """
+
+    version: OrderVersion
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        seed: int,
+        *,
+        holdout_docs: int,
+        holds_out: bool,
+        calibration_bytes: int,
+        max_calibration_records: int,
+    ) -> None:
+        self.dataset = dataset
+        self.seed = seed
+        self.holdout_docs = holdout_docs
+        self.holds_out = holds_out
+        self.calibration_bytes = calibration_bytes
+        self.max_calibration_records = max_calibration_records
+        self.name_key = name_key(dataset.name)
+
+    @abstractmethod
+    def contract_fingerprint(self) -> str:
+        """The dataset's identity in the data contract."""
+
+    @abstractmethod
+    def heldout_keys(self) -> np.ndarray:
+        """Keys of the held-out records, in their selection order (empty without hold-out)."""
+
+    @abstractmethod
+    def calibration_keys(self) -> np.ndarray:
+        """Keys of the calibration sample, in sample order."""
+
+    @abstractmethod
+    def calibration_identity(self) -> str:
+        """What the calibration sample's content depends on (its cache key)."""
+
+    @abstractmethod
+    def key_at(self, position: int) -> int:
+        """Key of the record at stream ``position`` (epoch after epoch, endlessly)."""
+
+    @abstractmethod
+    def in_first_epoch(self, position: int) -> bool:
+        """Whether stream ``position`` lies in epoch 0 (``exhausted="stop"`` ends there)."""
+
+    @abstractmethod
+    def training_keys(self) -> np.ndarray:
+        """Keys of every training record, sorted (enumerates the dataset: tests, benchmarks)."""
+
+    @abstractmethod
+    def mean_cost(self, tokens_per_byte: float) -> float:
+        """``cbar_d``, the mean estimated record cost the lane phases use: an exact integer
+        sum over a count, so the same float on every machine."""
+
+    def record_cost(self, key: int, tokens_per_byte: float) -> int:
+        """Estimated tokens of one record: ``round(bytes * tokens/byte) + 1`` (EOS)."""
+        return round(self.dataset.text_bytes_of(key) * tokens_per_byte) + 1

@@ -413,7 +413,9 @@ class Dataset:
             [[s.format, st.fingerprint] for s, st in zip(self._shards, states, strict=True)],
         ]
         if counts.sum() == 0:
-            skipped, _ = self._skip_summary([(s, st.index) for s, st in zip(self._shards, states)])
+            skipped, _ = self._skip_summary(
+                [(s, st.index) for s, st in zip(self._shards, states, strict=True)]
+            )
             raise DataError(
                 f"dataset {self.name!r} has no usable records ({len(self._shards)} files; "
                 f"skipped: {skipped}); check `field=` and the files"

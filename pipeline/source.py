@@ -230,7 +230,9 @@ class WorkSource:
     def heldout_documents(self, dataset_index: int) -> list[str]:
         """The scored text of a dataset's held-out records: cut to ``holdout_bytes`` in all."""
         ds = self.datasets[dataset_index]
-        return cut_to_budget(ds.read_records(self.heldout_records(dataset_index)), self.holdout_bytes)
+        return cut_to_budget(
+            ds.read_records(self.heldout_records(dataset_index)), self.holdout_bytes
+        )
 
     def training_records(self, dataset_index: int) -> np.ndarray:
         """Keys of every record training draws from (all but the held-out), sorted.

@@ -169,7 +169,7 @@ def measure_pipeline_ratio(
     """
     source = open_text(text_kind, work_dir, max_bytes_per_domain, tokenizer)
     dataset = source.datasets[0]
-    texts = dataset.read_texts(source.training_records(0))
+    texts = dataset.read_records(source.training_records(0))
     tokens = steps * SPEC.global_batch_size * SPEC.max_length
     raw_runs: list[Throughput] = []
     pipeline_runs: list[Throughput] = []

@@ -19,6 +19,7 @@ from pipeline.errors import (
     TokenizerError,
     ZephonError,
 )
+from pipeline.order import OrderVersion
 from pipeline.pipeline import Pipeline
 from pipeline.source import WorkSource
 from pipeline.state import fingerprint, merge_states
@@ -31,6 +32,7 @@ __all__ = [
     "Dataset",
     "DigestChain",
     "MicroBatch",
+    "OrderVersion",
     "Pipeline",
     "RecordPointer",
     "StageError",

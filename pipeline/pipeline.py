@@ -257,14 +257,17 @@ class Pipeline:
         tpb = self.source.tokens_per_byte
         lines = [
             f"Pipeline (contract {self.contract_fingerprint()[:16]})",
-            f"  plan      WorkSource seed={self.source.seed} chunk_tokens={self.source.chunk_tokens}",
+            f"  plan      WorkSource seed={self.source.seed} chunk_tokens={self.source.chunk_tokens}"
+            f" order={self.source.order}",
         ]
         for ds, share in zip(self.source.datasets, self.source.mixture.shares, strict=True):
             report = ds.report()
             skipped = sum(report["skipped"].values())
             measured = f" tokens/byte={tpb[ds.name]:.4f}" if tpb else ""
             lines.append(
-                f"    {ds.name:<12} share={share:.4f} records={ds.num_records} skipped={skipped} "
+                f"    {ds.name:<12} share={share:.4f} shards={report['shards']} "
+                f"(indexed {report['shards_indexed']}, {report['records']} records) "
+                f"skipped={skipped} "
                 f"exhausted={ds.exhausted}{measured}"
             )
         lines += [

@@ -265,6 +265,13 @@ class WorkSource:
         ds = self.datasets[dataset_index]
         return np.rint(ds.record_bytes * self._tokens_per_byte[ds.name]).astype(np.int64) + 1
 
+    def estimated_tokens(self, dataset_index: int) -> float:
+        """Tokens of a whole dataset: its text bytes (v2: estimated from shard sizes) times
+        the measured tokens per byte."""
+        assert self._tokens_per_byte is not None, "calibrate() or set_calibration() first"
+        order = self.orders[dataset_index]
+        return order.estimated_text_bytes() * self._tokens_per_byte[order.dataset.name]
+
     def mean_cost(self, dataset_index: int) -> float:
         """Mean estimated record cost of a dataset, ``cbar_d`` (design doc): an exact integer
         sum over a count, so it is the same float on every machine."""

@@ -79,8 +79,8 @@ def prepare(work_dir: Path, corpus_bytes: int, holdout_bytes: int) -> Prepared:
         train, held = source.training_records(d), source.heldout_records(d)
         assert not np.intersect1d(train, held).size, "held-out records in the training set"
         assert len(train) + len(held) == ds.num_records
-        domain_texts = ds.read_texts(train)
-        held_texts = set(ds.read_texts(held))
+        domain_texts = ds.read_records(train)
+        held_texts = set(ds.read_records(held))
         # A training record with the very text of a held-out one would leak it.
         domain_texts = [t for t in domain_texts if t not in held_texts]
         tokens[ds.name] = sum(len(ids) for ids in tokenizer.encode_batch(domain_texts))

@@ -71,6 +71,13 @@ class DataSection:
     """``gpt2``, or a tokenizer file: ``PATH[;eos=TOKEN]...`` (docs/tokenizers.md)."""
     cache_dir: str | None = None
     """Shard index cache; None: $ZEPHON_HOME/cache."""
+    order: str = "v2"
+    """Record order: ``v2`` reads only the shards a run reaches; ``v1`` (one permutation of
+    every record, indexing the whole corpus) is what runs recorded before orders had versions
+    use (docs/design/pipeline_order.md)."""
+    shard_window: int = 64
+    """Order v2: shards whose records are mixed together (at least 64 distinct shards in
+    every 1,000 records of a lane where there are that many)."""
 
 
 @dataclass

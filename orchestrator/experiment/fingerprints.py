@@ -89,6 +89,8 @@ def build_pipeline(
         chunk_tokens=data.chunk_tokens,
         holdout_bytes=data.holdout_bytes,
         holdout_docs=data.holdout_docs,
+        order=data.order,
+        shard_window=data.shard_window,
     )
     pipeline = (
         Pipeline(source)

@@ -11,6 +11,7 @@ from typing import Any
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment.config import PRECISIONS, EvalSection, ExperimentConfig
+from pipeline import OrderVersion
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -39,7 +40,19 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         problems.append("data.mixture weights sum to zero; give at least one dataset a share")
     if d.exhausted not in ("repeat", "stop"):
         problems.append(f"data.exhausted={d.exhausted!r}: use 'repeat' or 'stop'")
-    for key in ("lanes", "global_batch_size", "seq_len", "chunk_tokens", "flush_every"):
+    if d.order not in tuple(OrderVersion):
+        problems.append(
+            f"data.order={d.order!r}: use one of {[v.value for v in OrderVersion]} "
+            "(v2 for new runs)"
+        )
+    for key in (
+        "lanes",
+        "global_batch_size",
+        "seq_len",
+        "chunk_tokens",
+        "flush_every",
+        "shard_window",
+    ):
         if getattr(d, key) < 1:
             problems.append(f"data.{key} must be >= 1, got {getattr(d, key)}")
     if d.lanes >= 1 and d.global_batch_size % d.lanes:

@@ -333,6 +333,8 @@ def resume(
     config = load_experiment(record["config"])
     if "precision" not in record["config"]["train"]:  # recorded before it: TorchTitan's default
         config = replace(config, train=replace(config.train, precision="bfloat16"))
+    if "order" not in record["config"]["data"]:  # recorded before orders had versions: v1
+        config = replace(config, data=replace(config.data, order="v1"))
     if overrides:
         like = load_experiment((like or config).to_dict(), overrides)
     if like is not None:

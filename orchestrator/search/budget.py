@@ -8,9 +8,9 @@ from orchestrator.search.propose import REPETITION_EPOCHS, Bounds
 
 
 def dataset_tokens(config: ExperimentConfig) -> dict[str, float]:
-    """Estimated tokens per dataset of ``config``: its record bytes times the tokens per
-    byte the plan measures with the run's own tokenizer (the calibration the contract
-    records)."""
+    """Estimated tokens per dataset of ``config``: its text bytes (order v2: estimated from
+    the shards' sizes) times the tokens per byte the plan measures with the run's own
+    tokenizer (the calibration the contract records)."""
     from orchestrator.experiment.fingerprints import build_pipeline
     from pipeline import load_tokenizer
 
@@ -18,11 +18,9 @@ def dataset_tokens(config: ExperimentConfig) -> dict[str, float]:
         config.data, dp_size=1, dp_rank=0, microbatch_size=config.train.microbatch_size
     )
     try:
-        measured = pipeline.source.calibrate(load_tokenizer(config.data.tokenizer))
-        return {
-            dataset.name: float(dataset.record_bytes.sum()) * measured[dataset.name]
-            for dataset in pipeline.source.datasets
-        }
+        source = pipeline.source
+        source.calibrate(load_tokenizer(config.data.tokenizer))
+        return {ds.name: source.estimated_tokens(d) for d, ds in enumerate(source.datasets)}
     finally:
         pipeline.close()
 

@@ -107,6 +107,10 @@ class DatasetOrder(ABC):
         """``cbar_d``, the mean estimated record cost the lane phases use: an exact integer
         sum over a count, so the same float on every machine."""
 
+    @abstractmethod
+    def estimated_text_bytes(self) -> float:
+        """Text bytes of the whole dataset: exact (v1) or estimated from per-shard sizes."""
+
     def record_cost(self, key: int, tokens_per_byte: float) -> int:
         """Estimated tokens of one record: ``round(bytes * tokens/byte) + 1`` (EOS)."""
         return round(self.dataset.text_bytes_of(key) * tokens_per_byte) + 1

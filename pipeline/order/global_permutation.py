@@ -84,6 +84,10 @@ class GlobalPermutationOrder(DatasetOrder):
         """Whether ``position < n_train``."""
         return position < len(self._keys_of_training())
 
+    def estimated_text_bytes(self) -> float:
+        """Every record's text bytes, summed (indexes every shard)."""
+        return float(self.dataset.record_bytes.sum())
+
     def mean_cost(self, tokens_per_byte: float) -> float:
         """Mean cost over every training record."""
         costs = np.rint(self.dataset.record_bytes * tokens_per_byte).astype(np.int64) + 1

@@ -172,6 +172,15 @@ class ShardWindowOrder(DatasetOrder):
         costs = np.rint(sizes * tokens_per_byte).astype(np.int64) + 1
         return int(costs.sum()) / max(1, len(keys))
 
+    def estimated_text_bytes(self) -> float:
+        """Every shard's file size times the text bytes per file byte of the calibration
+        shards (metadata only, beyond those shards)."""
+        metadata = self.dataset.shard_metadata()
+        shards = sorted({int(k) >> RECORD_KEY_SHIFT for k in self.calibration_keys().tolist()})
+        text = sum(int(self.dataset.shard_index(s).text_bytes.sum()) for s in shards)
+        size = sum(metadata[s].size for s in shards)
+        return sum(m.size for m in metadata) * text / max(1, size)
+
     # -- the training stream ------------------------------------------------------------------
 
     def training_keys(self) -> np.ndarray:

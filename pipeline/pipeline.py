@@ -458,6 +458,20 @@ class Pipeline:
 
     # -- observability -------------------------------------------------------------------------
 
+    def shards_read(self) -> dict[str, dict[str, dict[str, str]]]:
+        """Every shard this process has read so far, by dataset and shard index: its file
+        name and the SHA-256 of its content (hashed when first read; the run records them
+        and the guard checks that compared runs read the same content)."""
+        read: dict[str, dict[str, dict[str, str]]] = {}
+        for ds in self.source.datasets:
+            fingerprints = ds.read_shard_fingerprints()
+            if fingerprints:
+                read[ds.name] = {
+                    str(s): {"file": _file_name(ds.shards[s]), "sha256": sha}
+                    for s, sha in sorted(fingerprints.items())
+                }
+        return read
+
     def stats(self) -> dict[str, Any]:
         """Counters per stage (records, tokens, bytes, busy/wait seconds), label tokens per
         dataset, skipped records per dataset and reason, and the consumer's wait for data."""
@@ -515,6 +529,11 @@ class Pipeline:
     def _check_not_started(self) -> None:
         if self._started:
             raise ConfigError("the pipeline has started; configure it before iterating")
+
+
+def _file_name(shard: object) -> str:
+    """The last component of a shard's path or URL."""
+    return str(shard).rstrip("/").rsplit("/", 1)[-1]
 
 
 def _require_setting(condition: bool, message: str) -> None:

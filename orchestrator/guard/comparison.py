@@ -51,6 +51,8 @@ class RefusalCode(StrEnum):
     """Two runs of one recipe (and seed) started from different initial weights."""
     UNPAIRED_SEEDS = "unpaired_seeds"
     """Not every variant ran under every seed block."""
+    SHARD_CHANGED = "shard_changed"
+    """Two runs read different content for one shard of a dataset."""
 
 
 HELD_OUT_SCORE = "held-out bits per byte (lower is better)"
@@ -90,6 +92,8 @@ class RunSummary:
     """Step -> task -> item -> metric -> value (``zephon/tasks.jsonl``)."""
     task_higher_is_better: dict[str, dict[str, bool]] = field(default_factory=dict)
     """Task -> metric -> whether higher is better (lm-eval's flags, from ``eval.jsonl``)."""
+    shards_read: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+    """Dataset -> shard index -> ``{"file", "sha256"}`` of every shard the run read."""
 
     @property
     def seed(self) -> str:

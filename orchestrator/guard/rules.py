@@ -291,6 +291,40 @@ def _init_mismatch_refusal(
     )
 
 
+def _shard_changed_refusals(runs: list[RunSummary], label: dict[str, str]) -> list[Refusal]:
+    """``shard_changed`` for each run that read a shard with other content than the first run
+    (in run order) that read it: the file was edited between the runs."""
+    first: dict[tuple[str, str], tuple[RunSummary, dict[str, str]]] = {}
+    refusals = []
+    for run in runs:
+        for name, shards in sorted(run.shards_read.items()):
+            for shard, entry in sorted(shards.items(), key=lambda item: int(item[0])):
+                ref, seen = first.setdefault((name, shard), (run, entry))
+                if seen.get("sha256") == entry.get("sha256"):
+                    continue
+                a, b = label[ref.run_id], label[run.run_id]
+                refusals.append(
+                    Refusal(
+                        RefusalCode.SHARD_CHANGED,
+                        f"{a} and {b} read different content for shard {entry.get('file')} "
+                        f"(#{shard}) of dataset {name!r}: sha256 "
+                        f"{str(seen.get('sha256'))[:SHORT]} ({a}) vs "
+                        f"{str(entry.get('sha256'))[:SHORT]} ({b}). The file was changed "
+                        "between the runs; restore it and re-run the run made on the changed "
+                        "file, or compare only runs made on one version of the data.",
+                        [ref.run_id, run.run_id],
+                        {
+                            "dataset": name,
+                            "shard": int(shard),
+                            "file": entry.get("file"),
+                            "sha256": {a: seen.get("sha256"), b: entry.get("sha256")},
+                        },
+                    )
+                )
+                break  # one refusal per run and dataset names the first changed shard
+    return refusals
+
+
 def _differing_fields(
     fa: dict[str, Any], fb: dict[str, Any], a: str, b: str
 ) -> dict[str, dict[str, Any]]:
@@ -446,6 +480,7 @@ def apply_rules(runs: list[RunSummary]) -> RulesOutcome:
         for r in (_recipe_mismatch_refusal(usable[0], run, label, ignore) for run in usable[1:])
         if r
     ]
+    refusals += _shard_changed_refusals(usable, label)
     by_seed: dict[str, list[RunSummary]] = {}
     for run in usable:
         by_seed.setdefault(run.seed, []).append(run)

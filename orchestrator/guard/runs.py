@@ -90,6 +90,10 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
             for r in steps
             if "step" in r and r.get("global_digest")
         }
+        shards_read: dict[str, dict[str, dict[str, str]]] = {}
+        for record in steps:
+            for name, shards in (record.get("shards_read") or {}).items():
+                shards_read.setdefault(str(name), {}).update(shards)
         evals: dict[int, dict[str, float]] = {}
         documents: dict[int, dict[str, dict[str, list[float]]]] = {}
         higher_is_better: dict[str, dict[str, bool]] = {}
@@ -131,6 +135,7 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 status=tags.get(TAG_STATUS, ""),
                 planned_steps=(experiment.get("config") or {}).get("train", {}).get("steps"),
                 folder=tags.get(TAG_RUN_FOLDER, ""),
+                shards_read=shards_read,
             )
         )
     return summaries

@@ -4,8 +4,9 @@ Ranks never exchange data. Each step, every rank of the data-parallel group
 sends ``1 + n * 36`` bytes (a "has a step" flag, then per owned lane a u32 lane
 id and its 32-byte digest) in one ``all_gather`` of a uint8 tensor; the flag
 makes all ranks stop together when one of them runs out of data. At the step's
-end, one ``all_gather`` of ``[tokens, data wait]`` gives the global token count
-and the slowest rank's wait. Checkpoints gather the ranks' (small, JSON) pipeline
+end, one ``all_gather`` of ``[tokens, data wait, new shards]`` gives the global token
+count, the slowest rank's wait and how many shards the ranks read for the first time (only
+then do they gather those shards' content hashes, as objects). Checkpoints gather the ranks' (small, JSON) pipeline
 states with ``all_gather_object``.
 """
 
@@ -60,11 +61,18 @@ class DataParallelGroup:
                 merged[lane] = digest
         return merged
 
-    def gather_counts(self, tokens: int, wait_s: float) -> tuple[int, float]:
-        """Sum of the ranks' tokens and the largest wait of any rank."""
-        gathered = self._all_gather(torch.tensor([tokens, wait_s], dtype=torch.float64))
+    def gather_counts(
+        self, tokens: int, wait_s: float, new_shards: int = 0
+    ) -> tuple[int, float, int]:
+        """Sum of the ranks' tokens, the largest wait of any rank and the sum of the shards
+        the ranks read for the first time (when > 0, every rank then gathers them)."""
+        gathered = self._all_gather(torch.tensor([tokens, wait_s, new_shards], dtype=torch.float64))
         stacked = torch.stack([t.cpu() for t in gathered])
-        return int(stacked[:, 0].sum().item()), float(stacked[:, 1].max().item())
+        return (
+            int(stacked[:, 0].sum().item()),
+            float(stacked[:, 1].max().item()),
+            int(stacked[:, 2].sum().item()),
+        )
 
     def gather_objects(self, obj: Any) -> list[Any]:
         """``obj`` of every rank, in rank order (pickled; for small states only)."""

@@ -129,6 +129,7 @@ class ZephonDataLoader(BaseDataLoader):
         self._iterated = False
         self._log_started = False
         self._wait_seen = 0.0
+        self._shards_recorded: set[tuple[str, str]] = set()
 
     def attach(self, link: TrainerLink) -> None:
         """Connect to the trainer; required before iterating (``ZephonTrainer`` does it)."""
@@ -208,20 +209,37 @@ class ZephonDataLoader(BaseDataLoader):
     def _finish_step(self, step: int, global_digest: str, tokens: int, link: TrainerLink) -> None:
         """Log the step that was just handed over in full (all ranks take part)."""
         waited = self.pipeline.stats()["consumer_wait_s"]
-        tokens, wait_s = link.group.gather_counts(tokens, waited - self._wait_seen)
+        new_shards = self._shards_read_since_last_step()
+        count = sum(len(shards) for shards in new_shards.values())
+        tokens, wait_s, count = link.group.gather_counts(tokens, waited - self._wait_seen, count)
         self._wait_seen = waited
         fingerprint = self._chain.update(global_digest)
-        link.steps.write(
-            {
-                "step": step,
-                "global_digest": global_digest,
-                "data_fingerprint": fingerprint,
-                "tokens": tokens,
-                "data_wait_s": round(wait_s, 6),
-                "dp_size": self.dp_world_size,
-            }
-        )
+        record: dict[str, Any] = {
+            "step": step,
+            "global_digest": global_digest,
+            "data_fingerprint": fingerprint,
+            "tokens": tokens,
+            "data_wait_s": round(wait_s, 6),
+            "dp_size": self.dp_world_size,
+        }
+        if count:  # the content of every shard read, once per run segment, for the guard
+            merged: dict[str, dict[str, Any]] = {}
+            for rank_shards in link.group.gather_objects(new_shards):
+                for name, shards in rank_shards.items():
+                    merged.setdefault(name, {}).update(shards)
+            record["shards_read"] = {name: dict(sorted(s.items())) for name, s in merged.items()}
+        link.steps.write(record)
         link.metrics.log({"zephon/tokens": tokens, "zephon/data_wait_s": wait_s}, step)
+
+    def _shards_read_since_last_step(self) -> dict[str, dict[str, Any]]:
+        """The shards this rank read (and hashed) since the previous step's record."""
+        new: dict[str, dict[str, Any]] = {}
+        for name, shards in self.pipeline.shards_read().items():
+            for shard, entry in shards.items():
+                if (name, shard) not in self._shards_recorded:
+                    self._shards_recorded.add((name, shard))
+                    new.setdefault(name, {})[shard] = entry
+        return new
 
     # -- state ---------------------------------------------------------------------------------
 

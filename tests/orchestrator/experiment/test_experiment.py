@@ -141,12 +141,22 @@ def test_fingerprints_separate_the_mixture_from_the_contract(base: dict) -> None
     assert "mixture" not in a.contract
 
 
-def test_fingerprint_follows_dataset_content(tmp_path: Path, zephon_cache: Path) -> None:
+@pytest.mark.parametrize("order", ["v1", "v2"])
+def test_fingerprint_follows_dataset_content(
+    tmp_path: Path, zephon_cache: Path, order: str
+) -> None:
+    """v1's contract hashes every shard's content; v2's holds each shard's size, and the
+    content of the shards a run reads is recorded for the guard (``shard_changed``)."""
     shard = tmp_path / "a.jsonl"
     shard.write_text("".join(json.dumps({"text": f"record {i} " * 40}) + "\n" for i in range(64)))
-    config = {"data": {"datasets": {"a": [str(shard)]}, "cache_dir": str(zephon_cache)}}
+    config = {
+        "data": {"datasets": {"a": [str(shard)]}, "cache_dir": str(zephon_cache), "order": order}
+    }
     before = fingerprints(load_experiment(config)).contract_fingerprint
-    shard.write_text(shard.read_text().replace("record 7 ", "record 8 "))
+    shard.write_text(shard.read_text().replace("record 7 ", "record 8 "))  # the same size
+    same_size = fingerprints(load_experiment(config)).contract_fingerprint
+    assert (same_size != before) == (order == "v1")
+    shard.write_text(shard.read_text().replace("record 8 ", "record 10 "))
     assert fingerprints(load_experiment(config)).contract_fingerprint != before
 
 

@@ -283,6 +283,7 @@ def test_rows_and_refusal_codes_serialise_as_plain_json() -> None:
         "recipe_mismatch",
         "init_mismatch",
         "unpaired_seeds",
+        "shard_changed",
     ]
 
 
@@ -838,3 +839,21 @@ def test_dp_range_is_within_a_seed_and_the_seeds_spread_is_apart() -> None:
         assert row.replicates == 4 and row.dp_sizes == "1,2"
         assert row.dp_range == pytest.approx(0.001)  # dp 1 vs dp 2 under one seed
         assert row.aggregate_range == pytest.approx(0.301)  # the seeds apart
+
+
+def test_a_shard_read_with_other_content_is_refused_naming_it() -> None:
+    """Order v2 checks content as shards are read: compared runs must agree on every shard
+    both of them read (the contract holds only the shards' sizes)."""
+    runs = four_runs()
+    shard = {"file": "part-0007.jsonl", "sha256": "a" * 64}
+    for run in runs:
+        run.shards_read = {"web": {"7": dict(shard)}, "code": {"0": {"file": "c", "sha256": "c"}}}
+    assert check(runs) == []
+    runs[3].shards_read["web"]["9"] = {"file": "part-0009.jsonl", "sha256": "d" * 64}
+    assert check(runs) == []  # a shard only one run read is not a difference
+    runs[2].shards_read["web"]["7"] = {**shard, "sha256": "b" * 64}
+    (refusal,) = check(runs)
+    assert refusal.code == RefusalCode.SHARD_CHANGED
+    assert "part-0007.jsonl" in refusal.message and "'web'" in refusal.message
+    assert refusal.detail["shard"] == 7 and refusal.detail["dataset"] == "web"
+    assert refusal.runs == [runs[0].run_id, runs[2].run_id]

@@ -10,6 +10,7 @@ gets the same batches as the one-node run.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,25 @@ def test_every_step_is_logged_with_its_global_batch_digest(uninterrupted: Run) -
     assert {s["tokens"] for s in steps.values()} == {GLOBAL_BATCH * SEQ_LEN}
     assert {s["dp_size"] for s in steps.values()} == {2}
     assert sorted(uninterrupted.losses()) == list(range(1, STEPS + 1))
+
+
+def test_every_shard_read_is_recorded_once_with_its_content_hash(
+    uninterrupted: Run, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Both ranks' reads, gathered: the guard checks them (order v2's contract holds sizes)."""
+    domains = corpus(tmp_path_factory.getbasetemp())
+    files = {p.name: p for paths in domains.values() for p in paths}
+    recorded = [
+        (name, shard, entry)
+        for s in uninterrupted.steps().values()
+        for name, shards in s.get("shards_read", {}).items()
+        for shard, entry in shards.items()
+    ]
+    assert recorded and {name for name, _, _ in recorded} == set(domains)
+    assert len({(name, shard) for name, shard, _ in recorded}) == len(recorded)  # once each
+    for _, _, entry in recorded:
+        content = files[entry["file"]].read_bytes()
+        assert entry["sha256"] == hashlib.sha256(content).hexdigest()
 
 
 @pytest.mark.parametrize(("nproc", "local_batch"), [(1, 4), (4, 2)], ids=["dp1", "dp4"])

@@ -35,8 +35,34 @@ MIXTURE = {"web": 0.6, "code": 0.3, "books": 0.1}
 CORPUS = {"web": (1200, 200, 40), "code": (100, 400, 90), "books": (12, 500, 600)}
 """Dataset -> (shards, records per shard, mean text bytes)."""
 _WORDS = np.array(
-    "the of and to in is was for on that with as by at from his her which or data model "
-    "train token shard lane mix".split()
+    [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "was",
+        "for",
+        "on",
+        "that",
+        "with",
+        "as",
+        "by",
+        "at",
+        "from",
+        "his",
+        "her",
+        "which",
+        "or",
+        "data",
+        "model",
+        "train",
+        "token",
+        "shard",
+        "lane",
+        "mix",
+    ]
 )
 
 

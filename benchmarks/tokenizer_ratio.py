@@ -1,7 +1,7 @@
 """Zephon's lane pipeline against the raw tokenizer library on one kind of text.
 
-``python -m benchmarks.tokenizer_ratio [--tokenizer SPEC]`` runs both on the same text (the
-local corpus's ``docs`` or ``code`` domain), alternating them in one process, and reports
+``python -m benchmarks.tokenizer_ratio [--tokenizer SPEC]`` runs both on the same text
+(prose or code of :mod:`benchmarks.text_corpus`, more than a run consumes), alternating them in one process, and reports
 the pipeline's tokens/s over the raw library's (tiktoken's ``encode_ordinary_batch``, or
 ``tokenizers``' ``encode_batch_fast`` on the same number of threads), over the whole run
 (``ratio``) and after the first micro-batch (``ratio_steady``):
@@ -31,17 +31,17 @@ import tokenizers
 from benchmarks.lanes import PipelineSpec, build_pipeline, consume
 from benchmarks.machine import describe_machine
 from benchmarks.publish import publish
+from benchmarks.text_corpus import DEFAULT_MAX_BYTES, build_text_corpus
 from benchmarks.timing import Stopwatch, Throughput, time_batches
 from benchmarks.workload import COUNT_BATCH, SEED, TOKENIZER_ID
-from demo.local_corpus import build_local_corpus
 from pipeline import Dataset, WorkSource, load_tokenizer
 from pipeline.tokenizer import HuggingFaceTokenizer, TiktokenTokenizer, TokenizerSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORK_DIR = REPO_ROOT / ".zephon" / "tokenizer_ratio"
 DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
-TEXT_DOMAINS = {"prose": "docs", "code": "code"}
-"""Text kind -> domain of the local corpus."""
+TEXT_KINDS = ("prose", "code")
+"""The kinds of text measured (:mod:`benchmarks.text_corpus`)."""
 SPEC = PipelineSpec(lanes=8, max_length=512, global_batch_size=64, microbatch_size=64)
 """The pipeline measured (parallelism and runner vary)."""
 REPS = 3
@@ -52,11 +52,13 @@ WORKER_THREAD_PREFIX = "zephon-tokenize"
 def open_text(
     text_kind: str, work_dir: Path, max_bytes_per_domain: int | None, tokenizer: str
 ) -> WorkSource:
-    """The plan over one domain of the local corpus (built once under ``work_dir``), calibrated."""
-    domain = TEXT_DOMAINS[text_kind]
-    corpus = build_local_corpus(work_dir / "corpus", max_bytes_per_domain=max_bytes_per_domain)
-    dataset = Dataset(domain, corpus[domain], cache_dir=work_dir / "cache")
-    source = WorkSource([dataset], {domain: 1.0}, seed=SEED)
+    """The plan over one kind of text (:mod:`benchmarks.text_corpus`, built once under
+    ``work_dir``), calibrated."""
+    shards = build_text_corpus(
+        work_dir / "text_corpus", text_kind, max_bytes_per_domain or DEFAULT_MAX_BYTES
+    )
+    dataset = Dataset(text_kind, [str(p) for p in shards], cache_dir=work_dir / "cache")
+    source = WorkSource([dataset], {text_kind: 1.0}, seed=SEED)
     source.calibrate(load_tokenizer(tokenizer))
     return source
 
@@ -267,7 +269,12 @@ def render_markdown(
 def main(argv: list[str] | None = None) -> int:
     """CLI: measure every combination, print the table, write the JSON and markdown."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="pipeline steps per run")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=200,
+        help="pipeline steps per run (200 x 64 x 512 tokens: less than either text holds)",
+    )
     parser.add_argument("--reps", type=int, default=REPS)
     parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
     parser.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS_DIR)
@@ -291,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             work_dir=args.work_dir,
             tokenizer=args.tokenizer,
         )
-        for text_kind in TEXT_DOMAINS
+        for text_kind in TEXT_KINDS
         for parallelism in (1, 2)
         for runner in args.runners.split(",")
     ]

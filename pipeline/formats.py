@@ -114,7 +114,8 @@ class ShardIndex:
     def load(cls, table_path: Path, meta_path: Path) -> ShardIndex:
         """Read an index written by ``save``, its table memory-mapped."""
         meta = json.loads(meta_path.read_bytes())
-        table = np.load(table_path, mmap_mode="r", allow_pickle=False)
+        # A plain ndarray view of the map: slicing a np.memmap runs Python code per view.
+        table = np.asarray(np.load(table_path, mmap_mode="r", allow_pickle=False))
         if table.ndim != 2 or table.shape[1] != 3 or table.dtype != np.int64:
             raise ValueError(f"{table_path}: not a shard index table")
         return cls(table, meta["skipped"], meta["examples"], (table_path, meta_path))

@@ -225,7 +225,7 @@ class Dataset:
             f.name: f for f in (JsonlFormat(), TextFormat(), ParquetFormat())
         }
         self._locks = [threading.Lock() for _ in range(_INDEX_LOCKS + 1)]  # the last: whole
-        self._handles: OrderedDict[int, Any] = OrderedDict()
+        self._handles: OrderedDict[int, tuple[Any, io.CopyPin | None]] = OrderedDict()
         self._handles_lock = threading.Lock()
 
     # -- shards: metadata without reading, indexes on first use -----------------
@@ -452,10 +452,7 @@ class Dataset:
         shard = self._shards[s]
         try:
             if shard.remote:
-                try:
-                    local = self._io.local_copy(str(shard.source))
-                except DataError as e:
-                    raise DataError(f"dataset {self.name!r}: {e}") from e
+                local, pin = self._pin_remote_copy(shard)  # held while it is indexed
                 st = os.stat(local)
                 fp = io.content_sha256(local)  # verified by local_copy
             else:
@@ -564,26 +561,46 @@ class Dataset:
     # -- reading ---------------------------------------------------------------
 
     def _open_shard_handle(self, s: int, state: _IndexedShard) -> Any:
-        """Open handle of shard ``s`` (LRU-cached; evicted handles close once unused)."""
+        """Open handle of shard ``s`` (LRU-cached; evicted handles close once unused). A
+        remote shard's copy is pinned while its handle is open, so a size-limited cache
+        does not evict it (an evicted copy is fetched again, and must hold the same bytes)."""
         with self._handles_lock:
-            handle = self._handles.get(s)
-            if handle is not None:
+            opened = self._handles.get(s)
+            if opened is not None:
                 self._handles.move_to_end(s)
-                return handle
+                return opened[0]
+            shard = self._shards[s]
+            pin = None
             try:
-                st = os.stat(state.local_path)
-                if (st.st_size, st.st_mtime_ns) != state.stat:
-                    raise self._shard_changed_error(s, None)
-                handle = self._formats[self._shards[s].format].open(state.read_path)
+                if shard.remote and not shard.compression:
+                    copy, pin = self._pin_remote_copy(shard)
+                    if io.content_sha256(copy) != state.fingerprint:
+                        raise self._shard_changed_error(s, None)
+                    read_path = copy
+                elif shard.remote:  # read from its decompressed copy, named by its content
+                    read_path = state.read_path
+                else:
+                    st = os.stat(state.local_path)
+                    if (st.st_size, st.st_mtime_ns) != state.stat:
+                        raise self._shard_changed_error(s, None)
+                    read_path = state.read_path
+                handle = self._formats[shard.format].open(read_path)
             except OSError as e:
                 raise DataError(
                     f"dataset {self.name!r}: cannot open shard {self._shards[s].source}: {e}"
                 ) from e
-            self._handles[s] = handle
+            self._handles[s] = (handle, pin)
             if len(self._handles) > _MAX_OPEN_SHARDS:
-                # A reader still using the evicted handle keeps it alive until it is done.
+                # A reader still using the evicted handle keeps it alive until it is done;
+                # its copy's pin goes with it.
                 self._handles.popitem(last=False)
             return handle
+
+    def _pin_remote_copy(self, shard: _Shard) -> tuple[Path, io.CopyPin]:
+        try:
+            return self._io.pin(str(shard.source))
+        except DataError as e:
+            raise DataError(f"dataset {self.name!r}: {e}") from e
 
     def _shard_changed_error(self, s: int, row: int | None) -> DataError:
         what = f"shard {self._shards[s].source}"

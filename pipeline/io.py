@@ -38,7 +38,7 @@ _HTTP = {"http", "https"}
 # fs.info keys that change when a remote file changes, by fsspec backend.
 _ETAG_KEYS = ("ETag", "etag", "e_tag")
 _MODIFIED_KEYS = ("Last-Modified", "LastModified", "last_modified", "mtime", "updated")
-_CACHE_KEYS = {"enabled", "dir"}
+_CACHE_KEYS = {"enabled", "dir", "max_bytes"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,9 @@ class CacheOptions:
 
     enabled: bool = False
     dir: Path | None = None  # None: the Dataset's cache_dir
+    max_bytes: int | None = None
+    """Bytes of downloaded copies kept; the least recently used copies that no process
+    has in use are deleted past it (None: no limit)."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,16 @@ class IOOptions:
             raise ConfigError(
                 f'io_options["cache"]["dir"] must be a directory path or None, got {cache_dir!r}'
             )
-        return cls(CacheOptions(enabled, Path(cache_dir).expanduser() if cache_dir else None))
+        max_bytes = cache.get("max_bytes")
+        if max_bytes is not None and (
+            not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0
+        ):
+            raise ConfigError(
+                f'io_options["cache"]["max_bytes"] must be an integer >= 0 or None, got '
+                f"{max_bytes!r}"
+            )
+        directory = Path(cache_dir).expanduser() if cache_dir else None
+        return cls(CacheOptions(enabled, directory, max_bytes))
 
 
 def _check_keys(what: str, value: object, known: set[str]) -> None:
@@ -162,6 +174,7 @@ class ShardCache:
     def __init__(self, options: IOOptions, default_dir: Path) -> None:
         self.shared = options.cache.enabled
         self._dir = (options.cache.dir or default_dir) if self.shared else None
+        self.max_bytes = options.cache.max_bytes
 
     @property
     def root(self) -> Path:
@@ -181,17 +194,112 @@ class ShardCache:
         entry = self.root / "remote" / "urls" / f"{key}.json"
         copy = _find_reusable_copy(entry, remote)
         if copy is not None:
+            _mark_used(copy)
             return copy
         lock = self.root / "remote" / "locks" / f"{key}.lock"
         lock.parent.mkdir(parents=True, exist_ok=True)
         with open(lock, "ab") as f:  # closing the file releases the lock, as does dying
             fcntl.flock(f, fcntl.LOCK_EX)
             copy = _find_reusable_copy(entry, remote)
-            if copy is not None:
-                return copy
-            for stale in entry.parent.parent.glob(f".{key}.*.tmp"):
-                stale.unlink(missing_ok=True)
-            return _download_to_cache(fs, path, url, key, remote, entry)
+            if copy is None:
+                for stale in entry.parent.parent.glob(f".{key}.*.tmp"):
+                    stale.unlink(missing_ok=True)
+                copy = _download_to_cache(fs, path, url, key, remote, entry)
+            _mark_used(copy)
+        if self.max_bytes is not None:
+            evict_unused_copies(self.root / "remote", self.max_bytes, keep=copy)
+        return copy
+
+    def pin(self, url: str) -> tuple[Path, CopyPin]:
+        """A verified local copy of ``url`` (``local_copy``) and a pin that keeps the cache
+        from evicting it while the pin is alive (a shared ``flock`` on the copy)."""
+        for _ in range(3):  # a copy evicted between finding and pinning it is fetched again
+            copy = self.local_copy(url)
+            pin = CopyPin(copy)
+            if pin.holds(copy):
+                return copy, pin
+            pin.release()
+        raise DataError(
+            f"{url}: its cached copy was evicted three times while being opened; raise io_options['cache']['max_bytes']"
+        )
+
+
+class CopyPin:
+    """An open, shared-locked file descriptor of a cached copy: while it lives, eviction
+    (which takes the lock exclusively, without waiting) passes the copy by."""
+
+    fd = -1
+
+    def __init__(self, copy: Path) -> None:
+        try:
+            self.fd = os.open(copy, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        fcntl.flock(self.fd, fcntl.LOCK_SH)
+
+    def holds(self, copy: Path) -> bool:
+        """Whether the pinned file is still the one at ``copy`` (not evicted meanwhile)."""
+        if self.fd < 0:
+            return False
+        try:
+            return os.fstat(self.fd).st_ino == os.stat(copy).st_ino
+        except FileNotFoundError:
+            return False
+
+    def release(self) -> None:
+        """Unpin (closing the descriptor releases the lock); safe to call twice."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def _mark_used(copy: Path) -> None:
+    """Record a use of ``copy`` for least-recently-used eviction (``used/<name>``'s mtime;
+    the copy's own mtime is part of its verification and must not change)."""
+    marker = copy.parent / "used" / copy.name
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+
+
+def evict_unused_copies(remote_dir: Path, max_bytes: int, *, keep: Path | None = None) -> int:
+    """Delete the least recently used copies under ``remote_dir`` until they hold at most
+    ``max_bytes``, passing by ``keep`` and every copy some process has pinned; returns
+    the bytes deleted. Copies in use can keep the cache above ``max_bytes``."""
+    copies = [p for p in remote_dir.iterdir() if p.is_file() and _COPY.fullmatch(p.name)]
+    sizes = {p: p.stat().st_size for p in copies}
+    total = sum(sizes.values())
+
+    def last_used(copy: Path) -> float:
+        try:
+            return (copy.parent / "used" / copy.name).stat().st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+    freed = 0
+    for copy in sorted(copies, key=last_used):
+        if total - freed <= max_bytes:
+            break
+        if copy == keep:
+            continue
+        try:
+            fd = os.open(copy, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # pinned: in use by a reader
+        try:
+            copy.unlink(missing_ok=True)  # an entry naming it now reads as a miss
+            (copy.parent / "used" / copy.name).unlink(missing_ok=True)
+            freed += sizes[copy]
+        finally:
+            os.close(fd)
+    return freed
 
 
 def _resolve_filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:

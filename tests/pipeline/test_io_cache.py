@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import re
 import subprocess
@@ -347,7 +348,7 @@ def test_file_urls_are_read_in_place(shards, tmp_path: Path) -> None:
         ({"cahce": {}}, r"unknown keys \['cahce'\]; known keys: \['cache'\]"),
         (
             {"cache": {"enable": True}},
-            r"unknown keys \['enable'\]; known keys: \['dir', 'enabled'\]",
+            r"unknown keys \['enable'\]; known keys: \['dir', 'enabled', 'max_bytes'\]",
         ),
         ({"cache": {"enabled": "yes"}}, "must be True or False"),
         ({"cache": True}, r"io_options\[\"cache\"\] must be a dict"),
@@ -358,3 +359,39 @@ def test_bad_io_options_raise_config_error(tmp_path: Path, options, match: str) 
     (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
     with pytest.raises(ConfigError, match=f"dataset 'd': .*{match}"):
         Dataset("d", [str(tmp_path / "a.jsonl")], io_options=options)
+
+
+def test_a_size_limited_cache_evicts_the_least_recently_used_copies_not_in_use(
+    serve, tmp_path: Path
+) -> None:
+    server = serve()
+    files = [write_parquet(server.root / f"p{i}.parquet", texts(f"p{i}", 30)) for i in range(4)]
+    size = files[0].stat().st_size
+    urls = [server.url(f.name) for f in files]
+    limited = {"cache": {"enabled": True, "max_bytes": int(2.5 * size)}}
+    cache = tmp_path / "cache"
+    remote = cache / "remote"
+
+    def copies() -> set[str]:
+        return {p.name[:64] for p in remote.glob("*.parquet")}
+
+    reader = Dataset("d", urls[:2], cache_dir=cache, io_options=limited)
+    assert reader.read_records([0, 1 << 32]) == ["p0 doc 0 héllo ✓ ", "p1 doc 0 héllo ✓ "]
+    other = Dataset("d", urls[2:], cache_dir=cache, io_options=limited)
+    other.read_records([0])
+    # p0 and p1 are open in `reader`: the cache stays above its limit rather than evict them
+    assert copies() == {sha256(f) for f in files[:3]}
+    del reader
+    gc.collect()
+    other.read_records([1 << 32])  # downloads p3, evicts the oldest copies no longer in use
+    assert copies() == {sha256(f) for f in files[2:]}
+    assert sum(p.stat().st_size for p in remote.glob("*.parquet")) <= 2.5 * size
+    again = Dataset("d", urls[:1], cache_dir=cache, io_options=limited)
+    assert again.read_records([3]) == [texts("p0", 30)[3]]  # fetched again, same bytes
+    assert server.gets().count("/p0.parquet") == 2
+
+
+@pytest.mark.parametrize("max_bytes", [-1, "1GB", True])
+def test_a_bad_cache_limit_is_refused(tmp_path: Path, max_bytes: object) -> None:
+    with pytest.raises(ConfigError, match=r'\["max_bytes"\] must be an integer >= 0'):
+        IOOptions.parse({"cache": {"enabled": True, "max_bytes": max_bytes}})

@@ -452,7 +452,7 @@ class Dataset:
         shard = self._shards[s]
         try:
             if shard.remote:
-                local, pin = self._pin_remote_copy(shard)  # held while it is indexed
+                local, _pin = self._pin_remote_copy(shard)  # pinned until indexed
                 st = os.stat(local)
                 fp = io.content_sha256(local)  # verified by local_copy
             else:

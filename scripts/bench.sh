@@ -5,8 +5,10 @@
 # (latest-quick.* with --quick). `--decisions [OPTIONS]` runs the decisions-against-noise
 # benchmark (benchmarks/decisions.py), `--cores` start-up, the main job's CPU use and the
 # pipeline's speed (benchmarks/cores.py), `--tokenizers [SPEC]` the pipeline with a Hugging
-# Face tokenizer against raw `tokenizers`. `--dp-spread [OPTIONS]` runs the dp-spread benchmark,
-# `python -m benchmarks.dp_spread [OPTIONS]`, instead. See benchmarks/README.md.
+# Face tokenizer against raw `tokenizers`, `--corpus-scale [OPTIONS]` the first batch's cost
+# as the corpus grows, order v1 against v2 (benchmarks/corpus_scale.py). `--dp-spread
+# [OPTIONS]` runs the dp-spread benchmark, `python -m benchmarks.dp_spread [OPTIONS]`,
+# instead. See benchmarks/README.md.
 # Safe to re-run: the install is skipped while .venv/.zephon-bench-installed holds the
 # sha256 of pyproject.toml.
 set -euo pipefail
@@ -46,6 +48,13 @@ if [[ "${1:-}" == "--cores" ]]; then
     # (benchmarks/cores.py; ~8 min on 2 cores): benchmarks/results/cores.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.cores "$@"
+fi
+if [[ "${1:-}" == "--corpus-scale" ]]; then
+    # Time, memory and reads to the first batch of a lane pipeline over synthetic corpora of
+    # 1M to 100M records (16 to 100,000 shards), order v1 against v2, cold and warm
+    # (benchmarks/corpus_scale.py; --quick ~1 min): benchmarks/results/corpus_scale.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.corpus_scale "$@"
 fi
 if [[ "${1:-}" == "--decisions" ]]; then
     # A/A and planted A/B sweeps under several seeds: how often a decision is noise

@@ -6,7 +6,8 @@
 # benchmark (benchmarks/decisions.py), `--cores` start-up, the main job's CPU use and the
 # pipeline's speed (benchmarks/cores.py), `--tokenizers [SPEC]` the pipeline with a Hugging
 # Face tokenizer against raw `tokenizers`, `--corpus-scale [OPTIONS]` the first batch's cost
-# as the corpus grows, order v1 against v2 (benchmarks/corpus_scale.py). `--dp-spread
+# as the corpus grows, order v1 against v2 (benchmarks/corpus_scale.py), `--order-quality`
+# how well each order mixes shards and keeps the shares (benchmarks/order_quality.py). `--dp-spread
 # [OPTIONS]` runs the dp-spread benchmark, `python -m benchmarks.dp_spread [OPTIONS]`,
 # instead. See benchmarks/README.md.
 # Safe to re-run: the install is skipped while .venv/.zephon-bench-installed holds the
@@ -55,6 +56,13 @@ if [[ "${1:-}" == "--corpus-scale" ]]; then
     # (benchmarks/corpus_scale.py; --quick ~1 min): benchmarks/results/corpus_scale.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.corpus_scale "$@"
+fi
+if [[ "${1:-}" == "--order-quality" ]]; then
+    # The record order's quality, v2 beside v1: distinct shards in every 1,000 records of a
+    # lane and each dataset's share of every step's tokens (benchmarks/order_quality.py;
+    # ~20 s): benchmarks/results/order_quality.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.order_quality "$@"
 fi
 if [[ "${1:-}" == "--decisions" ]]; then
     # A/A and planted A/B sweeps under several seeds: how often a decision is noise

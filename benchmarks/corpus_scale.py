@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.machine import describe_machine
-from benchmarks.noise import NOISY_PERCENT, POLL_S, QUIET_PERCENT, SAMPLE_S, machine_load_percent
+from benchmarks.noise import NOISY_PERCENT, QUIET_PERCENT, NoiseGuard
 from benchmarks.publish import publish
 from benchmarks.timing import machine_busy_seconds
 
@@ -380,38 +380,8 @@ def run_child(params_file: Path, timeout_s: float, function: str = "child") -> d
     }
 
 
-@dataclass
-class Quiet:
-    """Waits for a quiet machine before each measured child and runs a disturbed one again
-    (other processes above ``NOISY_PERCENT`` of the machine), within ``budget_s`` a run."""
-
-    budget_s: float
-    spent_s: float = 0.0
-
-    def wait(self) -> None:
-        while self.spent_s < self.budget_s:
-            load = machine_load_percent()
-            if load is None or load <= QUIET_PERCENT:
-                return
-            time.sleep(POLL_S)
-            self.spent_s += POLL_S + SAMPLE_S
-
-    def measure(self, run: Any) -> dict[str, Any]:
-        """``run()`` (a child's output) until undisturbed or the budget is spent."""
-        discarded: list[float] = []
-        while True:
-            self.wait()
-            began = time.perf_counter()
-            out = run()
-            load = out.get("other_load_percent")
-            if load is None or load <= NOISY_PERCENT or self.spent_s >= self.budget_s:
-                return {**out, "attempts": len(discarded) + 1, "discarded_loads": discarded}
-            self.spent_s += time.perf_counter() - began
-            discarded.append(load)
-
-
 def measure_order(
-    corpus: Corpus, order: str, root: Path, timeout_s: float, warm_reps: int, quiet: Quiet
+    corpus: Corpus, order: str, root: Path, timeout_s: float, warm_reps: int, quiet: NoiseGuard
 ) -> dict[str, Any]:
     """Cold (the order's cache dir emptied) then ``warm_reps`` warm children; warm figures
     are the medians of the warm runs."""
@@ -1052,7 +1022,7 @@ def main(argv: list[str] | None = None) -> int:
         "warm_reps": args.warm_reps,
         "corpora": [],
     }
-    quiet = Quiet(budget)
+    quiet = NoiseGuard(budget, load_of=lambda out: out.get("other_load_percent"))
     metadata: list[dict[str, Any]] = []
     for corpus in plan_corpora(scales, args.quick, probe_shards):
         mine = [o for o in orders if not (corpus.role == "probe" and o == "v1")]

@@ -36,12 +36,19 @@ def machine_load_percent() -> float | None:
     return 100 * (after - before) / (SAMPLE_S * (os.cpu_count() or 1))
 
 
+def child_result_load(output: dict[str, Any]) -> float | None:
+    """The other load a child measurement saw (``benchmarks.child``'s output), if it ran."""
+    return output.get("result", {}).get("other_load_percent") if output["ok"] else None
+
+
 @dataclass
 class NoiseGuard:
     """Waits for quiet and repeats disturbed measurements, within ``budget_s`` per run."""
 
     budget_s: float
     spent_s: float = 0.0
+    load_of: Callable[[dict[str, Any]], float | None] = child_result_load
+    """Reads the other load a measurement's output saw (None: not known)."""
 
     def _wait_quiet(self) -> None:
         while self.spent_s < self.budget_s:
@@ -59,7 +66,7 @@ class NoiseGuard:
             self._wait_quiet()
             start = time.monotonic()
             output = run()
-            load = output.get("result", {}).get("other_load_percent") if output["ok"] else None
+            load = self.load_of(output)
             if load is None or load <= NOISY_PERCENT or self.spent_s >= self.budget_s:
                 return {**output, "attempts": len(discarded) + 1, "discarded_loads": discarded}
             self.spent_s += time.monotonic() - start

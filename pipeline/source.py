@@ -25,7 +25,7 @@ from pipeline.errors import ConfigError, StateError
 from pipeline.io import atomic_write
 from pipeline.mixture import Mixture, earliest_finish
 from pipeline.order import DatasetOrder, GlobalPermutationOrder, OrderVersion, ShardWindowOrder
-from pipeline.order.base import CALIBRATION_STREAM, MIN_HOLDOUT_DOCS
+from pipeline.order.base import CALIBRATION_STREAM, MIN_HOLDOUT_DOCS, OrderSettings
 from pipeline.stages.tokenize import WorkChunk
 from pipeline.tokenizer import Tokenizer
 
@@ -126,15 +126,17 @@ class WorkSource:
         self._lock = threading.Lock()
 
     def _make_order(self, dataset: Dataset) -> DatasetOrder:
-        common = {
-            "holdout_docs": self.holdout_docs,
-            "holds_out": self.holdout_bytes > 0,
-            "calibration_bytes": self.calibration_bytes,
-            "max_calibration_records": _MAX_CALIBRATION_RECORDS,
-        }
+        settings = OrderSettings(
+            seed=self.seed,
+            holdout_docs=self.holdout_docs,
+            holds_out=self.holdout_bytes > 0,
+            calibration_bytes=self.calibration_bytes,
+            max_calibration_records=_MAX_CALIBRATION_RECORDS,
+            shard_window=self.shard_window,
+        )
         if self.order is OrderVersion.V1:
-            return GlobalPermutationOrder(dataset, self.seed, **common)
-        return ShardWindowOrder(dataset, self.seed, shard_window=self.shard_window, **common)
+            return GlobalPermutationOrder(dataset, settings)
+        return ShardWindowOrder(dataset, settings)
 
     # -- plan contract -------------------------------------------------------------------------
 

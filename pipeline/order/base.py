@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
@@ -47,31 +48,37 @@ def holdout_count(dataset: Dataset, records: int, holdout_docs: int) -> int:
     return take
 
 
+@dataclass(frozen=True)
+class OrderSettings:
+    """What every dataset's order of one plan shares (fields of the data contract)."""
+
+    seed: int
+    """The plan's seed."""
+    holdout_docs: int
+    """``K``: documents held out per dataset (at most a quarter of the candidates)."""
+    holds_out: bool
+    """Whether documents are held out at all (``holdout_bytes > 0``)."""
+    calibration_bytes: int
+    """Bytes of the calibration sample."""
+    max_calibration_records: int
+    """Records of the calibration sample, at most."""
+    shard_window: int
+    """Order v2: the fewest shards whose records are permuted together."""
+
+
 class DatasetOrder(ABC):
     """One dataset's records as the plan sees them: an endless stream of epochs of training
     records (position ``p`` -> record key), the held-out records and the calibration sample.
 
-    Every answer is a pure function of the dataset's content, its name and ``seed``.
+    Every answer is a pure function of the dataset's content, its name and the settings.
     """
 
     version: OrderVersion
 
-    def __init__(
-        self,
-        dataset: Dataset,
-        seed: int,
-        *,
-        holdout_docs: int,
-        holds_out: bool,
-        calibration_bytes: int,
-        max_calibration_records: int,
-    ) -> None:
+    def __init__(self, dataset: Dataset, settings: OrderSettings) -> None:
         self.dataset = dataset
-        self.seed = seed
-        self.holdout_docs = holdout_docs
-        self.holds_out = holds_out
-        self.calibration_bytes = calibration_bytes
-        self.max_calibration_records = max_calibration_records
+        self.settings = settings
+        self.seed = settings.seed
         self.name_key = name_key(dataset.name)
 
     @abstractmethod

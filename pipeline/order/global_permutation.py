@@ -34,10 +34,10 @@ class GlobalPermutationOrder(DatasetOrder):
         return self.dataset.global_keys(self._heldout_ids())
 
     def _heldout_ids(self) -> np.ndarray:
-        if not self.holds_out:
+        if not self.settings.holds_out:
             return np.zeros(0, dtype=np.int64)
         n = self.dataset.num_records
-        take = holdout_count(self.dataset, n, self.holdout_docs)
+        take = holdout_count(self.dataset, n, self.settings.holdout_docs)
         order = np.random.default_rng([HOLDOUT_STREAM, self.name_key]).permutation(n)
         return order[:take].astype(np.int64)
 
@@ -49,8 +49,8 @@ class GlobalPermutationOrder(DatasetOrder):
         )
         cumulative = np.cumsum(ds.record_bytes[order])
         take = min(
-            int(np.searchsorted(cumulative, self.calibration_bytes)) + 1,
-            self.max_calibration_records,
+            int(np.searchsorted(cumulative, self.settings.calibration_bytes)) + 1,
+            self.settings.max_calibration_records,
         )
         return ds.global_keys(order[:take])
 

@@ -26,6 +26,7 @@ from pipeline.order.base import (
     CALIBRATION_STREAM,
     HOLDOUT_STREAM,
     DatasetOrder,
+    OrderSettings,
     OrderVersion,
     holdout_count,
 )
@@ -52,28 +53,11 @@ class ShardWindowOrder(DatasetOrder):
 
     version = OrderVersion.V2
 
-    def __init__(
-        self,
-        dataset: Dataset,
-        seed: int,
-        *,
-        holdout_docs: int,
-        holds_out: bool,
-        calibration_bytes: int,
-        max_calibration_records: int,
-        shard_window: int,
-    ) -> None:
-        super().__init__(
-            dataset,
-            seed,
-            holdout_docs=holdout_docs,
-            holds_out=holds_out,
-            calibration_bytes=calibration_bytes,
-            max_calibration_records=max_calibration_records,
-        )
-        self.shard_window = shard_window
+    def __init__(self, dataset: Dataset, settings: OrderSettings) -> None:
+        super().__init__(dataset, settings)
+        self.shard_window = settings.shard_window
         shards = dataset.num_shards
-        blocks = max(1, shards // shard_window)
+        blocks = max(1, shards // settings.shard_window)
         self._bounds = [b * shards // blocks for b in range(blocks + 1)]
         self._lock = threading.RLock()
         self._heldout: tuple[np.ndarray, dict[int, np.ndarray]] | None = None
@@ -103,7 +87,7 @@ class ShardWindowOrder(DatasetOrder):
             return self._heldout
 
     def _select_heldout(self) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-        if not self.holds_out:
+        if not self.settings.holds_out:
             return np.zeros(0, dtype=np.int64), {}
         ds = self.dataset
         order = np.random.default_rng([HOLDOUT_STREAM, self.name_key]).permutation(ds.num_shards)
@@ -111,9 +95,9 @@ class ShardWindowOrder(DatasetOrder):
         for shard in order.tolist():
             pool.append(shard)
             prefix.append(prefix[-1] + ds.shard_records(shard))
-            if prefix[-1] >= 4 * self.holdout_docs:
+            if prefix[-1] >= 4 * self.settings.holdout_docs:
                 break
-        take = holdout_count(ds, prefix[-1], self.holdout_docs)
+        take = holdout_count(ds, prefix[-1], self.settings.holdout_docs)
         picks = IndexPermutation(prefix[-1], [HOLDOUT_STREAM, self.name_key, 2]).take(take)
         shards, rows = [], []
         for q in picks:
@@ -136,7 +120,7 @@ class ShardWindowOrder(DatasetOrder):
 
     def _select_calibration(self) -> np.ndarray:
         ds = self.dataset
-        budget = self.calibration_bytes
+        budget = self.settings.calibration_bytes
         quota = max(1, budget // CALIBRATION_SHARDS)
         order = np.random.default_rng([self.name_key, CALIBRATION_STREAM, 2]).permutation(
             ds.num_shards
@@ -153,9 +137,13 @@ class ShardWindowOrder(DatasetOrder):
                 keys.append((shard << RECORD_KEY_SHIFT) | row)
                 taken += size
                 total += size
-                if taken >= quota or total >= budget or len(keys) >= self.max_calibration_records:
+                if (
+                    taken >= quota
+                    or total >= budget
+                    or len(keys) >= self.settings.max_calibration_records
+                ):
                     break
-            if total >= budget or len(keys) >= self.max_calibration_records:
+            if total >= budget or len(keys) >= self.settings.max_calibration_records:
                 break
         return np.array(keys, dtype=np.int64)
 

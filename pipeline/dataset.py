@@ -53,6 +53,7 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _MAX_OPEN_SHARDS = 64  # bounds open file descriptors for datasets with many shards
 _INDEX_LOCKS = 64  # shards are indexed under one of this many locks (striped by shard)
+_MAX_MAPPED_INDEXES = 512  # bounds memory maps (the kernel allows ~65,000 a process)
 # A file modified within this window may be modified again without its
 # (size, mtime) changing, so its fingerprint is not put in the stat cache.
 _RACY_NS = 2_000_000_000
@@ -114,13 +115,16 @@ class ShardMetadata:
 
 @dataclass(frozen=True)
 class _IndexedShard:
-    """What indexing one shard produces; built once, then read-only."""
+    """What indexing one shard established, kept for the dataset's life (a few fields a
+    shard); the index itself is mapped on demand and only a bounded number stay mapped."""
 
     fingerprint: str  # SHA-256 of the shard's raw bytes
     local_path: Path  # the shard itself, or the local copy of a remote shard
     stat: tuple[int, int]  # (size, mtime_ns) of local_path when indexed
     read_path: Path  # the local path, or its decompressed copy
-    index: ShardIndex
+    records: int  # usable records
+    skipped: dict[str, int]  # bad records by reason
+    examples: dict[str, list[int]]  # the first lines of each reason
 
 
 @dataclass(frozen=True)
@@ -211,7 +215,7 @@ class Dataset:
         the shards it had not reached themselves.
         """
         state = self.__dict__.copy()
-        for transient in ("_formats", "_locks", "_handles", "_handles_lock"):
+        for transient in ("_formats", "_locks", "_handles", "_handles_lock", "_mapped"):
             state.pop(transient)
         return state
 
@@ -227,6 +231,7 @@ class Dataset:
         self._locks = [threading.Lock() for _ in range(_INDEX_LOCKS + 1)]  # the last: whole
         self._handles: OrderedDict[int, tuple[Any, io.CopyPin | None]] = OrderedDict()
         self._handles_lock = threading.Lock()
+        self._mapped: OrderedDict[int, ShardIndex] = OrderedDict()  # LRU, under _handles_lock
 
     # -- shards: metadata without reading, indexes on first use -----------------
 
@@ -269,12 +274,31 @@ class Dataset:
         return hashlib.sha256(json.dumps(canonical).encode()).hexdigest()
 
     def shard_index(self, shard: int) -> ShardIndex:
-        """The index of one shard, built (or mapped from the cache) at its first use."""
-        return self._index_of(shard).index
+        """The index of one shard, built (or mapped from the cache) at its first use; the
+        least recently used of more than 512 are unmapped and mapped again when asked for."""
+        with self._handles_lock:
+            index = self._mapped.get(shard)
+            if index is not None:
+                self._mapped.move_to_end(shard)
+                return index
+        state = self._index_of(shard)
+        with self._handles_lock:
+            index = self._mapped.get(shard)
+        if index is None:
+            index = self._shard_index(self._shards[shard], state.fingerprint, state.read_path)
+            self._keep_mapped(shard, index)
+        return index
+
+    def _keep_mapped(self, shard: int, index: ShardIndex) -> None:
+        with self._handles_lock:
+            self._mapped[shard] = index
+            self._mapped.move_to_end(shard)
+            while len(self._mapped) > _MAX_MAPPED_INDEXES:
+                self._mapped.popitem(last=False)
 
     def shard_records(self, shard: int) -> int:
-        """Usable records of one shard (indexes it)."""
-        return len(self._index_of(shard).index)
+        """Usable records of one shard (indexes it; known without mapping it later)."""
+        return self._index_of(shard).records
 
     def shard_fingerprint(self, shard: int) -> str:
         """SHA-256 of one shard's raw bytes (computed when it is first read)."""
@@ -296,7 +320,7 @@ class Dataset:
     def text_bytes_of(self, key: int) -> int:
         """UTF-8 byte length of one record's text (the plan's per-draw lookup)."""
         shard, row = int(key) >> RECORD_KEY_SHIFT, int(key) & _ROW_MASK
-        return int(self._index_of(shard).index.table[row, 2])
+        return int(self.shard_index(shard).table[row, 2])
 
     def pointer(self, key: int) -> RecordPointer:
         """Pointer of the record with key ``key``."""
@@ -316,7 +340,7 @@ class Dataset:
                 raise IndexError(f"dataset {self.name!r}: shard {s} out of range")
             positions = np.flatnonzero(shards == s)
             state = self._index_of(s)
-            index = state.index
+            index = self.shard_index(s)
             wanted = rows[positions]
             if wanted.size and int(wanted.max()) >= len(index):
                 raise IndexError(
@@ -378,13 +402,13 @@ class Dataset:
         ``empty_shards`` counts indexed shards without usable records; Parquet
         examples give 1-based row numbers instead of lines.
         """
-        indexed = [(self._shards[s], st.index) for s, st in enumerate(self._indexed) if st]
+        indexed = [(self._shards[s], st) for s, st in enumerate(self._indexed) if st]
         skipped, examples = self._skip_summary(indexed)
         return {
-            "records": sum(len(index) for _, index in indexed),
+            "records": sum(st.records for _, st in indexed),
             "shards": len(self._shards),
             "shards_indexed": len(indexed),
-            "empty_shards": sum(len(index) == 0 for _, index in indexed),
+            "empty_shards": sum(st.records == 0 for _, st in indexed),
             "skipped": skipped,
             "examples": examples,
         }
@@ -402,9 +426,10 @@ class Dataset:
         return whole
 
     def _number_globally(self, states: list[_IndexedShard]) -> _WholeDataset:
-        counts = np.array([len(st.index) for st in states], dtype=np.int64)
+        counts = np.array([st.records for st in states], dtype=np.int64)
         record_bytes = np.concatenate(
-            [np.zeros(0, np.int64)] + [np.asarray(st.index.text_bytes) for st in states]
+            [np.zeros(0, np.int64)]
+            + [np.asarray(self.shard_index(s).text_bytes) for s in range(len(states))]
         ).astype(np.int64)
         record_bytes.flags.writeable = False  # shared with every caller
         canonical = [
@@ -413,9 +438,7 @@ class Dataset:
             [[s.format, st.fingerprint] for s, st in zip(self._shards, states, strict=True)],
         ]
         if counts.sum() == 0:
-            skipped, _ = self._skip_summary(
-                [(s, st.index) for s, st in zip(self._shards, states, strict=True)]
-            )
+            skipped, _ = self._skip_summary(list(zip(self._shards, states, strict=True)))
             raise DataError(
                 f"dataset {self.name!r} has no usable records ({len(self._shards)} files; "
                 f"skipped: {skipped}); check `field=` and the files"
@@ -479,7 +502,16 @@ class Dataset:
                 "shard read",
                 stacklevel=3,
             )
-        return _IndexedShard(fp, local, (st.st_size, st.st_mtime_ns), read_path, index)
+        self._keep_mapped(s, index)
+        return _IndexedShard(
+            fp,
+            local,
+            (st.st_size, st.st_mtime_ns),
+            read_path,
+            len(index),
+            index.skipped,
+            index.examples,
+        )
 
     def _check_unchanged_since_plan(self, s: int, st: os.stat_result) -> None:
         """A shard must be read as the plan saw it: its size (and a local file's version)."""
@@ -545,7 +577,7 @@ class Dataset:
 
     @staticmethod
     def _skip_summary(
-        indexed: Sequence[tuple[_Shard, ShardIndex]],
+        indexed: Sequence[tuple[_Shard, ShardIndex | _IndexedShard]],
     ) -> tuple[dict[str, int], dict[str, list[str]]]:
         skipped: dict[str, int] = {}
         examples: dict[str, list[str]] = {}

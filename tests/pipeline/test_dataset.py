@@ -477,3 +477,17 @@ def test_concurrent_reads_match_serial(tmp_path: Path) -> None:
         t.join()
     assert errors == []
     assert [results[i] for i in range(len(batches))] == serial
+
+
+def test_a_bounded_number_of_indexes_stays_mapped(tmp_path: Path, monkeypatch) -> None:
+    """A run that reads 100,000 shards must not hold 100,000 memory maps (the kernel's
+    limit is ~65,000): the least recently used indexes are unmapped and mapped again."""
+    monkeypatch.setattr(dataset_module, "_MAX_MAPPED_INDEXES", 3)
+    for s in range(8):
+        write_jsonl(tmp_path / f"s{s}.jsonl", [{"text": f"shard {s} record {i}"} for i in range(5)])
+    ds = make(tmp_path, str(tmp_path / "s*.jsonl"))
+    keys = [(s << 32) | 2 for s in range(8)] * 2
+    assert ds.read_records(keys) == [f"shard {s} record 2" for s in range(8)] * 2
+    assert len(ds._mapped) == 3 and ds.report()["shards_indexed"] == 8
+    assert [ds.shard_records(s) for s in range(8)] == [5] * 8
+    assert ds.record_text_bytes([(7 << 32) | 4, 4]).tolist() == [len("shard 7 record 4")] * 2

@@ -163,7 +163,12 @@ class WorkSource:
             "holdout_docs": self.holdout_docs,
         }
         if self.order is not OrderVersion.V1:
-            contract["order"] = {"version": str(self.order), "shard_window": self.shard_window}
+            # v2's lane phases use the calibration sample's mean cost: its size is contract.
+            contract["order"] = {
+                "version": str(self.order),
+                "shard_window": self.shard_window,
+                "calibration_bytes": self.calibration_bytes,
+            }
         return contract
 
     # -- calibration ---------------------------------------------------------------------------
@@ -337,6 +342,9 @@ class LanePlan:
             self._chunk = int(state["chunk"])
             self._drawn = [int(state["drawn"][n]) for n in names]
             self._tokens = [int(state["tokens"][n]) for n in names]
+            for name, order in zip(names, self._orders, strict=True):
+                if name in state.get("cursors", {}):  # order v2: no counting of passed shards
+                    order.adopt_cursor(state["cursors"][name])
         self._names = names
         self._offsets = source.lane_offsets(lane, num_lanes)
         self._start = source.lane_start(lane, num_lanes)
@@ -349,12 +357,22 @@ class LanePlan:
         ]
 
     def state(self) -> dict[str, Any]:
-        """JSON-serialisable position of the plan (before the next chunk)."""
-        return {
+        """JSON-serialisable position of the plan (before the next chunk), with each order's
+        cursor where it has one (v2: the block of the next draw, so a restore indexes no
+        shard it has passed)."""
+        state: dict[str, Any] = {
             "chunk": self._chunk,
             "drawn": dict(zip(self._names, self._drawn, strict=True)),
             "tokens": dict(zip(self._names, self._tokens, strict=True)),
         }
+        cursors = {}
+        for name, order, drawn in zip(self._names, self._orders, self._drawn, strict=True):
+            cursor = order.cursor(drawn * self.num_lanes + self.lane)
+            if cursor is not None:
+                cursors[name] = cursor
+        if cursors:
+            state["cursors"] = cursors
+        return state
 
     def next_chunk(self) -> WorkChunk | None:
         """Plan the next chunk, or return None when every dataset of the lane is exhausted."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
 
 from pipeline.dataset import Dataset
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, StateError
 
 CALIBRATION_STREAM = 0xCA1B
 HOLDOUT_STREAM = 0x4E1D
@@ -113,6 +114,18 @@ class DatasetOrder(ABC):
     def mean_cost(self, tokens_per_byte: float) -> float:
         """``cbar_d``, the mean estimated record cost the lane phases use: an exact integer
         sum over a count, so the same float on every machine."""
+
+    def cursor(self, position: int) -> list[int] | None:
+        """What a saved plan state needs to place ``position`` again cheaply (JSON ints), or
+        None when the order needs nothing (v1) or the position is past a stopping end."""
+        return None
+
+    def adopt_cursor(self, cursor: Sequence[int]) -> None:
+        """Take a cursor saved by :meth:`cursor` (in another process) before placing."""
+        raise StateError(
+            f"dataset {self.dataset.name!r}: a plan state holds a cursor {list(cursor)}, which "
+            f"order {self.version} never saves; the state belongs to another data contract"
+        )
 
     @abstractmethod
     def estimated_text_bytes(self) -> float:

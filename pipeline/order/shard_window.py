@@ -16,6 +16,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +64,8 @@ class ShardWindowOrder(DatasetOrder):
         self._heldout: tuple[np.ndarray, dict[int, np.ndarray]] | None = None
         self._calibration: np.ndarray | None = None
         self._epoch_shards: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._block_starts: dict[int, list[int]] = {}  # per epoch, blocks counted so far + end
+        # per epoch: known block starts, (blocks, starts) sorted by block (starts ascend too)
+        self._block_starts: dict[int, tuple[list[int], list[int]]] = {}
         self._blocks: OrderedDict[tuple[int, int], _Block] = OrderedDict()
         self._total: int | None = None  # training records of an epoch, once all are counted
         self._ahead: set[tuple[int, int]] = set()
@@ -185,11 +187,9 @@ class ShardWindowOrder(DatasetOrder):
     def key_at(self, position: int) -> int:
         """Epoch, block, permuted record of the block, its shard and training row."""
         with self._lock:
-            epoch, offset = self._locate_epoch(position)
-            starts = self._starts_covering(epoch, offset)
-            b = bisect.bisect_right(starts, offset) - 1
+            epoch, b, start = self._locate(position)
             block = self._block(epoch, b)
-            q = block.permutation[offset - starts[b]]
+            q = block.permutation[position - epoch * (self._total or 0) - start]
             j = bisect.bisect_right(block.prefix, q) - 1
             shard = int(block.shards[j])
             row = self._training_row(shard, q - block.prefix[j])
@@ -201,31 +201,74 @@ class ShardWindowOrder(DatasetOrder):
         with self._lock:
             if self._total is not None:
                 return position < self._total
-            return position < self._starts_covering(0, position)[-1]
+            return self._find_block(0, position) is not None
 
-    def _locate_epoch(self, position: int) -> tuple[int, int]:
-        if self._total is None and position < self._starts_covering(0, position)[-1]:
-            return 0, position
-        assert self._total is not None  # counted every block of epoch 0 above
+    def cursor(self, position: int) -> list[int] | None:
+        """``[epoch, block, block start, records of an epoch or -1]`` of ``position``: what a
+        restored plan needs to place it without counting the blocks before it."""
+        with self._lock:
+            if self._total is None and self._find_block(0, position) is None:
+                return None  # past the end of a dataset that stops after epoch 0
+            epoch, b, start = self._locate(position)
+            return [epoch, b, start, -1 if self._total is None else self._total]
+
+    def adopt_cursor(self, cursor: Sequence[int]) -> None:
+        """Take a block's start (and the epoch's size) from a saved plan state."""
+        epoch, b, start, total = (int(v) for v in cursor)
+        with self._lock:
+            self._add_block_start(epoch, b, start)
+            if total >= 0:
+                self._total = total
+
+    def _locate(self, position: int) -> tuple[int, int, int]:
+        """``(epoch, block, start of the block in its epoch)`` of a stream position."""
+        if self._total is None:
+            found = self._find_block(0, position)
+            if found is not None:
+                return 0, found[0], found[1]
+        assert self._total is not None  # every block of epoch 0 was counted just above
         if self._total == 0:
             raise DataError(
                 f"dataset {self.dataset.name!r} has no usable training records "
                 f"({self.dataset.num_shards} files; {self.dataset.report()['skipped']} "
                 "skipped); check `field=` and the files"
             )
-        return divmod(position, self._total)
+        epoch, offset = divmod(position, self._total)
+        found = self._find_block(epoch, offset)
+        assert found is not None, f"offset {offset} lies in an epoch of {self._total} records"
+        return epoch, found[0], found[1]
 
-    def _starts_covering(self, epoch: int, offset: int) -> list[int]:
-        """Block starts of ``epoch``, counted until one block covers ``offset`` (or all)."""
-        starts = self._block_starts.setdefault(epoch, [0])
-        blocks = len(self._bounds) - 1
-        while starts[-1] <= offset and len(starts) <= blocks:
-            b = len(starts) - 1
-            shards = self._shards_of_block(epoch, b)
-            starts.append(starts[-1] + sum(self._training_count(int(s)) for s in shards))
-        if len(starts) > blocks and self._total is None:
-            self._total = starts[-1]
-        return starts
+    def _find_block(self, epoch: int, offset: int) -> tuple[int, int] | None:
+        """The block of ``epoch`` holding ``offset`` and its start, counting blocks forward
+        from the last known start before it; None past the epoch's end (which sets the
+        epoch's size)."""
+        blocks, starts = self._block_starts.setdefault(epoch, ([0], [0]))
+        i = bisect.bisect_right(starts, offset) - 1
+        b, start = blocks[i], starts[i]
+        last = len(self._bounds) - 1
+        while b < last:
+            if i + 1 < len(blocks) and blocks[i + 1] == b + 1:
+                end = starts[i + 1]
+            else:
+                shards = self._shards_of_block(epoch, b)
+                end = start + sum(self._training_count(int(s)) for s in shards)
+                self._add_block_start(epoch, b + 1, end)
+            if offset < end:
+                return b, start
+            i = bisect.bisect_left(blocks, b + 1)
+            b, start = b + 1, end
+        if self._total is None:
+            self._total = start  # the start of the block past the last: the epoch's size
+        return None
+
+    def _add_block_start(self, epoch: int, b: int, start: int) -> None:
+        blocks, starts = self._block_starts.setdefault(epoch, ([0], [0]))
+        i = bisect.bisect_left(blocks, b)
+        if i < len(blocks) and blocks[i] == b:
+            assert starts[i] == start, f"block {b} starts at {starts[i]}, a state says {start}"
+            return
+        blocks.insert(i, b)
+        starts.insert(i, start)
 
     def _shards_of_block(self, epoch: int, b: int) -> np.ndarray:
         order = self._epoch_shards.get(epoch)

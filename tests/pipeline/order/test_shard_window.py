@@ -112,7 +112,7 @@ def test_global_batches_are_identical_at_every_dp_size_and_across_a_resume(tmp_p
 def test_the_contract_reads_metadata_only_and_names_the_order(tmp_path: Path) -> None:
     ds = many_shards(tmp_path)
     contract = WorkSource([ds], {"web": 1.0}, shard_window=16).contract()
-    assert contract["order"] == {"version": "v2", "shard_window": 16}
+    assert contract["order"] == {"version": "v2", "shard_window": 16, "calibration_bytes": 1 << 20}
     assert contract["datasets"][0]["fingerprint"] == ds.manifest_fingerprint
     assert ds.report()["shards_indexed"] == 0
     copy = tmp_path / "copy"
@@ -142,3 +142,27 @@ def test_a_shard_read_is_hashed_once_and_recorded(tmp_path: Path) -> None:
     assert fingerprints[1] == hashlib.sha256(ds.shards[1].read_bytes()).hexdigest()
     assert os.path.exists(tmp_path / "cache" / "index")
     assert np.all(ds.shard_index(1).text_bytes > 0)
+
+
+def test_a_restore_far_into_the_corpus_indexes_no_shard_it_has_passed(tmp_path: Path) -> None:
+    """The plan state carries each dataset's block (a cursor): a new process places the
+    lane's next record without counting the records of the windows before it."""
+    source = plan(many_shards(tmp_path), holdout_bytes=0, calibration_bytes=2000)
+    lane_plan = source.lane_plan(0, 2)
+    drawn = 0
+    while drawn < 1200:  # position 2,400 of 3,000: the fifth of seven windows
+        drawn += len(lane_plan.next_chunk().records)
+    state = json.loads(json.dumps(lane_plan.state()))
+    epoch, block, start, total = state["cursors"]["web"]
+    assert (epoch, total) == (0, -1) and block >= 3 and start > 0
+    expected = [lane_plan.next_chunk().records.tolist() for _ in range(5)]
+    reopened = Dataset("web", str(tmp_path / "part-*.jsonl"), cache_dir=tmp_path / "cache")
+    restored = WorkSource(
+        [reopened], {"web": 1.0}, seed=3, chunk_tokens=48, calibration_bytes=2000, shard_window=16
+    )
+    restored.set_calibration(source.tokens_per_byte)
+    resumed = restored.lane_plan(0, 2, state)
+    assert [resumed.next_chunk().records.tolist() for _ in range(5)] == expected
+    # the calibration shards, the window of the next records and the one ahead: not the
+    # 60-odd shards of the windows passed
+    assert reopened.report()["shards_indexed"] <= 16 + 2 * 23 < SHARDS

@@ -104,11 +104,12 @@ class ShardIndex:
 
     def save(self, table_path: Path, meta_path: Path) -> ShardIndex:
         """Write the table (``.npy``, no pickles) and then its metadata, each by atomic
-        rename; returns the index with ``files`` set."""
+        rename; returns the index loaded from them (memory-mapped, ``files`` set)."""
         meta = json.dumps({"skipped": self.skipped, "examples": self.examples}).encode()
         atomic_write(table_path, lambda out: np.save(out, self.table, allow_pickle=False))
         atomic_write(meta_path, lambda out: out.write(meta))
-        return ShardIndex(self.table, self.skipped, self.examples, (table_path, meta_path))
+        # The saved files, mapped: the table just built is not kept in anonymous memory.
+        return ShardIndex.load(table_path, meta_path)
 
     @classmethod
     def load(cls, table_path: Path, meta_path: Path) -> ShardIndex:

@@ -407,10 +407,12 @@ class Pipeline:
         return max(per_step + 1, -(-2 * t.parallelism // lanes_here), 2)
 
     def close(self) -> None:
-        """Stop the workers. Safe to call more than once."""
+        """Stop the workers and the orders' background indexing. Safe to call more than once."""
         if self._runner is not None:
             self._runner.close()
             self._runner = None
+        for order in self.source.orders:
+            order.close()
 
     def __enter__(self) -> Pipeline:
         return self

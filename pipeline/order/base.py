@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -81,6 +82,13 @@ class DatasetOrder(ABC):
         self.settings = settings
         self.seed = settings.seed
         self.name_key = name_key(dataset.name)
+        self.closing = threading.Event()
+        """Set by :meth:`close`: background work stops at its next step."""
+
+    def close(self) -> None:
+        """Stop background work (v2's look-ahead indexing) at its next shard; the order
+        stays usable, and a later use starts it again."""
+        self.closing.set()
 
     @abstractmethod
     def contract_fingerprint(self) -> str:

@@ -315,9 +315,12 @@ class ShardWindowOrder(DatasetOrder):
             return
         self._ahead.add(nxt)
         shards = self._shards_of_block(*nxt).tolist()
+        self.closing.clear()
 
         def index_shards() -> None:
             for shard in shards:
+                if self.closing.is_set():  # the pipeline closed: leave the rest for later
+                    return
                 try:
                     self.dataset.shard_index(shard)
                 except Exception:  # raised again, with its context, when the shard is read

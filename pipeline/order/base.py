@@ -84,11 +84,16 @@ class DatasetOrder(ABC):
         self.name_key = name_key(dataset.name)
         self.closing = threading.Event()
         """Set by :meth:`close`: background work stops at its next step."""
+        self.background: list[threading.Thread] = []
+        """Threads of background work (v2's look-ahead), joined by :meth:`close`."""
 
     def close(self) -> None:
-        """Stop background work (v2's look-ahead indexing) at its next shard; the order
-        stays usable, and a later use starts it again."""
+        """Stop background work (v2's look-ahead indexing) after the shard it is at, and
+        wait for it; the order stays usable, and a later use starts it again."""
         self.closing.set()
+        for thread in self.background:
+            thread.join()
+        self.background = [t for t in self.background if t.is_alive()]
 
     @abstractmethod
     def contract_fingerprint(self) -> str:

@@ -326,4 +326,6 @@ class ShardWindowOrder(DatasetOrder):
                 except Exception:  # raised again, with its context, when the shard is read
                     return
 
-        threading.Thread(target=index_shards, name="zephon-index-ahead", daemon=True).start()
+        thread = threading.Thread(target=index_shards, name="zephon-index-ahead", daemon=True)
+        self.background = [t for t in self.background if t.is_alive()] + [thread]
+        thread.start()

@@ -574,12 +574,13 @@ def _log_training_run(client, experiment_id: str, run: RunSummary, tmp: Path, sw
             }
         )
     )
-    (folder / "steps.jsonl").write_text(
-        "".join(
-            json.dumps({"step": s, "global_digest": d, "dp_size": run.dp_sizes[-1]}) + "\n"
-            for s, d in sorted(run.digests.items())
-        )
-    )
+    steps = [
+        {"step": s, "global_digest": d, "dp_size": run.dp_sizes[-1]}
+        for s, d in sorted(run.digests.items())
+    ]
+    for record, name in zip(steps, sorted(run.shards_read), strict=False):
+        record["shards_read"] = {name: run.shards_read[name]}  # as the trainer: when read
+    (folder / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
     (folder / "eval.jsonl").write_text(
         "".join(
             json.dumps(
@@ -607,6 +608,11 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
         "mixes", artifact_location=(tmp_path / "artifacts").as_uri()
     )
     originals = four_runs()
+    for run in originals:  # shards read, recorded at the steps that first read them
+        run.shards_read = {
+            "web": {"3": {"file": "part-3.jsonl", "sha256": "a" * 64}},
+            "code": {"0": {"file": "code.jsonl", "sha256": "c" * 64}},
+        }
     ids = [
         _log_training_run(client, experiment_id, r, tmp_path / "src", "sweep-1") for r in originals
     ]
@@ -642,6 +648,7 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
             want.status,
         )
         assert (got.planned_steps, got.folder) == (10, "")  # no run-folder tag logged here
+        assert got.shards_read == want.shards_read
     result = compare(loaded)
     assert result.accepted, result.refusals
     expected = compare(originals).rows

@@ -13,6 +13,8 @@ Design: docs/design/pipeline_datasets.md
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import hashlib
 import json
@@ -22,7 +24,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -481,12 +483,16 @@ class Dataset:
             else:
                 local = Path(shard.source)
                 st = os.stat(local)
-                fp = self._content_fingerprint(local, st)
             self._check_unchanged_since_plan(s, st)
-            read_path = local
-            if shard.compression:
-                read_path = self._ensure_decompressed_copy(shard, local, fp)
-            index = self._shard_index(shard, fp, read_path)
+            # Every rank of a node reaches the same shards at once: one process hashes and
+            # indexes a shard while the others wait, then they all map its cached index.
+            with self._cache_lock(local, st):
+                if not shard.remote:
+                    fp = self._content_fingerprint(local, st)
+                read_path = local
+                if shard.compression:
+                    read_path = self._ensure_decompressed_copy(shard, local, fp)
+                index = self._shard_index(shard, fp, read_path)
         except OSError as e:
             raise DataError(f"dataset {self.name!r}: cannot index {shard.source}: {e}") from e
         if self.on_bad_record == "error":
@@ -527,6 +533,16 @@ class Dataset:
                 f"first read (size {planned.size} -> {st.st_size}); restore it, or plan again "
                 "(a new run: its data contract changes)"
             )
+
+    @contextlib.contextmanager
+    def _cache_lock(self, path: Path, st: os.stat_result) -> Iterator[None]:
+        """An exclusive ``flock`` between processes on one version of one file."""
+        key = f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
+        lock = self.cache_dir / "locks" / hashlib.sha256(key.encode()).hexdigest()
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock, "ab") as handle:  # closing it releases the lock, as does dying
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
 
     def _content_fingerprint(self, path: Path, st: os.stat_result) -> str:
         """SHA-256 of the file's bytes, remembered per (path, size, mtime, inode)."""

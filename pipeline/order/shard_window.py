@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -250,8 +251,7 @@ class ShardWindowOrder(DatasetOrder):
             if i + 1 < len(blocks) and blocks[i + 1] == b + 1:
                 end = starts[i + 1]
             else:
-                shards = self._shards_of_block(epoch, b)
-                end = start + sum(self._training_count(int(s)) for s in shards)
+                end = start + sum(self._training_count(s) for s in self._in_process_order(epoch, b))
                 self._add_block_start(epoch, b + 1, end)
             if offset < end:
                 return b, start
@@ -269,6 +269,15 @@ class ShardWindowOrder(DatasetOrder):
             return
         blocks.insert(i, b)
         starts.insert(i, start)
+
+    def _in_process_order(self, epoch: int, b: int) -> list[int]:
+        """A block's shards, rotated by this process's id: the ranks of a node that index
+        a new block at once start at different shards (a lock per shard dedupes the work),
+        so they share it instead of queueing on the same shard. Only the order of indexing
+        changes, never the plan."""
+        shards = self._shards_of_block(epoch, b).tolist()
+        turn = os.getpid() % max(1, len(shards))
+        return shards[turn:] + shards[:turn]
 
     def _shards_of_block(self, epoch: int, b: int) -> np.ndarray:
         order = self._epoch_shards.get(epoch)
@@ -314,7 +323,7 @@ class ShardWindowOrder(DatasetOrder):
         if nxt in self._ahead:
             return
         self._ahead.add(nxt)
-        shards = self._shards_of_block(*nxt).tolist()
+        shards = self._in_process_order(*nxt)
         self.closing.clear()
 
         def index_shards() -> None:

@@ -5,15 +5,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from pipeline import DataError, Dataset, WorkSource, load_tokenizer, merge_states
 from pipeline.dataset import split_record_keys
+from pipeline.formats import JsonlFormat, ShardIndex
 from tests.support.helpers import run_ranks, write_jsonl
+from tests.support.processes import forked_process_context
 
 SHARDS = 120
 RECORDS_PER_SHARD = 25
@@ -166,3 +170,45 @@ def test_a_restore_far_into_the_corpus_indexes_no_shard_it_has_passed(tmp_path: 
     # the calibration shards, the window of the next records and the one ahead: not the
     # 60-odd shards of the windows passed
     assert reopened.report()["shards_indexed"] <= 16 + 2 * 23 < SHARDS
+
+
+def _index_first_window(root: str, log: str, barrier: Any) -> None:
+    """A rank's cold start: count the first window; log every index this process builds."""
+    build = JsonlFormat.build_index
+
+    def logged(self: JsonlFormat, path: Path, field: str) -> ShardIndex:
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {Path(path).name}\n")
+        time.sleep(0.05)  # a shard worth indexing: the other ranks reach it meanwhile
+        return build(self, path, field)
+
+    JsonlFormat.build_index = logged  # type: ignore[method-assign]
+    ds = Dataset("web", str(Path(root) / "part-*.jsonl"), cache_dir=Path(root) / "cache")
+    source = WorkSource([ds], {"web": 1.0}, seed=3, shard_window=16)
+    barrier.wait()
+    source.orders[0].key_at(0)
+    source.orders[0].close()
+
+
+def test_ranks_starting_together_index_each_shard_once_and_share_the_work(
+    tmp_path: Path,
+) -> None:
+    many_shards(tmp_path, shards=24)
+    old = time.time() - 60  # not modified just now: hashes go to the stat cache
+    for path in tmp_path.glob("part-*.jsonl"):
+        os.utime(path, (old, old))
+    log = tmp_path / "builds.log"
+    ctx = forked_process_context(__name__)
+    barrier = ctx.Barrier(3)
+    procs = [
+        ctx.Process(target=_index_first_window, args=(str(tmp_path), str(log), barrier))
+        for _ in range(3)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=120)
+        assert proc.exitcode == 0
+    builds = [line.split() for line in log.read_text().splitlines()]
+    assert sorted(name for _, name in builds) == sorted(f"part-{s:04d}.jsonl" for s in range(24))
+    assert len({pid for pid, _ in builds}) >= 2  # the work was shared, not queued

@@ -271,12 +271,12 @@ class ShardWindowOrder(DatasetOrder):
         starts.insert(i, start)
 
     def _in_process_order(self, epoch: int, b: int) -> list[int]:
-        """A block's shards, rotated by this process's id: the ranks of a node that index
-        a new block at once start at different shards (a lock per shard dedupes the work),
-        so they share it instead of queueing on the same shard. Only the order of indexing
+        """A block's shards, rotated for this process: the ranks of a node that index a new
+        block at once start at different shards (a lock per shard dedupes the work), so
+        they share it instead of queueing behind each other. Only the order of indexing
         changes, never the plan."""
         shards = self._shards_of_block(epoch, b).tolist()
-        turn = os.getpid() % max(1, len(shards))
+        turn = _rotation(len(shards))
         return shards[turn:] + shards[:turn]
 
     def _shards_of_block(self, epoch: int, b: int) -> np.ndarray:
@@ -338,3 +338,17 @@ class ShardWindowOrder(DatasetOrder):
         thread = threading.Thread(target=index_shards, name="zephon-index-ahead", daemon=True)
         self.background = [t for t in self.background if t.is_alive()] + [thread]
         thread.start()
+
+
+def _rotation(count: int) -> int:
+    """Where this process starts in a list of ``count`` shards: torchrun's local rank spread
+    evenly over the node's ranks, else the process id spread by Fibonacci hashing (process
+    ids of ranks started together are consecutive: ``pid % count`` would start them side
+    by side, one behind the other)."""
+    if count <= 1:
+        return 0
+    local, world = os.environ.get("LOCAL_RANK", ""), os.environ.get("LOCAL_WORLD_SIZE", "")
+    if local.isdigit() and world.isdigit() and int(world) > 0:
+        return int(local) * count // int(world)
+    spread = (os.getpid() * 0x9E3779B1) & 0xFFFFFFFF  # consecutive ids land ~0.618 apart
+    return spread * count >> 32

@@ -93,13 +93,14 @@ def child(started: float, params_file: str) -> None:
     max_rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     rss_anon_kb, rss_file_kb = _status_kb("RssAnon"), _status_kb("RssFile")
     report = ds.report()
-    pipe.close()
-    # Measured; now let v2's look-ahead (a daemon thread, killed at exit) finish the next
-    # window, so the cache a warm child finds is that of a run past its first batch.
+    # Measured; now let v2's look-ahead finish the next window before closing (close()
+    # stops it at its next shard), so the cache a warm child finds is that of a run past
+    # its first batch.
     ahead = [t for t in threading.enumerate() if t.name == AHEAD_THREAD]
     for thread in ahead:
         thread.join(AHEAD_JOIN_S)
     ahead_s = time.perf_counter() - first
+    pipe.close()
     result = {
         "time_to_first_batch_s": round(first - started, 3),
         "imports_s": round(imported - started, 3),

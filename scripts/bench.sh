@@ -37,11 +37,11 @@ if [[ "${1:-}" == "--training" ]]; then
 fi
 if [[ "${1:-}" == "--tokenizers" ]]; then
     # The pipeline with a Hugging Face tokenizer (default: the GPT-NeoX tokenizer.json of
-    # ../shared/data) against raw `tokenizers` encode_batch_fast on the same threads, prose
+    # tests/data) against raw `tokenizers` encode_batch_fast on the same threads, prose
     # and code (~3 min on 2 cores): benchmarks/results/tokenizer_ratio_huggingface.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.tokenizer_ratio --runners threads \
-        --tokenizer "${1:-../shared/data/tokenizers/gpt-neox}"
+        --tokenizer "${1:-tests/data/tokenizers/gpt-neox}"
 fi
 if [[ "${1:-}" == "--cores" ]]; then
     # Every core busy: a run's start-up and teardown cold vs warm, the main job now vs

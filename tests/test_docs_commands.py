@@ -100,7 +100,7 @@ TABLE_PLACEHOLDERS = {
 }
 """The synopsis's table placeholders, as RegMix's files and target column."""
 
-REGMIX = REPO.parent / "shared" / "data" / "regmix"
+REGMIX = REPO / "tests" / "data" / "regmix"
 REGMIX_ROWS = 16
 """RegMix runs kept per table: fit and propose on all 512 take minutes; 16 take seconds."""
 

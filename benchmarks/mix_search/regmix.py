@@ -7,7 +7,7 @@ fitted on the ``n`` runs and its Spearman correlation on the 256 test runs, next
 LightGBM with RegMix's exact settings (gbdt, learning rate 0.01, 1000 iterations,
 LightGBM's default ``min_child_samples=20``) validated and tested the same way.
 
-The data: ``../shared/data/regmix/`` from the repository root (``/work/shared/data/README.md``).
+The data: ``tests/data/regmix/`` (``tests/data/README.md``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from orchestrator.search.models import MODELS, GradientBoosting, MixtureModel
 from orchestrator.search.validation import cross_validate
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO.parent / "shared" / "data" / "regmix"
+DATA = REPO / "tests" / "data" / "regmix"
 TARGET = "metric/the_pile_pile_cc_val_loss"
 FOLDS = 5
 """``fit``'s default folds, used for RegMix's LightGBM too."""

@@ -1,4 +1,4 @@
-"""The article's pipeline example (``../shared/seeds/``), run verbatim over the local corpus."""
+"""The article's pipeline example (``tests/data/seeds/``), run verbatim over the local corpus."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 from pipeline import Dataset, Pipeline, WorkSource
 
-SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds"
+SEEDS = Path(__file__).resolve().parents[1] / "data" / "seeds"
 STEPS = 2
 
 

@@ -8,10 +8,8 @@ from pathlib import Path
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-#: EleutherAI's GPT-NeoX tokenizer (tokenizer.json + tokenizer_config.json), from ../shared/data.
-GPT_NEOX = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tokenizers" / "gpt-neox"
-)
+#: EleutherAI's GPT-NeoX tokenizer (tokenizer.json + tokenizer_config.json), tests/data/.
+GPT_NEOX = Path(__file__).resolve().parents[1] / "data" / "tokenizers" / "gpt-neox"
 GPT_NEOX_VOCAB = 50277
 EOS = "<|endoftext|>"
 

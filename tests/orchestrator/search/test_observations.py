@@ -12,7 +12,7 @@ from orchestrator.errors import SearchError
 from orchestrator.search import Observations, read_tables
 from orchestrator.search.observations import read_mixtures
 
-REGMIX = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "regmix"
+REGMIX = Path(__file__).resolve().parents[2] / "data" / "regmix"
 
 
 def write(path: Path, text: str) -> Path:

@@ -13,8 +13,6 @@ Design: docs/design/pipeline_datasets.md
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import glob
 import hashlib
 import json
@@ -24,7 +22,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +31,7 @@ import numpy as np
 
 from pipeline import io
 from pipeline.errors import ConfigError, DataError, ZephonError
+from pipeline.filelock import file_lock
 from pipeline.formats import (
     JsonlFormat,
     ParquetFormat,
@@ -111,8 +110,9 @@ class ShardMetadata:
     size: int
     """Bytes of the file (for a remote shard, as its server reports)."""
     version: tuple[Any, ...]
-    """What changes when the file is rewritten: (mtime_ns, inode) of a local file, (ETag,
-    modification time) of a remote one; checked when the shard is first read."""
+    """What changes when the file is rewritten: (mtime_ns, inode) of a local file, checked
+    with the size when the shard is first read; (ETag, modification time) of a remote one,
+    of which only the size is checked then (its copy is validated against the server)."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +190,7 @@ class Dataset:
         self.set_io_options(io_options)
         self._shards = [_Shard(p, *detect_format(p)) for p in _resolve_shards(name, paths)]
         self._indexed: list[_IndexedShard | None] = [None] * len(self._shards)
+        self._read_order: list[int] = []  # shards in the order they were first indexed
         self._metadata: list[ShardMetadata] | None = None
         self._whole: _WholeDataset | None = None
         self._warned_bad = False
@@ -204,7 +205,7 @@ class Dataset:
             raise ConfigError(f"dataset {self.name!r}: {e}") from e
 
     def __repr__(self) -> str:
-        indexed = sum(s is not None for s in self._indexed)
+        indexed = len(self._read_order)
         return (
             f"Dataset({self.name!r}, {len(self._shards)} shards, field={self.field!r}, "
             f"{indexed} indexed)"
@@ -306,9 +307,10 @@ class Dataset:
         """SHA-256 of one shard's raw bytes (computed when it is first read)."""
         return self._index_of(shard).fingerprint
 
-    def read_shard_fingerprints(self) -> dict[int, str]:
-        """Content SHA-256 of every shard read (indexed) so far in this process, by shard."""
-        return {s: state.fingerprint for s, state in enumerate(self._indexed) if state is not None}
+    def read_shard_fingerprints(self, start: int = 0) -> dict[int, str]:
+        """Content SHA-256 of the shards read (indexed) in this process, by shard: all, or
+        from the ``start``-th read on (a caller that records them as they come)."""
+        return {s: self._index_of(s).fingerprint for s in self._read_order[start:]}
 
     def record_text_bytes(self, keys: np.ndarray | Sequence[int]) -> np.ndarray:
         """UTF-8 byte length of the text of each record key (int64)."""
@@ -404,7 +406,7 @@ class Dataset:
         ``empty_shards`` counts indexed shards without usable records; Parquet
         examples give 1-based row numbers instead of lines.
         """
-        indexed = [(self._shards[s], st) for s, st in enumerate(self._indexed) if st]
+        indexed = [(self._shards[s], self._index_of(s)) for s in self._read_order]
         skipped, examples = self._skip_summary(indexed)
         return {
             "records": sum(st.records for _, st in indexed),
@@ -458,6 +460,7 @@ class Dataset:
                 state = self._indexed[s]
                 if state is None:
                     state = self._indexed[s] = self._index_shard(s)
+                    self._read_order.append(s)
         return state
 
     def _query_metadata(self, shard: _Shard) -> ShardMetadata:
@@ -486,7 +489,7 @@ class Dataset:
             self._check_unchanged_since_plan(s, st)
             # Every rank of a node reaches the same shards at once: one process hashes and
             # indexes a shard while the others wait, then they all map its cached index.
-            with self._cache_lock(local, st):
+            with file_lock(self.cache_dir / "locks" / _file_version_key(local, st)):
                 if not shard.remote:
                     fp = self._content_fingerprint(local, st)
                 read_path = local
@@ -530,24 +533,13 @@ class Dataset:
         if now != then:
             raise DataError(
                 f"dataset {self.name!r}: shard {shard.source} changed between the plan and its "
-                f"first read (size {planned.size} -> {st.st_size}); restore it, or plan again "
-                "(a new run: its data contract changes)"
+                f"first read (size {planned.size} -> {st.st_size}, or rewritten in place); "
+                "restore it, or plan again (a new run: its data contract changes)"
             )
-
-    @contextlib.contextmanager
-    def _cache_lock(self, path: Path, st: os.stat_result) -> Iterator[None]:
-        """An exclusive ``flock`` between processes on one version of one file."""
-        key = f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
-        lock = self.cache_dir / "locks" / hashlib.sha256(key.encode()).hexdigest()
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock, "ab") as handle:  # closing it releases the lock, as does dying
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            yield
 
     def _content_fingerprint(self, path: Path, st: os.stat_result) -> str:
         """SHA-256 of the file's bytes, remembered per (path, size, mtime, inode)."""
-        key = f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
-        entry = self.cache_dir / "stat" / hashlib.sha256(key.encode()).hexdigest()
+        entry = self.cache_dir / "stat" / _file_version_key(path, st)
         try:
             fp = entry.read_text()
             if _HEX64.fullmatch(fp):
@@ -659,6 +651,13 @@ class Dataset:
             "was indexed; restore the original file, or re-create the Dataset to re-index it "
             f"(this changes its fingerprint; if the file is unchanged, delete {self.cache_dir})"
         )
+
+
+def _file_version_key(path: Path, st: os.stat_result) -> str:
+    """A name for one version of one file: SHA-256 of its path, size, mtime and inode."""
+    return hashlib.sha256(
+        f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}".encode()
+    ).hexdigest()
 
 
 def _resolve_shards(

@@ -30,6 +30,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from pipeline.errors import ConfigError, DataError
+from pipeline.filelock import file_lock
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*(://|::)")  # a scheme, or an fsspec chain
 _COPY = re.compile(r"[0-9a-f]{64}(\.[A-Za-z0-9_-]+)*")
@@ -196,10 +197,7 @@ class ShardCache:
         if copy is not None:
             _mark_used(copy)
             return copy
-        lock = self.root / "remote" / "locks" / f"{key}.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock, "ab") as f:  # closing the file releases the lock, as does dying
-            fcntl.flock(f, fcntl.LOCK_EX)
+        with file_lock(self.root / "remote" / "locks" / f"{key}.lock"):
             copy = _find_reusable_copy(entry, remote)
             if copy is None:
                 for stale in entry.parent.parent.glob(f".{key}.*.tmp"):

@@ -460,13 +460,16 @@ class Pipeline:
 
     # -- observability -------------------------------------------------------------------------
 
-    def shards_read(self) -> dict[str, dict[str, dict[str, str]]]:
-        """Every shard this process has read so far, by dataset and shard index: its file
+    def shards_read(
+        self, since: Mapping[str, int] | None = None
+    ) -> dict[str, dict[str, dict[str, str]]]:
+        """The shards this process has read, by dataset and shard index: each one's file
         name and the SHA-256 of its content (hashed when first read; the run records them
-        and the guard checks that compared runs read the same content)."""
+        and the guard checks that compared runs read the same content). ``since``: per
+        dataset, how many reads a caller has already seen (it gets only the later ones)."""
         read: dict[str, dict[str, dict[str, str]]] = {}
         for ds in self.source.datasets:
-            fingerprints = ds.read_shard_fingerprints()
+            fingerprints = ds.read_shard_fingerprints((since or {}).get(ds.name, 0))
             if fingerprints:
                 read[ds.name] = {
                     str(s): {"file": _file_name(ds.shards[s]), "sha256": sha}

@@ -120,23 +120,19 @@ class WorkSource:
         self.holdout_docs = holdout_docs
         self.order = OrderVersion(order)
         self.shard_window = shard_window
-        self.orders = [self._make_order(ds) for ds in self.datasets]
+        settings = OrderSettings(
+            seed=seed,
+            holdout_docs=holdout_docs,
+            holds_out=holdout_bytes > 0,
+            calibration_bytes=calibration_bytes,
+            max_calibration_records=_MAX_CALIBRATION_RECORDS,
+            shard_window=shard_window,
+        )
+        kind = GlobalPermutationOrder if self.order is OrderVersion.V1 else ShardWindowOrder
+        self.orders: list[DatasetOrder] = [kind(ds, settings) for ds in self.datasets]
         self._tokens_per_byte: dict[str, float] | None = None
         self._mean_costs: list[float] | None = None
         self._lock = threading.Lock()
-
-    def _make_order(self, dataset: Dataset) -> DatasetOrder:
-        settings = OrderSettings(
-            seed=self.seed,
-            holdout_docs=self.holdout_docs,
-            holds_out=self.holdout_bytes > 0,
-            calibration_bytes=self.calibration_bytes,
-            max_calibration_records=_MAX_CALIBRATION_RECORDS,
-            shard_window=self.shard_window,
-        )
-        if self.order is OrderVersion.V1:
-            return GlobalPermutationOrder(dataset, settings)
-        return ShardWindowOrder(dataset, settings)
 
     # -- plan contract -------------------------------------------------------------------------
 

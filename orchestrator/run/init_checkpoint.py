@@ -20,11 +20,11 @@ from pathlib import Path
 from orchestrator.errors import LaunchError
 from orchestrator.experiment import ExperimentConfig, write_data_spec
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.filelock import file_lock
 from orchestrator.run import interrupts
 from orchestrator.run.devices import Devices
 from orchestrator.run.launch import Launch, launch_env, run_local, train_command
 from orchestrator.run.recipe import Recipe, recipe_flags
+from pipeline.filelock import file_lock
 from pipeline.paths import zephon_home
 
 RECORD = "init.json"

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.filelock import file_lock
+from pipeline.filelock import file_lock
 from pipeline.paths import zephon_home
 
 PRECISIONS = ("auto", "float32", "bfloat16")

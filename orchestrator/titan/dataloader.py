@@ -129,7 +129,7 @@ class ZephonDataLoader(BaseDataLoader):
         self._iterated = False
         self._log_started = False
         self._wait_seen = 0.0
-        self._shards_recorded: set[tuple[str, str]] = set()
+        self._shards_recorded: dict[str, int] = {}  # per dataset: shard reads recorded
 
     def attach(self, link: TrainerLink) -> None:
         """Connect to the trainer; required before iterating (``ZephonTrainer`` does it)."""
@@ -233,12 +233,11 @@ class ZephonDataLoader(BaseDataLoader):
 
     def _shards_read_since_last_step(self) -> dict[str, dict[str, Any]]:
         """The shards this rank read (and hashed) since the previous step's record."""
-        new: dict[str, dict[str, Any]] = {}
-        for name, shards in self.pipeline.shards_read().items():
-            for shard, entry in shards.items():
-                if (name, shard) not in self._shards_recorded:
-                    self._shards_recorded.add((name, shard))
-                    new.setdefault(name, {})[shard] = entry
+        new = self.pipeline.shards_read(since=self._shards_recorded)
+        # Counted from what was returned: a shard a background thread reads meanwhile comes
+        # with the next step.
+        for name, shards in new.items():
+            self._shards_recorded[name] = self._shards_recorded.get(name, 0) + len(shards)
         return new
 
     # -- state ---------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 from orchestrator.errors import TrackingError, TrackingUnavailable
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.filelock import file_lock
+from pipeline.filelock import file_lock
 
 if TYPE_CHECKING:  # annotations only; load_mlflow() imports MLflow at run time
     from mlflow import MlflowClient

@@ -67,10 +67,7 @@ class GlobalPermutationOrder(DatasetOrder):
         return self._training_id_array
 
     def training_keys(self) -> np.ndarray:
-        """All records but the held-out ones."""
-        return self._keys_of_training()
-
-    def _keys_of_training(self) -> np.ndarray:
+        """All records but the held-out ones (computed once)."""
         cached = self._training_key_array
         if cached is None:
             cached = self._training_key_array = self.dataset.global_keys(self._training_ids())
@@ -78,14 +75,14 @@ class GlobalPermutationOrder(DatasetOrder):
 
     def key_at(self, position: int) -> int:
         """``perm(seed, name, e)[i]`` with ``(e, i) = divmod(position, n_train)``."""
-        keys = self._keys_of_training()
+        keys = self.training_keys()
         epoch, i = divmod(position, len(keys))
         order = _build_epoch_permutation(self.seed, self.name_key, len(keys), epoch)
         return int(keys[order[i]])
 
     def in_first_epoch(self, position: int) -> bool:
         """Whether ``position < n_train``."""
-        return position < len(self._keys_of_training())
+        return position < len(self.training_keys())
 
     def estimated_text_bytes(self) -> float:
         """Every record's text bytes, summed (indexes every shard)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.dataset import RECORD_KEY_SHIFT, Dataset, record_keys
+from pipeline.dataset import RECORD_KEY_SHIFT, Dataset, record_keys, split_record_keys
 from pipeline.errors import DataError
 from pipeline.order.base import (
     CALIBRATION_STREAM,
@@ -130,6 +130,10 @@ class ShardWindowOrder(DatasetOrder):
         )
         keys: list[int] = []
         total = 0
+
+        def enough() -> bool:
+            return total >= budget or len(keys) >= self.settings.max_calibration_records
+
         for shard in order.tolist():
             index = ds.shard_index(shard)
             rows = IndexPermutation(len(index), [self.name_key, CALIBRATION_STREAM, shard])
@@ -140,19 +144,19 @@ class ShardWindowOrder(DatasetOrder):
                 keys.append((shard << RECORD_KEY_SHIFT) | row)
                 taken += size
                 total += size
-                if (
-                    taken >= quota
-                    or total >= budget
-                    or len(keys) >= self.settings.max_calibration_records
-                ):
+                if taken >= quota or enough():
                     break
-            if total >= budget or len(keys) >= self.settings.max_calibration_records:
+            if enough():
                 break
         return np.array(keys, dtype=np.int64)
 
+    def _calibration_shards(self) -> list[int]:
+        """The shards the calibration sample comes from, sorted."""
+        return sorted(set(split_record_keys(self.calibration_keys())[0].tolist()))
+
     def calibration_identity(self) -> str:
         """The content fingerprints of the shards the sample comes from."""
-        shards = sorted({int(k) >> RECORD_KEY_SHIFT for k in self.calibration_keys().tolist()})
+        shards = self._calibration_shards()
         canonical = [self.version, [[s, self.dataset.shard_fingerprint(s)] for s in shards]]
         return hashlib.sha256(json.dumps(canonical).encode()).hexdigest()
 
@@ -167,7 +171,7 @@ class ShardWindowOrder(DatasetOrder):
         """Every shard's file size times the text bytes per file byte of the calibration
         shards (metadata only, beyond those shards)."""
         metadata = self.dataset.shard_metadata()
-        shards = sorted({int(k) >> RECORD_KEY_SHIFT for k in self.calibration_keys().tolist()})
+        shards = self._calibration_shards()
         text = sum(int(self.dataset.shard_index(s).text_bytes.sum()) for s in shards)
         size = sum(metadata[s].size for s in shards)
         return sum(m.size for m in metadata) * text / max(1, size)

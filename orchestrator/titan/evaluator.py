@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torchtitan.components.loss import IGNORE_INDEX, compute_logprobs
+from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.components.metrics import BaseLogger
 from torchtitan.components.validate import BaseValidator, Validator
 from torchtitan.tools import utils
 
 from orchestrator.experiment.runfolder import EVAL_FILE, TASKS_FILE
+from orchestrator.titan.row_scores import score_output
 from pipeline import ConfigError, Tokenizer, WorkSource
 
 if TYPE_CHECKING:
@@ -46,18 +47,6 @@ class _HeldOutRows:
     """Document -> index of its dataset in ``names``."""
     document_bytes: np.ndarray
     """UTF-8 bytes of each held-out document."""
-
-
-def score_logits(logits: torch.Tensor, labels: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row ``(nll, greedy)`` of :class:`RowScorer` from ``logits [rows, T, V]``.
-
-    The log-probabilities are TorchTitan's ``compute_logprobs`` (float32, as the
-    held-out evaluator's), summed in float64.
-    """
-    scored = labels != IGNORE_INDEX
-    nll = -compute_logprobs(logits, labels).double().sum(dim=1)
-    greedy = ((logits.argmax(dim=-1) == labels) | ~scored).all(dim=1)
-    return nll.cpu().numpy(), greedy.cpu().numpy()
 
 
 class HeldOutEvaluator(Validator):
@@ -129,7 +118,7 @@ class HeldOutEvaluator(Validator):
         started = time.perf_counter()
         rows = self._held_out_rows()
         model_parts[0].eval()
-        nll, _ = self.score_rows(model_parts, rows.inputs, rows.labels)
+        nll, _ = self.score_rows(model_parts, rows.inputs, rows.labels, with_greedy=False)
         tasks = self._score_tasks(model_parts, step)
         model_parts[0].train()
         self._record_scores(rows, nll, step, time.perf_counter() - started, metrics, run_dir, tasks)
@@ -150,12 +139,18 @@ class HeldOutEvaluator(Validator):
         return run_tasks(lm, list(config.tasks), task_dir, limit=config.task_limit or None)
 
     def score_rows(
-        self, model_parts: list[torch.nn.Module], inputs: torch.Tensor, labels: torch.Tensor
+        self,
+        model_parts: list[torch.nn.Module],
+        inputs: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        with_greedy: bool = True,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Every row's negative log-likelihood (nats, summed over its labels) and whether each
-        of its labels is the model's argmax: rows dealt round-robin to the dp ranks, padded so
-        every rank makes the same forward calls (FSDP needs it), results all-reduced. Every
-        rank must call it with the same rows (a :class:`RowScorer` once ``model_parts`` is bound)."""
+        of its labels is the model's argmax (all False unless ``with_greedy``): rows dealt
+        round-robin to the dp ranks, padded so every rank makes the same forward calls (FSDP
+        needs it), results all-reduced. Every rank must call it with the same rows (a
+        :class:`RowScorer` once ``model_parts`` is bound)."""
         model = model_parts[0]
         device = utils.device_type
         scores = np.zeros((2, len(inputs)), dtype=np.float64)  # nll, greedy
@@ -170,15 +165,14 @@ class HeldOutEvaluator(Validator):
                 batch, batch_labels.to(device), model_parts
             )
             with self.validation_context():
-                out = model(inputs_, **extra)
-                if getattr(model, "_skip_lm_head", False):
-                    out = model.lm_head(out)  # hidden states: TorchTitan's chunked loss applies it
-                logits = out.full_tensor() if hasattr(out, "full_tensor") else out
-                row_nll, row_greedy = score_logits(logits, labels_)
+                row_scores = score_output(
+                    model, model(inputs_, **extra), labels_, with_greedy=with_greedy
+                )
             batch_rows = mine[start : start + n].numpy()
             real = batch_rows >= 0  # padding rows are -1
-            scores[0, batch_rows[real]] = row_nll[real]
-            scores[1, batch_rows[real]] = row_greedy[real]
+            scores[0, batch_rows[real]] = row_scores.nll[real]
+            if row_scores.greedy is not None:
+                scores[1, batch_rows[real]] = row_scores.greedy[real]
         group = self._attached[5] if self._attached is not None else None
         if group is not None or self.dp_world_size > 1:
             reduced = torch.from_numpy(scores).to(device)

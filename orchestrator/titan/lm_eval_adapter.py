@@ -26,7 +26,7 @@ from lm_eval.api.registry import get_metric_aggregation
 from torchtitan.components.loss import IGNORE_INDEX
 
 from orchestrator.run.task_lookup import folder_hint, task_manager
-from orchestrator.titan.evaluator import score_logits
+from orchestrator.titan.row_scores import score_output
 from pipeline import ConfigError, Tokenizer
 
 _PAIR_WEIGHTS = {"word_perplexity": "words", "byte_perplexity": "bytes", "bits_per_byte": "bytes"}
@@ -68,12 +68,9 @@ def model_row_scorer(model: torch.nn.Module, rows_per_forward: int) -> RowScorer
             for start in range(0, len(inputs), rows_per_forward):
                 batch_in = inputs[start : start + rows_per_forward].to(device)
                 batch_labels = labels[start : start + rows_per_forward].to(device)
-                out = model(batch_in)
-                if getattr(model, "_skip_lm_head", False):
-                    out = model.lm_head(out)
-                row_nll, row_greedy = score_logits(out, batch_labels)
-                nll[start : start + len(batch_in)] = row_nll
-                greedy[start : start + len(batch_in)] = row_greedy
+                row_scores = score_output(model, model(batch_in), batch_labels, with_greedy=True)
+                nll[start : start + len(batch_in)] = row_scores.nll
+                greedy[start : start + len(batch_in)] = row_scores.greedy
         finally:
             model.train(was_training)
         return nll, greedy

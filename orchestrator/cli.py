@@ -18,7 +18,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from orchestrator.errors import (
     EXIT_FAILED,
@@ -505,6 +505,12 @@ def main(argv: list[str] | None = None) -> int:
     if interrupts.requested():
         interrupts.report("zephon")
     return code
+
+
+def script() -> NoReturn:
+    """The ``zephon`` console script: :func:`main`, then its exit code without the
+    interpreter's teardown (:func:`orchestrator.run.interrupts.exit_without_teardown`)."""
+    interrupts.exit_without_teardown(main())
 
 
 def _interrupted_payload() -> dict[str, Any]:

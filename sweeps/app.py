@@ -75,6 +75,7 @@ def main() -> None:
     (exit 130 and one line per unfinished run, see :mod:`orchestrator.run.interrupts`)."""
     with interrupts.entry_point("zephon-run", on_stop=_hydra_raises):
         hydra_main()
+    interrupts.exit_without_teardown(0)  # a failure exits through SystemExit, as before
 
 
 def _hydra_raises() -> None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 A_BETTER = "a_better"
 B_BETTER = "b_better"
@@ -255,6 +254,10 @@ def decide_pair(
     df = _welch_degrees_of_freedom([(v_doc, df_doc), (v_seed, df_seed)])
     if math.isnan(df):
         df = df_doc
+    # Imported here: scipy.stats takes ~0.5 s, which every zephon-run would pay through
+    # the Hydra plugin (hydra_plugins/zephon -> sweeps.sweeper) though only a report decides.
+    from scipy import stats
+
     t = float(stats.t.ppf(1 - (1 - confidence) / 2, df))
     lo, hi = difference - t * standard_error, difference + t * standard_error
     if n_seeds < MIN_SEEDS:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from orchestrator.search.models.base import MixtureModel
 from orchestrator.search.observations import Observations
@@ -97,6 +96,10 @@ class MixingLaw(MixtureModel):
             top = np.hstack([np.ones((len(target), 1)), grown[:, None] * mixtures])
             bottom = np.hstack([np.zeros((len(params) - 1, 1)), ridge * np.eye(len(params) - 1)])
             return np.vstack([top, bottom])
+
+        # Imported here: scipy.optimize takes ~0.3 s, which every zephon-run would pay
+        # through the Hydra plugin (hydra_plugins/zephon) though only a search fits.
+        from scipy.optimize import least_squares
 
         best = None
         for start in starts:

@@ -121,3 +121,31 @@ def test_the_report_lists_runs_noted_in_child_processes(
 def test_without_a_signal_errors_pass_through_the_entry_point() -> None:
     with pytest.raises(RuntimeError, match="plain failure"), interrupts.entry_point("prog"):
         raise RuntimeError("plain failure")
+
+
+def test_exit_without_teardown_keeps_the_code_the_output_atexit_and_threads(tmp_path: Path) -> None:
+    marker = tmp_path / "thread-finished"
+    script = textwrap.dedent(
+        f"""
+        import atexit, sys, threading, time
+        from pathlib import Path
+        from orchestrator.run import interrupts
+
+        def slow_writer():
+            time.sleep(0.3)
+            Path({str(marker)!r}).write_text("done")
+
+        threading.Thread(target=slow_writer).start()  # not a daemon: joined first
+        atexit.register(lambda: print("atexit ran", file=sys.stderr))
+        print("buffered output", end="")  # no newline: only a flush writes it
+        interrupts.exit_without_teardown(3)
+        print("never printed")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "buffered output"
+    assert "atexit ran" in done.stderr
+    assert marker.read_text() == "done"

@@ -29,6 +29,8 @@ from orchestrator.run.precision import cpu_model
 
 STARTUP_OVERRIDES = ("model=mini", "train=smoke", "tracking.experiment=startup")
 FIRST_STEP_TARGET_S = 5.0
+WALL_TARGET_S = 12.0
+"""The whole warm dp 1 command, starting its own warm server (issue 36): under this."""
 MAIN_JOB_TARGET_S = 240.0
 MAIN_JOB_CPU_TARGET = 1.70
 """CPU seconds per wall second of the main job's process tree: at least this."""
@@ -116,6 +118,8 @@ def measure_startups(work: Path, reps: int) -> dict[str, Any]:
         "runs": runs,
         "first_step_target_s": FIRST_STEP_TARGET_S,
         "first_step_target_met": first_step < FIRST_STEP_TARGET_S,
+        "wall_target_s": WALL_TARGET_S,
+        "wall_target_met": medians["warm dp1"]["wall_s"] < WALL_TARGET_S,
     }
 
 
@@ -178,7 +182,9 @@ def to_markdown(report: dict[str, Any]) -> str:
                 for name, m in s["medians"].items()
             ),
             f"\nWarm dp 1, command to step 1: **{s['medians']['warm dp1']['to_first_step_s']:.1f} s** "
-            f"(goal < {s['first_step_target_s']:.0f} s: {verdict(s['first_step_target_met'])}).\n",
+            f"(goal < {s['first_step_target_s']:.0f} s: {verdict(s['first_step_target_met'])}); "
+            f"the whole command: **{s['medians']['warm dp1']['wall_s']:.1f} s** (goal < "
+            f"{s['wall_target_s']:.0f} s: {verdict(s['wall_target_met'])}).\n",
         ]
     if "main_job" in report:
         m = report["main_job"]

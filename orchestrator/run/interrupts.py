@@ -163,9 +163,8 @@ def exit_without_teardown(code: int) -> NoReturn:
     of C-level finalization of MLflow, SQLAlchemy and pandas on 2 cores that a user
     waits for after every command and that nothing needs: files are closed and runs
     recorded by then."""
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    # What the interpreter's own exit does first: stop thread pools, join non-daemon threads.
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

@@ -127,7 +127,7 @@ def test_exit_without_teardown_keeps_the_code_the_output_atexit_and_threads(tmp_
     marker = tmp_path / "thread-finished"
     script = textwrap.dedent(
         f"""
-        import atexit, sys, threading, time
+        import atexit, concurrent.futures, sys, threading, time
         from pathlib import Path
         from orchestrator.run import interrupts
 
@@ -136,6 +136,9 @@ def test_exit_without_teardown_keeps_the_code_the_output_atexit_and_threads(tmp_
             Path({str(marker)!r}).write_text("done")
 
         threading.Thread(target=slow_writer).start()  # not a daemon: joined first
+        # an idle pool's workers are not daemons either: they are told to stop, not waited on
+        pool = concurrent.futures.ThreadPoolExecutor(2)
+        pool.submit(print, "pool ran", file=sys.stderr).result()
         atexit.register(lambda: print("atexit ran", file=sys.stderr))
         print("buffered output", end="")  # no newline: only a flush writes it
         interrupts.exit_without_teardown(3)
@@ -147,5 +150,5 @@ def test_exit_without_teardown_keeps_the_code_the_output_atexit_and_threads(tmp_
     )
     assert done.returncode == 3, done.stderr
     assert done.stdout == "buffered output"
-    assert "atexit ran" in done.stderr
+    assert "atexit ran" in done.stderr and "pool ran" in done.stderr
     assert marker.read_text() == "done"

@@ -11,7 +11,7 @@ evaluation's cost, so:
 * the argmax pass runs only when greedy matches are asked for (lm-eval tasks).
 
 Measured on a 2-core AMD EPYC, one thread, bfloat16 weights, 1,024 positions: 0.45 s
-for the whole batch at once, 0.15 s in chunks of 32 (docs/pipeline_performance.md).
+for the whole batch at once, 0.15 s in chunks of 32 (docs/benchmarks.md, start-up).
 """
 
 from __future__ import annotations

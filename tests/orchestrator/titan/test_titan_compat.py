@@ -106,3 +106,49 @@ def test_metric_names_are_safe_for_trackers() -> None:
     assert metric_name("time_metrics/data_loading(%)") == "time_metrics/data_loading_pct"
     assert metric_name("memory/max_active(GiB)") == "memory/max_active_GiB"
     assert metric_name("loss_metrics/global_avg_loss") == "loss_metrics/global_avg_loss"
+
+
+def test_dense_mask_is_create_masks_for_torchtitans_mask_mods() -> None:
+    from torch.nn.attention.flex_attention import and_masks, create_mask
+    from torchtitan.models.common.attention import (
+        get_causal_mask_mod,
+        get_document_mask_mod,
+        get_efficient_causal_mask_mod_for_packed_document,
+        get_fixed_block_mask_mod,
+        get_sliding_window_mask_mod,
+    )
+
+    generator = torch.Generator().manual_seed(0)
+    for batch in (1, 3):
+        starts = torch.rand(batch, 40, generator=generator) < 0.1
+        starts[:, 0] = True
+        index = torch.arange(40).expand(batch, 40)
+        last_start = torch.cummax(torch.where(starts, index, 0), dim=1).values
+        positions = index - last_start  # reset to 0 at every document start
+        causal = get_causal_mask_mod()
+        mask_mods = {
+            "causal": causal,
+            "document": and_masks(causal, get_document_mask_mod(positions)),
+            "packed document": and_masks(
+                causal, get_efficient_causal_mask_mod_for_packed_document(positions)
+            ),
+            "fixed block": get_fixed_block_mask_mod(7),
+            "sliding window": and_masks(causal, get_sliding_window_mask_mod(5)),
+        }
+        for name, mask_mod in mask_mods.items():
+            want = create_mask(mask_mod, batch, 1, 40, 40, device="cpu")
+            got = cpu_compat.dense_mask(mask_mod, (batch, 1, 40, 40), torch.device("cpu"))
+            assert torch.equal(got, want), (name, batch)
+            assert want.any() and not want.all(), name  # the masks are not trivial
+
+
+def test_dense_mask_of_a_mask_mod_that_does_not_broadcast_is_vmapped() -> None:
+    from torch.nn.attention.flex_attention import create_mask
+
+    def stacks_its_indexes(
+        b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor
+    ) -> torch.Tensor:
+        return torch.stack([q, kv]).amax(dim=0) % 3 == 0  # needs equal shapes: vmap only
+
+    got = cpu_compat.dense_mask(stacks_its_indexes, (2, 1, 9, 9), torch.device("cpu"))
+    assert torch.equal(got, create_mask(stacks_its_indexes, 2, 1, 9, 9, device="cpu"))

@@ -6,7 +6,9 @@ index built (or mapped from the cache under ``cache_dir``, keyed by that hash, e
 file written by atomic rename so later runs and concurrent processes share it). The plan
 itself needs only each shard's metadata (size and stat, or a remote file's validators).
 Records are addressed by key, ``shard << 32 | row``. Remote shards are read from verified
-local copies (:mod:`pipeline.io`), with the same fingerprint as the same bytes read locally.
+local copies (:mod:`pipeline.io`), with the same fingerprint as the same bytes read locally;
+remote Parquet shards, with ``io_options["remote_read"] = "range"``, in place by byte range,
+identified by their server's ETag and size (``ShardIdentity.REMOTE_VERSION``).
 
 Design: docs/design/pipeline_datasets.md
 """
@@ -24,6 +26,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,6 +95,15 @@ class RecordPointer:
         return (self.dataset, self.shard, self.record)
 
 
+class ShardIdentity(StrEnum):
+    """What a shard's fingerprint is the SHA-256 of."""
+
+    CONTENT = "content"
+    """Its bytes: the same wherever they are read from."""
+    REMOTE_VERSION = "remote-version"
+    """Its server's ETag and size (a shard read by range, never read whole)."""
+
+
 @dataclass(frozen=True)
 class _Shard:
     source: Path | str  # a local file, or the URL of a remote one
@@ -112,7 +124,8 @@ class ShardMetadata:
     version: tuple[Any, ...]
     """What changes when the file is rewritten: (mtime_ns, inode) of a local file, checked
     with the size when the shard is first read; (ETag, modification time) of a remote one,
-    of which only the size is checked then (its copy is validated against the server)."""
+    of which the ETag is checked then for a shard read by range, and only the size for a
+    downloaded one (its copy is validated against the server)."""
 
 
 @dataclass(frozen=True)
@@ -120,10 +133,10 @@ class _IndexedShard:
     """What indexing one shard established, kept for the dataset's life (a few fields a
     shard); the index itself is mapped on demand and only a bounded number stay mapped."""
 
-    fingerprint: str  # SHA-256 of the shard's raw bytes
-    local_path: Path  # the shard itself, or the local copy of a remote shard
-    stat: tuple[int, int]  # (size, mtime_ns) of local_path when indexed
-    read_path: Path  # the local path, or its decompressed copy
+    fingerprint: str  # SHA-256 of the shard's raw bytes, or of its remote version if by range
+    local_path: Path | None  # the shard, or the local copy of a remote one; None if by range
+    stat: tuple[int, int | str]  # (size, mtime_ns) of local_path, (size, ETag) if by range
+    read_path: Path | str  # the local path, its decompressed copy, or the URL read by range
     records: int  # usable records
     skipped: dict[str, int]  # bad records by reason
     examples: dict[str, list[int]]  # the first lines of each reason
@@ -304,8 +317,15 @@ class Dataset:
         return self._index_of(shard).records
 
     def shard_fingerprint(self, shard: int) -> str:
-        """SHA-256 of one shard's raw bytes (computed when it is first read)."""
+        """SHA-256 of one shard's raw bytes, computed when it is first read (of its remote
+        version for a shard read by range: ``shard_identity``)."""
         return self._index_of(shard).fingerprint
+
+    def shard_identity(self, shard: int) -> ShardIdentity:
+        """What ``shard_fingerprint(shard)`` identifies (known without reading the shard)."""
+        if self._reads_by_range(self._shards[shard]):
+            return ShardIdentity.REMOTE_VERSION
+        return ShardIdentity.CONTENT
 
     def read_shard_fingerprints(self, start: int = 0) -> dict[int, str]:
         """Content SHA-256 of the shards read (indexed) in this process, by shard: all, or
@@ -476,8 +496,19 @@ class Dataset:
             raise DataError(f"dataset {self.name!r}: cannot stat {shard.source}: {e}") from e
         return ShardMetadata(st.st_size, (st.st_mtime_ns, st.st_ino))
 
+    def _reads_by_range(self, shard: _Shard) -> bool:
+        """Whether ``shard`` is read in place by byte range (a remote Parquet file, with
+        ``io_options["remote_read"] = "range"``), not from a downloaded copy."""
+        return (
+            shard.remote
+            and shard.format == ParquetFormat.name
+            and self._io.remote_read is io.RemoteRead.RANGE
+        )
+
     def _index_shard(self, s: int) -> _IndexedShard:
         shard = self._shards[s]
+        if self._reads_by_range(shard):
+            return self._index_shard_by_range(s)
         try:
             if shard.remote:
                 local, _pin = self._pin_remote_copy(shard)  # pinned until indexed
@@ -486,7 +517,7 @@ class Dataset:
             else:
                 local = Path(shard.source)
                 st = os.stat(local)
-            self._check_unchanged_since_plan(s, st)
+            self._check_unchanged_since_plan(s, st.st_size, (st.st_mtime_ns, st.st_ino))
             # Every rank of a node reaches the same shards at once: one process hashes and
             # indexes a shard while the others wait, then they all map its cached index.
             with file_lock(self.cache_dir / "locks" / _file_version_key(local, st)):
@@ -498,19 +529,7 @@ class Dataset:
                 index = self._shard_index(shard, fp, read_path)
         except OSError as e:
             raise DataError(f"dataset {self.name!r}: cannot index {shard.source}: {e}") from e
-        if self.on_bad_record == "error":
-            self._raise_on_bad(shard, index)
-        bad = {r: n for r, n in index.skipped.items() if r != _IGNORED}
-        if bad and not self._warned_bad:
-            # Skipping is allowed, but never silent: once per dataset, the rest is counted.
-            self._warned_bad = True
-            _, examples = self._skip_summary([(shard, index)])
-            warnings.warn(
-                f"dataset {self.name!r}: skipped {sum(bad.values())} bad records {bad} in "
-                f"{shard.source}, e.g. {examples}; Dataset.report() counts them over every "
-                "shard read",
-                stacklevel=3,
-            )
+        self._check_records(shard, index)
         self._keep_mapped(s, index)
         return _IndexedShard(
             fp,
@@ -522,18 +541,60 @@ class Dataset:
             index.examples,
         )
 
-    def _check_unchanged_since_plan(self, s: int, st: os.stat_result) -> None:
-        """A shard must be read as the plan saw it: its size (and a local file's version)."""
+    def _index_shard_by_range(self, s: int) -> _IndexedShard:
+        """Index a remote Parquet shard in place: its footer and text column, by range."""
+        url = str(self._shards[s].source)
+        size, etag, fp = self._query_remote_version(url)
+        self._check_unchanged_since_plan(s, size, etag)
+        with file_lock(self.cache_dir / "locks" / fp):  # one process of a node indexes it
+            index = self._shard_index(self._shards[s], fp, url)
+        self._check_records(self._shards[s], index)
+        self._keep_mapped(s, index)
+        return _IndexedShard(fp, None, (size, etag), url, len(index), index.skipped, index.examples)
+
+    def _query_remote_version(self, url: str) -> tuple[int, str, str]:
+        """Size, ETag and version fingerprint of a shard read by range, asked of its server."""
+        try:
+            remote = io.remote_validators(url)
+            fingerprint = io.remote_version_fingerprint(url, remote)
+        except DataError as e:
+            raise DataError(f"dataset {self.name!r}: {e}") from e
+        return int(remote["size"] or 0), str(remote["etag"]), fingerprint
+
+    def _check_records(self, shard: _Shard, index: ShardIndex) -> None:
+        """Fail on bad records (``on_bad_record="error"``), or warn once per dataset."""
+        if self.on_bad_record == "error":
+            self._raise_on_bad(shard, index)
+        bad = {r: n for r, n in index.skipped.items() if r != _IGNORED}
+        if bad and not self._warned_bad:
+            # Skipping is allowed, but never silent: once per dataset, the rest is counted.
+            self._warned_bad = True
+            _, examples = self._skip_summary([(shard, index)])
+            warnings.warn(
+                f"dataset {self.name!r}: skipped {sum(bad.values())} bad records {bad} in "
+                f"{shard.source}, e.g. {examples}; Dataset.report() counts them over every "
+                "shard read",
+                stacklevel=4,
+            )
+
+    def _check_unchanged_since_plan(self, s: int, size: int, version: object) -> None:
+        """A shard must be read as the plan saw it: its size, and its version where the
+        first read cannot hash its bytes (a local file's (mtime_ns, inode), a shard read by
+        range's ETag); a downloaded copy is checked against its server by ``pipeline.io``."""
         planned = self._metadata[s] if self._metadata is not None else None
         if planned is None:
             return
         shard = self._shards[s]
-        now = st.st_size if shard.remote else (st.st_size, (st.st_mtime_ns, st.st_ino))
-        then = planned.size if shard.remote else (planned.size, planned.version)
+        if self._reads_by_range(shard):
+            now, then = (size, version), (planned.size, planned.version[0])
+        elif shard.remote:
+            now, then = size, planned.size
+        else:
+            now, then = (size, version), (planned.size, planned.version)
         if now != then:
             raise DataError(
                 f"dataset {self.name!r}: shard {shard.source} changed between the plan and its "
-                f"first read (size {planned.size} -> {st.st_size}, or rewritten in place); "
+                f"first read (size {planned.size} -> {size}, or rewritten in place); "
                 "restore it, or plan again (a new run: its data contract changes)"
             )
 
@@ -612,7 +673,13 @@ class Dataset:
             shard = self._shards[s]
             pin = None
             try:
-                if shard.remote and not shard.compression:
+                if self._reads_by_range(shard):
+                    # Each open asks the server again, so a rewrite since indexing is caught.
+                    size, etag, _ = self._query_remote_version(str(shard.source))
+                    if (size, etag) != state.stat:
+                        raise self._shard_changed_error(s, None)
+                    read_path = state.read_path
+                elif shard.remote and not shard.compression:
                     copy, pin = self._pin_remote_copy(shard)
                     if io.content_sha256(copy) != state.fingerprint:
                         raise self._shard_changed_error(s, None)

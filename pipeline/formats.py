@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from pipeline.errors import ConfigError, DataError
-from pipeline.io import atomic_write, is_url, url_filename
+from pipeline.io import atomic_write, is_url, open_by_range, url_filename
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSIONS = {".gz": "gz", ".zst": "zst"}
@@ -133,9 +133,13 @@ class ShardFormat(Protocol):
 
     name: str
 
-    def build_index(self, path: Path, field: str) -> ShardIndex: ...
+    def build_index(self, path: Path, field: str) -> ShardIndex:
+        """Index the shard at ``path`` (Parquet also takes a URL, read by range)."""
+        ...
 
-    def open(self, path: Path) -> Any: ...
+    def open(self, path: Path) -> Any:
+        """A handle to pass to ``read`` (Parquet also takes a URL, read by range)."""
+        ...
 
     def read(
         self, handle: Any, index: ShardIndex, rows: np.ndarray, field: str
@@ -298,7 +302,7 @@ class TextFormat:
 
 @dataclass
 class _ParquetHandle:
-    path: Path
+    source: str  # the local path or the URL: the key of its decoded columns
     file: pq.ParquetFile
     lock: threading.Lock  # ParquetFile is not documented as thread-safe
 
@@ -311,29 +315,40 @@ def _is_string(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
 
 
+def _open_parquet(source: Path | str) -> pq.ParquetFile:
+    """A local Parquet file, or a remote one (a URL) read by byte range."""
+    try:
+        return pq.ParquetFile(open_by_range(source) if isinstance(source, str) else source)
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{source}: cannot read Parquet file ({e}); re-export or remove it") from e
+
+
 class ParquetFormat:
     """Rows of a Parquet file; the record's text is the string column ``field``.
 
     A read decodes a whole row group's column, so an instance keeps recently
     decoded columns in an LRU cache shared by all its shards, bounded by
-    ``cache_bytes`` (a budget in bytes adapts to any row-group size).
+    ``cache_bytes`` (a budget in bytes adapts to any row-group size). ``source``
+    is a local path, or a URL read by byte range: only the footer and the
+    column's chunks; indexing a URL leaves the columns it decoded in that cache,
+    so the first reads after indexing fetch them no second time.
     """
 
     name = "parquet"
 
     def __init__(self, cache_bytes: int = 256 << 20) -> None:
         self._cache_bytes = cache_bytes
-        self._cache: OrderedDict[tuple[Path, int], pa.ChunkedArray | None] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, int], pa.ChunkedArray | None] = OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
 
-    def build_index(self, path: Path, field: str) -> ShardIndex:
-        """Index every row of ``path``; null, empty or non-string values are skipped."""
+    def build_index(self, source: Path | str, field: str) -> ShardIndex:
+        """Index every row of ``source``; null, empty or non-string values are skipped."""
         skips = _Skips()
         empty = np.empty(0, dtype=np.int64)
         groups, in_group, text_bytes = [empty], [empty], [empty]
+        pf = _open_parquet(source)
         try:
-            pf = pq.ParquetFile(path)
             schema = pf.schema_arrow
             usable = field in schema.names and _is_string(schema.field(field).type)
             first_row = 0
@@ -345,6 +360,8 @@ class ParquetFormat:
                     skips.add("missing_field", row_numbers)
                     continue
                 column = pf.read_row_group(g, columns=[field]).column(0)
+                if isinstance(source, str):  # fetched by range: keep it for the first reads
+                    self._remember_column((source, g), column)
                 lengths = pc.fill_null(pc.binary_length(column), -1).to_numpy()
                 for reason, bad in (
                     ("missing_field", lengths < 0),
@@ -358,20 +375,15 @@ class ParquetFormat:
                 text_bytes.append(lengths[good])
         except (pa.ArrowException, OSError) as e:
             raise DataError(
-                f"{path}: cannot read Parquet file ({e}); re-export or remove it"
+                f"{source}: cannot read Parquet file ({e}); re-export or remove it"
             ) from e
         return skips.index(
             np.concatenate(groups), np.concatenate(in_group), np.concatenate(text_bytes)
         )
 
-    def open(self, path: Path) -> _ParquetHandle:
-        """Open ``path`` for ``read``."""
-        try:
-            return _ParquetHandle(path, pq.ParquetFile(path), threading.Lock())
-        except (pa.ArrowException, OSError) as e:
-            raise DataError(
-                f"{path}: cannot read Parquet file ({e}); re-export or remove it"
-            ) from e
+    def open(self, source: Path | str) -> _ParquetHandle:
+        """Open ``source`` for ``read``."""
+        return _ParquetHandle(str(source), _open_parquet(source), threading.Lock())
 
     def read(
         self, handle: _ParquetHandle, index: ShardIndex, rows: np.ndarray, field: str
@@ -390,7 +402,7 @@ class ParquetFormat:
         self, handle: _ParquetHandle, group: int, field: str
     ) -> pa.ChunkedArray | None:
         """Decoded column of one row group (``None`` if it cannot be read any more)."""
-        key = (handle.path, group)
+        key = (handle.source, group)
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -400,13 +412,17 @@ class ParquetFormat:
                 column = handle.file.read_row_group(group, columns=[field]).column(0)
         except (pa.ArrowException, OSError, IndexError, KeyError):
             column = None
+        self._remember_column(key, column)
+        return column
+
+    def _remember_column(self, key: tuple[str, int], column: pa.ChunkedArray | None) -> None:
+        """Keep a decoded column in the LRU cache, dropping the oldest past the budget."""
         with self._lock:
             if key not in self._cache:  # another thread may have decoded it meanwhile
                 self._cache[key] = column
                 self._cached_bytes += _column_nbytes(column)
             while self._cached_bytes > self._cache_bytes and len(self._cache) > 1:
                 self._cached_bytes -= _column_nbytes(self._cache.popitem(last=False)[1])
-        return column
 
 
 def decompress(path: Path, compression: str, out: BinaryIO) -> None:

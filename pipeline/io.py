@@ -4,7 +4,9 @@ A ``file://`` URL is read in place, like a path. Any other URL is copied to loca
 ``ShardCache.local_copy``, named by the SHA-256 of its bytes (so a shard's fingerprint is the
 same wherever its bytes came from) and shared between processes through a per-URL ``flock``
 and atomic renames: a killed process leaves at most a temp file, and no cache entry ever
-names a missing or partial copy.
+names a missing or partial copy. With ``io_options["remote_read"] = "range"``, Parquet
+shards are instead read in place by byte range (``open_by_range``) and identified by their
+server's ETag and size (``remote_version_fingerprint``).
 
 Design: docs/design/pipeline_datasets.md
 """
@@ -22,6 +24,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
@@ -40,6 +43,17 @@ _HTTP = {"http", "https"}
 _ETAG_KEYS = ("ETag", "etag", "e_tag")
 _MODIFIED_KEYS = ("Last-Modified", "LastModified", "last_modified", "mtime", "updated")
 _CACHE_KEYS = {"enabled", "dir", "max_bytes"}
+_REMOTE_VERSION_TAG = "zephon-remote-version-v1"
+
+
+class RemoteRead(StrEnum):
+    """How a remote shard is read (``io_options["remote_read"]``)."""
+
+    DOWNLOAD = "download"
+    """Whole, into a verified local copy named by the SHA-256 of its bytes (every format)."""
+    RANGE = "range"
+    """Parquet in place by byte range: the footer, then the text column's chunks of the row
+    groups read; identified by the server's ETag and size. Other formats are downloaded."""
 
 
 @dataclass(frozen=True)
@@ -58,13 +72,22 @@ class IOOptions:
     """Parsed ``io_options`` of a ``Dataset``."""
 
     cache: CacheOptions = CacheOptions()
+    remote_read: RemoteRead = RemoteRead.DOWNLOAD
+    """How remote shards are read; ``download`` keeps content fingerprints (the default)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | None) -> IOOptions:
-        """Parse ``{"cache": {"enabled": bool, "dir": str | None}}``; raise ``ConfigError`` if invalid."""
+        """Parse ``{"cache": {"enabled": bool, "dir": str | None, "max_bytes": int | None},
+        "remote_read": "download" | "range"}``; raise ``ConfigError`` if invalid."""
         if options is None:
             return cls()
-        _check_keys("io_options", options, {"cache"})
+        _check_keys("io_options", options, {"cache", "remote_read"})
+        remote_read = options.get("remote_read", RemoteRead.DOWNLOAD)
+        if not isinstance(remote_read, str) or remote_read not in {r.value for r in RemoteRead}:
+            raise ConfigError(
+                f'io_options["remote_read"] must be one of {[str(r) for r in RemoteRead]}, '
+                f"got {remote_read!r}"
+            )
         cache = options.get("cache", {})
         _check_keys('io_options["cache"]', cache, _CACHE_KEYS)
         enabled = cache.get("enabled", False)
@@ -86,7 +109,7 @@ class IOOptions:
                 f"{max_bytes!r}"
             )
         directory = Path(cache_dir).expanduser() if cache_dir else None
-        return cls(CacheOptions(enabled, directory, max_bytes))
+        return cls(CacheOptions(enabled, directory, max_bytes), RemoteRead(remote_read))
 
 
 def _check_keys(what: str, value: object, known: set[str]) -> None:
@@ -165,6 +188,33 @@ def remote_validators(url: str) -> dict[str, Any]:
     return _extract_validators(_query_file_info(fs, path, url, missing=DataError))
 
 
+def remote_version_fingerprint(url: str, validators: Mapping[str, Any]) -> str:
+    """The identity of a shard read by range: SHA-256 over its size and ETag (the bytes are
+    never all read, so they cannot be hashed). Raises ``DataError`` naming the URL if the
+    server sends no ETag, since nothing would then tell a rewritten file from the original."""
+    if validators.get("etag") is None:
+        raise DataError(
+            f"{url}: the server sends no ETag, which reading by range needs to notice a "
+            "rewritten file; read it whole with io_options['remote_read'] = 'download'"
+        )
+    canonical = [_REMOTE_VERSION_TAG, validators.get("size"), validators["etag"]]
+    return hashlib.sha256(json.dumps(canonical).encode()).hexdigest()
+
+
+def open_by_range(url: str) -> BinaryIO:
+    """A seekable file of ``url`` whose every ``read`` fetches just the bytes asked for (no
+    read-ahead block cache: a Parquet reader asks for exactly the column chunks it needs).
+    Raises ``DataError`` naming the URL if it cannot be opened."""
+    fs, path = _resolve_filesystem(url)
+    try:
+        return fs.open(path, "rb", cache_type="none")
+    except Exception as e:  # fsspec backends raise their own exception types
+        raise DataError(
+            f"cannot open {url} ({_describe_root_cause(e)}); check that the server is up "
+            "and the file still exists"
+        ) from e
+
+
 class ShardCache:
     """Local copies of remote files, shared between processes if the cache is enabled.
 
@@ -176,6 +226,7 @@ class ShardCache:
         self.shared = options.cache.enabled
         self._dir = (options.cache.dir or default_dir) if self.shared else None
         self.max_bytes = options.cache.max_bytes
+        self.remote_read = options.remote_read
 
     @property
     def root(self) -> Path:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.batch import MicroBatch
+from pipeline.dataset import Dataset, ShardIdentity
 from pipeline.digest import lane_digest
 from pipeline.errors import ConfigError, StateError
 from pipeline.lane import LaneExhausted, LaneStream
@@ -465,15 +466,16 @@ class Pipeline:
     ) -> dict[str, dict[str, dict[str, str]]]:
         """The shards this process has read, by dataset and shard index: each one's file
         name and the SHA-256 of its content (hashed when first read; the run records them
-        and the guard checks that compared runs read the same content). ``since``: per
-        dataset, how many reads a caller has already seen (it gets only the later ones)."""
+        and the guard checks that compared runs read the same content), or of its remote
+        version for a shard read by range, marked ``"identity": "remote-version"``.
+        ``since``: per dataset, how many reads a caller has already seen (it gets only the
+        later ones)."""
         read: dict[str, dict[str, dict[str, str]]] = {}
         for ds in self.source.datasets:
             fingerprints = ds.read_shard_fingerprints((since or {}).get(ds.name, 0))
             if fingerprints:
                 read[ds.name] = {
-                    str(s): {"file": _file_name(ds.shards[s]), "sha256": sha}
-                    for s, sha in sorted(fingerprints.items())
+                    str(s): _shard_read_entry(ds, s, sha) for s, sha in sorted(fingerprints.items())
                 }
         return read
 
@@ -539,6 +541,15 @@ class Pipeline:
 def _file_name(shard: object) -> str:
     """The last component of a shard's path or URL."""
     return str(shard).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _shard_read_entry(dataset: Dataset, shard: int, fingerprint: str) -> dict[str, str]:
+    """A run's record of one shard read; content identities keep the entry they always had."""
+    entry = {"file": _file_name(dataset.shards[shard]), "sha256": fingerprint}
+    identity = dataset.shard_identity(shard)
+    if identity is not ShardIdentity.CONTENT:
+        entry["identity"] = str(identity)
+    return entry
 
 
 def _require_setting(condition: bool, message: str) -> None:

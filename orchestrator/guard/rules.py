@@ -23,6 +23,7 @@ from orchestrator.guard.comparison import (
     ordered_runs,
 )
 from orchestrator.tracking.names import flatten
+from pipeline.dataset import ShardIdentity
 
 ABSENT = "<absent>"
 """Value shown for a contract field one of two runs does not have."""
@@ -303,15 +304,27 @@ def _shard_changed_refusals(runs: list[RunSummary], label: dict[str, str]) -> li
                 if seen.get("sha256") == entry.get("sha256"):
                     continue
                 a, b = label[ref.run_id], label[run.run_id]
+                identities = {a: _shard_identity(seen), b: _shard_identity(entry)}
+                if identities[a] != identities[b]:
+                    cause = (
+                        f"One run hashed the file's bytes, the other read it by range and "
+                        f"identified it by its server's ETag ({identities}), so their "
+                        "contents cannot be compared; re-run one of them with the other's "
+                        "io_options['remote_read']."
+                    )
+                else:
+                    cause = (
+                        "The file was changed between the runs; restore it and re-run the run "
+                        "made on the changed file, or compare only runs made on one version of "
+                        "the data."
+                    )
                 refusals.append(
                     Refusal(
                         RefusalCode.SHARD_CHANGED,
                         f"{a} and {b} read different content for shard {entry.get('file')} "
                         f"(#{shard}) of dataset {name!r}: sha256 "
                         f"{str(seen.get('sha256'))[:SHORT]} ({a}) vs "
-                        f"{str(entry.get('sha256'))[:SHORT]} ({b}). The file was changed "
-                        "between the runs; restore it and re-run the run made on the changed "
-                        "file, or compare only runs made on one version of the data.",
+                        f"{str(entry.get('sha256'))[:SHORT]} ({b}). {cause}",
                         [ref.run_id, run.run_id],
                         {
                             "dataset": name,
@@ -323,6 +336,11 @@ def _shard_changed_refusals(runs: list[RunSummary], label: dict[str, str]) -> li
                 )
                 break  # one refusal per run and dataset names the first changed shard
     return refusals
+
+
+def _shard_identity(entry: dict[str, str]) -> str:
+    """What a recorded shard fingerprint hashes (runs before range reads recorded content)."""
+    return entry.get("identity", str(ShardIdentity.CONTENT))
 
 
 def _differing_fields(

@@ -345,7 +345,7 @@ def test_file_urls_are_read_in_place(shards, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        ({"cahce": {}}, r"unknown keys \['cahce'\]; known keys: \['cache'\]"),
+        ({"cahce": {}}, r"unknown keys \['cahce'\]; known keys: \['cache', 'remote_read'\]"),
         (
             {"cache": {"enable": True}},
             r"unknown keys \['enable'\]; known keys: \['dir', 'enabled', 'max_bytes'\]",

@@ -864,3 +864,20 @@ def test_a_shard_read_with_other_content_is_refused_naming_it() -> None:
     assert "part-0007.jsonl" in refusal.message and "'web'" in refusal.message
     assert refusal.detail["shard"] == 7 and refusal.detail["dataset"] == "web"
     assert refusal.runs == [runs[0].run_id, runs[2].run_id]
+
+
+def test_a_shard_hashed_by_one_run_and_read_by_range_by_another_is_refused_saying_so() -> None:
+    """A shard read by range is identified by its server's ETag, not its bytes: the guard
+    cannot tell whether the two runs read the same content, and says why."""
+    runs = four_runs()
+    for run in runs:
+        run.shards_read = {"web": {"3": {"file": "part-3.parquet", "sha256": "a" * 64}}}
+    runs[1].shards_read["web"]["3"] = {
+        "file": "part-3.parquet",
+        "sha256": "e" * 64,
+        "identity": "remote-version",
+    }
+    (refusal,) = check(runs)
+    assert refusal.code == RefusalCode.SHARD_CHANGED
+    assert "by range" in refusal.message and "io_options['remote_read']" in refusal.message
+    assert "was changed between the runs" not in refusal.message

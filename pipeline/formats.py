@@ -300,6 +300,11 @@ class TextFormat:
         return texts
 
 
+REMOTE_READ_BYTES = 64 << 20
+"""Indexing a remote Parquet file reads row groups together up to this many bytes (their
+size in the footer, all columns): fewer round trips, bounded memory."""
+
+
 @dataclass
 class _ParquetHandle:
     source: str  # the local path or the URL: the key of its decoded columns
@@ -315,12 +320,44 @@ def _is_string(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
 
 
-def _open_parquet(source: Path | str) -> pq.ParquetFile:
-    """A local Parquet file, or a remote one (a URL) read by byte range."""
+def _open_parquet(source: Path | str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+    """A local Parquet file, or a remote one (a URL) read by byte range, its column chunks
+    fetched ahead together; with ``metadata`` (its footer, already parsed) nothing is read
+    until a row group is."""
     try:
-        return pq.ParquetFile(open_by_range(source) if isinstance(source, str) else source)
+        if isinstance(source, str):
+            return pq.ParquetFile(open_by_range(source), metadata=metadata, pre_buffer=True)
+        return pq.ParquetFile(source, metadata=metadata)
     except (pa.ArrowException, OSError) as e:
         raise DataError(f"{source}: cannot read Parquet file ({e}); re-export or remove it") from e
+
+
+def _columns_by_group(
+    pf: pq.ParquetFile, field: str | None, remote: bool
+) -> Iterator[tuple[int, pa.ChunkedArray | None]]:
+    """Each row group's column ``field`` (None for every group if ``field`` is None). A
+    remote file's groups are read several at a time, up to ``REMOTE_READ_BYTES``, so that
+    their ranged GETs are issued together (``pre_buffer``) instead of one after another."""
+    groups = range(pf.num_row_groups)
+    if field is None:
+        yield from ((g, None) for g in groups)
+        return
+    if not remote:
+        yield from ((g, pf.read_row_group(g, columns=[field]).column(0)) for g in groups)
+        return
+    batch: list[int] = []
+    batch_bytes = 0
+    for g in groups:
+        batch.append(g)
+        batch_bytes += pf.metadata.row_group(g).total_byte_size  # every column: an upper bound
+        if batch_bytes >= REMOTE_READ_BYTES or g == groups[-1]:
+            column = pf.read_row_groups(batch, columns=[field]).column(0)
+            offset = 0
+            for member in batch:
+                rows = pf.metadata.row_group(member).num_rows
+                yield member, column.slice(offset, rows)
+                offset += rows
+            batch, batch_bytes = [], 0
 
 
 class ParquetFormat:
@@ -331,7 +368,8 @@ class ParquetFormat:
     ``cache_bytes`` (a budget in bytes adapts to any row-group size). ``source``
     is a local path, or a URL read by byte range: only the footer and the
     column's chunks; indexing a URL leaves the columns it decoded in that cache,
-    so the first reads after indexing fetch them no second time.
+    so the first reads after indexing fetch them no second time, and keeps its
+    footer, so opening it to read fetches no second footer.
     """
 
     name = "parquet"
@@ -341,6 +379,7 @@ class ParquetFormat:
         self._cache: OrderedDict[tuple[str, int], pa.ChunkedArray | None] = OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
+        self._footers: dict[str, pq.FileMetaData] = {}  # of the URLs indexed (a few KB each)
 
     def build_index(self, source: Path | str, field: str) -> ShardIndex:
         """Index every row of ``source``; null, empty or non-string values are skipped."""
@@ -348,18 +387,22 @@ class ParquetFormat:
         empty = np.empty(0, dtype=np.int64)
         groups, in_group, text_bytes = [empty], [empty], [empty]
         pf = _open_parquet(source)
+        if isinstance(source, str):
+            with self._lock:
+                self._footers[source] = pf.metadata
         try:
             schema = pf.schema_arrow
             usable = field in schema.names and _is_string(schema.field(field).type)
             first_row = 0
-            for g in range(pf.num_row_groups):
+            for g, column in _columns_by_group(
+                pf, field if usable else None, isinstance(source, str)
+            ):
                 n = pf.metadata.row_group(g).num_rows
                 row_numbers = np.arange(first_row + 1, first_row + n + 1)
                 first_row += n
-                if not usable:
+                if column is None:
                     skips.add("missing_field", row_numbers)
                     continue
-                column = pf.read_row_group(g, columns=[field]).column(0)
                 if isinstance(source, str):  # fetched by range: keep it for the first reads
                     self._remember_column((source, g), column)
                 lengths = pc.fill_null(pc.binary_length(column), -1).to_numpy()
@@ -383,7 +426,9 @@ class ParquetFormat:
 
     def open(self, source: Path | str) -> _ParquetHandle:
         """Open ``source`` for ``read``."""
-        return _ParquetHandle(str(source), _open_parquet(source), threading.Lock())
+        with self._lock:
+            footer = self._footers.get(source) if isinstance(source, str) else None
+        return _ParquetHandle(str(source), _open_parquet(source, footer), threading.Lock())
 
     def read(
         self, handle: _ParquetHandle, index: ShardIndex, rows: np.ndarray, field: str

@@ -7,7 +7,8 @@
 # pipeline's speed (benchmarks/cores.py), `--tokenizers [SPEC]` the pipeline with a Hugging
 # Face tokenizer against raw `tokenizers`, `--corpus-scale [OPTIONS]` the first batch's cost
 # as the corpus grows, order v1 against v2 (benchmarks/corpus_scale.py), `--order-quality`
-# how well each order mixes shards and keeps the shares (benchmarks/order_quality.py). `--dp-spread
+# how well each order mixes shards and keeps the shares (benchmarks/order_quality.py),
+# `--remote-reads` remote Parquet read by range against downloaded (benchmarks/remote_reads.py). `--dp-spread
 # [OPTIONS]` runs the dp-spread benchmark, `python -m benchmarks.dp_spread [OPTIONS]`,
 # instead. See benchmarks/README.md.
 # Safe to re-run: the install is skipped while .venv/.zephon-bench-installed holds the
@@ -56,6 +57,13 @@ if [[ "${1:-}" == "--corpus-scale" ]]; then
     # (benchmarks/corpus_scale.py; --quick ~1 min): benchmarks/results/corpus_scale.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.corpus_scale "$@"
+fi
+if [[ "${1:-}" == "--remote-reads" ]]; then
+    # Remote Parquet shards in a local S3 endpoint, read by range against downloaded whole:
+    # bytes fetched, bytes on disk, seconds to the first batch (benchmarks/remote_reads.py;
+    # ~2 min on 2 cores once the prose corpus is built): benchmarks/results/remote_reads.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.remote_reads "$@"
 fi
 if [[ "${1:-}" == "--order-quality" ]]; then
     # The record order's quality, v2 beside v1: distinct shards in every 1,000 records of a

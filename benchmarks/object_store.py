@@ -1,8 +1,10 @@
 """An S3 endpoint on 127.0.0.1 (moto's server: the S3 HTTP API, ETags and ranged GETs) behind
-a TCP proxy that counts the bytes it sends back, so tests can tell what a reader fetched."""
+a TCP proxy that counts the bytes it sends back, so tests and benchmarks can tell what a
+reader fetched. Needs the `dev` extra (moto[server], s3fs, boto3)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -10,7 +12,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 import boto3
-import pytest
 import s3fs
 from moto.server import ThreadedMotoServer
 
@@ -106,14 +107,19 @@ def local_object_store() -> Iterator[ObjectStore]:
     host, port = server.get_host_and_port()
     proxy = CountingProxy((host, port))
     endpoint = f"http://127.0.0.1:{proxy.port}"
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in {**_CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}.items():
-            patch.setenv(name, value)
-        s3fs.S3FileSystem.clear_instance_cache()  # an instance keeps the endpoint it was made with
+    settings = {**_CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)  # child processes (a benchmark's) reach the endpoint too
+    s3fs.S3FileSystem.clear_instance_cache()  # an instance keeps the endpoint it was made with
+    try:
         boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
-        try:
-            yield ObjectStore(endpoint, proxy)
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
-            proxy.close()
-            server.stop()
+        yield ObjectStore(endpoint, proxy)
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        proxy.close()
+        server.stop()

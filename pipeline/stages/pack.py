@@ -65,7 +65,8 @@ class WrapPacker:
         if len(chunk.doc_lengths) == 0:
             return []
         offset = len(self._tokens)
-        starts = np.cumsum(chunk.doc_lengths) - chunk.doc_lengths + offset  # each document's
+        # Where each of the chunk's documents starts in the pending stream.
+        starts = np.cumsum(chunk.doc_lengths) - chunk.doc_lengths + offset
         self._tokens = np.concatenate((self._tokens, chunk.tokens))
         self._starts = np.concatenate((self._starts, starts.astype(np.int64, copy=False)))
         self._sources = np.concatenate((self._sources, chunk.doc_sources))

@@ -357,30 +357,41 @@ class Dataset:
         Raises ``DataError`` naming the record if a shard no longer holds what
         was indexed, ``IndexError`` for a key outside the dataset.
         """
+        return self.read_records_and_bytes(keys)[0]
+
+    def read_records_and_bytes(self, keys: np.ndarray | Sequence[int]) -> tuple[list[str], int]:
+        """``read_records``' texts and their UTF-8 bytes in all (the indexed sizes, which
+        every read checks), for callers that count bytes without looking them up again."""
         shards, rows = split_record_keys(keys)
         texts: list[str] = [""] * len(shards)
-        for s in sorted(set(shards.tolist())):  # np.unique costs more on a chunk's few items
+        text_bytes = 0
+        # A tokenize chunk's few records are spread over several shards: grouping them in
+        # plain Python costs less than numpy calls per shard.
+        by_shard: dict[int, list[int]] = {}
+        for pos, s in enumerate(shards.tolist()):
+            by_shard.setdefault(s, []).append(pos)
+        for s in sorted(by_shard):
             if not 0 <= s < len(self._shards):
                 raise IndexError(f"dataset {self.name!r}: shard {s} out of range")
-            positions = np.flatnonzero(shards == s)
+            positions = by_shard[s]
             state = self._index_of(s)
             index = self.shard_index(s)
             wanted = rows[positions]
-            if wanted.size and int(wanted.max()) >= len(index):
+            wanted_rows = wanted.tolist()
+            if max(wanted_rows, default=-1) >= len(index):
                 raise IndexError(
                     f"dataset {self.name!r}: shard {s} has {len(index)} records, "
-                    f"record {int(wanted.max())} asked for"
+                    f"record {max(wanted_rows)} asked for"
                 )
             fmt = self._formats[self._shards[s].format]
             got = fmt.read(self._open_shard_handle(s, state), index, wanted, self.field)
             expected = index.text_bytes[wanted].tolist()
-            for pos, row, text, size in zip(
-                positions.tolist(), wanted.tolist(), got, expected, strict=True
-            ):
+            for pos, row, text, size in zip(positions, wanted_rows, got, expected, strict=True):
                 if text is None or utf8_len(text) != size:
                     raise self._shard_changed_error(s, row)
                 texts[pos] = text
-        return texts
+            text_bytes += sum(expected)
+        return texts, text_bytes
 
     # -- the whole dataset (indexes every shard) --------------------------------
 

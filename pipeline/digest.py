@@ -22,6 +22,7 @@ _LANE_TAG = b"zephon.lane.v1"
 _BATCH_TAG = b"zephon.batch.v1"
 _CHAIN_TAG = b"zephon.chain.v1"
 _U32 = np.dtype("<u4")
+_HEADER = struct.Struct("<III")  # a sequence's length, valid tokens and document starts
 _I32 = np.dtype("<i4")
 
 
@@ -32,14 +33,20 @@ def sequence_bytes(seq: PackedSequence) -> bytes:
 
 def lane_digest(lane: int, sequences: Iterable[PackedSequence]) -> bytes:
     """Return the 32-byte digest of one lane's sequences of one step."""
-    # One join and one update: per-part updates cost more than hashing a step's bytes.
-    parts = [part for seq in sequences for part in _sequence_parts(seq)]
-    return hashlib.sha256(b"".join([_LANE_TAG, struct.pack("<I", lane), *parts])).digest()
+    # One join and one update: per-part updates cost more than hashing a step's bytes. The
+    # loop is inlined: a step's sequences make per-sequence function calls count.
+    parts = [_LANE_TAG, struct.pack("<I", lane)]
+    pack_header = _HEADER.pack
+    for seq in sequences:
+        tokens, starts = seq.tokens, seq.doc_starts
+        header = pack_header(len(tokens), seq.num_valid, len(starts))
+        parts += (header, _as_u32(starts), _as_u32(tokens))
+    return hashlib.sha256(b"".join(parts)).digest()
 
 
 def _sequence_parts(seq: PackedSequence) -> tuple[bytes, np.ndarray, np.ndarray]:
     """``sequence_bytes(seq)`` in three buffers (arrays are not copied until joined)."""
-    header = struct.pack("<III", len(seq.tokens), seq.num_valid, len(seq.doc_starts))
+    header = _HEADER.pack(len(seq.tokens), seq.num_valid, len(seq.doc_starts))
     return header, _as_u32(seq.doc_starts), _as_u32(seq.tokens)
 
 

@@ -257,9 +257,7 @@ class JsonlFormat:
         fd = handle.fd
         return [
             _parse_jsonl_line(os.pread(fd, length, offset), field)[0]
-            for length, offset in zip(
-                index.lengths[rows].tolist(), index.offsets[rows].tolist(), strict=True
-            )
+            for offset, length, _ in index.table[rows].tolist()  # one gather of the rows
         ]
 
 

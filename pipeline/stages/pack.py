@@ -65,23 +65,24 @@ class WrapPacker:
         if len(chunk.doc_lengths) == 0:
             return []
         offset = len(self._tokens)
-        starts = offset + np.concatenate(([0], np.cumsum(chunk.doc_lengths)[:-1]))
+        # Where each of the chunk's documents starts in the pending stream.
+        starts = np.cumsum(chunk.doc_lengths) - chunk.doc_lengths + offset
         self._tokens = np.concatenate((self._tokens, chunk.tokens))
-        self._starts = np.concatenate((self._starts, starts.astype(np.int64)))
+        self._starts = np.concatenate((self._starts, starts.astype(np.int64, copy=False)))
         self._sources = np.concatenate((self._sources, chunk.doc_sources))
         # Sequence k starts at k*T and spans T+1 tokens: complete while k*T + T + 1 <= pending.
-        count = max(0, (len(self._tokens) - 1) // self.max_length)
+        length = self.max_length
+        count = max(0, (len(self._tokens) - 1) // length)
         if count == 0:
             return []
-        # All of the chunk's sequences at once: one copy of the overlapping windows.
-        windows = np.lib.stride_tricks.sliding_window_view(
-            self._tokens[: count * self.max_length + 1], self.max_length + 1
-        )[:: self.max_length]
-        positions = np.arange(count, dtype=np.int64) * self.max_length
-        out = self._build_sequences(
-            positions, self.max_length, np.array(windows, dtype=np.int32), self.max_length + 1
-        )
-        self._drop_before(count * self.max_length)
+        # All of the chunk's sequences at once: row k is tokens [kT, kT + T], i.e. the k-th
+        # block of T tokens and the first token of the next block (two copies, no per-row work).
+        rows = np.empty((count, length + 1), dtype=np.int32)
+        rows[:, :length] = self._tokens[: count * length].reshape(count, length)
+        rows[:, length] = self._tokens[length : count * length + 1 : length]
+        positions = np.arange(count, dtype=np.int64) * length
+        out = self._build_sequences(positions, length, rows, length + 1)
+        self._drop_before(count * length)
         return out
 
     def flush(self) -> list[PackedSequence]:

@@ -85,20 +85,27 @@ def first_pointer(
 
 def _read_in_order(chunk: WorkChunk, datasets: Sequence[Dataset]) -> tuple[list[str], int]:
     """Read the chunk's texts (one batched read per dataset) in chunk order, and their bytes."""
-    texts: list[str] = [""] * len(chunk.records)
+    dataset_ids = chunk.datasets.tolist()
+    first = dataset_ids[0] if dataset_ids else 0
+    if dataset_ids.count(first) == len(dataset_ids):  # one dataset: no reordering to do
+        return _read_dataset(datasets[first], chunk.records)
+    texts: list[str] = [""] * len(dataset_ids)
     text_bytes = 0
-    for ds_index in sorted(set(chunk.datasets.tolist())):  # np.unique costs more on a few items
+    for ds_index in sorted(set(dataset_ids)):
         positions = np.flatnonzero(chunk.datasets == ds_index)
-        ds = datasets[int(ds_index)]
-        records = chunk.records[positions]
-        try:
-            got = ds.read_records(records)
-        except Exception as exc:
-            raise StageError("read", ds.name, _failing_pointer(ds, records.tolist()), exc) from exc
-        for pos, text in zip(positions, got, strict=True):
-            texts[int(pos)] = text
-        text_bytes += int(ds.record_text_bytes(records).sum())
+        got, got_bytes = _read_dataset(datasets[ds_index], chunk.records[positions])
+        for pos, text in zip(positions.tolist(), got, strict=True):
+            texts[pos] = text
+        text_bytes += got_bytes
     return texts, text_bytes
+
+
+def _read_dataset(ds: Dataset, records: np.ndarray) -> tuple[list[str], int]:
+    """Texts and UTF-8 bytes of ``records`` of one dataset; a failure names its record."""
+    try:
+        return ds.read_records_and_bytes(records)
+    except Exception as exc:
+        raise StageError("read", ds.name, _failing_pointer(ds, records.tolist()), exc) from exc
 
 
 def _failing_pointer(ds: Dataset, records: list[int]) -> tuple[str, int, int]:

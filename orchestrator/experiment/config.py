@@ -98,6 +98,12 @@ class TrainSection:
     """Steps between checkpoints (the last step is always saved)."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (0: all)."""
+    init_from: str | None = None
+    """Start from this checkpoint instead of the recipe's own initial weights: a TorchTitan
+    DCP step folder or a Hugging Face safetensors folder of the same model (an anneal;
+    docs/anneals.md). Its content digest is the run's initial-weights identity."""
+    init_optimizer: bool = False
+    """With ``init_from`` (DCP): restore its optimizer state too, not only the weights."""
 
 
 @dataclass

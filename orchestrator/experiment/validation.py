@@ -70,6 +70,8 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
     for key in ("steps", "microbatch_size", "checkpoint_interval"):
         if getattr(t, key) < 1:
             problems.append(f"train.{key} must be >= 1, got {getattr(t, key)}")
+    if t.init_optimizer and t.init_from is None:
+        problems.append("train.init_optimizer needs train.init_from (a checkpoint to restore)")
     if t.precision not in PRECISIONS:
         problems.append(f"train.precision={t.precision!r}: use one of {', '.join(PRECISIONS)}")
     problems += _owned_flags(config.model.args)

@@ -39,6 +39,7 @@ from orchestrator.run.init_checkpoint import (
     ensure_init_checkpoint,
     init_checkpoint_path,
 )
+from orchestrator.run.init_from import check_init_from
 from orchestrator.run.launch import (
     Launch,
     Progress,
@@ -57,7 +58,7 @@ from orchestrator.run.segment import (
     segment_status,
     train_segment,
 )
-from pipeline import canonical_tokenizer_spec
+from pipeline import canonical_tokenizer_spec, load_tokenizer
 
 if TYPE_CHECKING:
     from orchestrator.tracking.tracker import Tracker
@@ -105,7 +106,7 @@ class Plan:
             "contract_fingerprint": self.contract_fingerprint,
             "variant": self.variant,
             **self.recipe.to_dict(),
-            "init_checkpoint": str(init_checkpoint_path(self.recipe)),
+            "init_checkpoint": str(init_checkpoint_path(self.config, self.recipe)),
             "command": self.command,
             "config": self.config.to_dict(),
         }
@@ -135,6 +136,8 @@ def plan(
     config = replace(config, train=replace(config.train, precision=precision))
     prints = fingerprints(config, chosen)
     recipe = recipe_of(config)
+    if config.train.init_from is not None:  # before anything launches: shapes, vocabulary
+        check_init_from(config, recipe, load_tokenizer(config.data.tokenizer).vocab_size)
     name = run_name or _default_run_name(as_written, prints.variant)
     folder = RunFolder(Path(config.runs_root) / name)
     return Plan(
@@ -147,7 +150,7 @@ def plan(
         prints.variant,
         recipe,
         name,
-        launch_command(config, folder, chosen, init_checkpoint_path(recipe)),
+        launch_command(config, folder, chosen, init_checkpoint_path(config, recipe)),
     )
 
 
@@ -409,13 +412,15 @@ def _init_of(folder: RunFolder, config: ExperimentConfig) -> InitCheckpoint | No
 
 
 def _with_absolute_paths(config: ExperimentConfig) -> ExperimentConfig:
-    """``config`` naming its tokenizer file and task folder by absolute path: the trainer
-    starts in another folder (dataset paths are made absolute in the data spec)."""
+    """``config`` naming its tokenizer file, task folder and initial checkpoint by absolute
+    path: the trainer starts in another folder (dataset paths are made absolute in the data
+    spec)."""
     data = replace(config.data, tokenizer=canonical_tokenizer_spec(config.data.tokenizer))
-    task_dir = config.eval.task_dir
+    task_dir, init_from = config.eval.task_dir, config.train.init_from
     return replace(
         config,
         data=data,
+        train=replace(config.train, init_from=None if init_from is None else absolute(init_from)),
         eval=replace(config.eval, task_dir=None if task_dir is None else absolute(task_dir)),
     )
 

@@ -2,7 +2,9 @@
 
 TorchTitan initialises a sharded model differently on each dp size on CPU, so every run
 loads the seed checkpoint of its ``init_key`` instead, made once per machine under a file
-lock in ``$ZEPHON_HOME/init/<init_key>/``; its ``sha256`` goes into the run's records.
+lock in ``$ZEPHON_HOME/init/<init_key>/``; its ``sha256`` goes into the run's records. A
+run with ``train.init_from`` loads that checkpoint instead (an anneal), identified the same
+way: by the digest of its files (:func:`checkpoint_digest`, cached by their stat).
 
 Design: docs/design/orchestrator_run.md
 """
@@ -11,9 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,6 +33,8 @@ from pipeline.paths import zephon_home
 
 RECORD = "init.json"
 CREATE_TIMEOUT_S = 900
+RACY_NS = 2_000_000_000
+"""A file modified this recently may change again without its (size, mtime) changing."""
 
 
 @dataclass(frozen=True)
@@ -44,15 +50,22 @@ class InitCheckpoint:
         return asdict(self)
 
 
-def init_checkpoint_path(recipe: Recipe) -> Path:
-    """Where the initial checkpoint of ``recipe`` is (or will be) on this machine."""
+def init_checkpoint_path(config: ExperimentConfig, recipe: Recipe) -> Path:
+    """Where the initial checkpoint of ``config`` is: ``train.init_from``, or the one made
+    for ``recipe`` on this machine (it may not exist yet)."""
+    if config.train.init_from is not None:
+        return Path(config.train.init_from)
     return zephon_home() / "init" / recipe.init_key / "step-0"
 
 
 def ensure_init_checkpoint(config: ExperimentConfig, recipe: Recipe) -> InitCheckpoint:
-    """The initial checkpoint of ``recipe``, made now (one TorchTitan process on CPU, data
-    of ``config``) unless this machine has it. Raises LaunchError if making it fails."""
-    home = init_checkpoint_path(recipe).parent
+    """The initial checkpoint of ``config``: ``train.init_from`` with its digest, or the one
+    of ``recipe``, made now (one TorchTitan process on CPU, data of ``config``) unless this
+    machine has it. Raises LaunchError if making it fails."""
+    if config.train.init_from is not None:
+        path = Path(config.train.init_from)
+        return InitCheckpoint(recipe.init_key, str(path), checkpoint_digest(path))
+    home = init_checkpoint_path(config, recipe).parent
     found = _read_init_record(home)
     if found is not None:
         return found
@@ -73,7 +86,7 @@ def ensure_init_checkpoint(config: ExperimentConfig, recipe: Recipe) -> InitChec
             target = home / "step-0"
             shutil.rmtree(target, ignore_errors=True)  # a half-moved one from a killed job
             shutil.move(str(checkpoint), target)
-            made = InitCheckpoint(recipe.init_key, str(target), _hash_checkpoint_files(target))
+            made = InitCheckpoint(recipe.init_key, str(target), checkpoint_digest(target))
             record = {**made.to_dict(), "init": recipe.init}
             (home / f"{RECORD}.tmp").write_text(json.dumps(record, indent=1, sort_keys=True))
             (home / f"{RECORD}.tmp").replace(home / RECORD)  # last: its presence means done
@@ -120,10 +133,40 @@ def _create_seed_checkpoint(config: ExperimentConfig, build: Path) -> Path:
     return checkpoint
 
 
-def _hash_checkpoint_files(folder: Path) -> str:
-    """sha256 over every file of ``folder``: relative path, then content, in path order."""
+def checkpoint_digest(folder: Path) -> str:
+    """sha256 over every file of ``folder``: relative path, then content, in path order. The
+    answer is remembered with every file's (size, mtime, inode), so a second plan of a
+    checkpoint of gigabytes stats it instead of reading it; a file modified in the last two
+    seconds could change again unseen, so such an answer is not remembered."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    stats = [[str(p.relative_to(folder)), *_file_version(p)] for p in files]
+    entry = zephon_home() / "cache" / "checkpoint_digests" / f"{_path_key(folder)}.json"
+    try:
+        remembered = json.loads(entry.read_text())
+        if remembered["files"] == stats:
+            return remembered["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # none yet, or damaged: hash again
     digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    for path in files:
         digest.update(str(path.relative_to(folder)).encode() + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    sha256 = digest.hexdigest()
+    newest = max((version[1] for _, *version in stats), default=0)
+    if time.time_ns() - newest > RACY_NS:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        partial = entry.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"folder": str(folder), "files": stats, "sha256": sha256}))
+        os.replace(partial, entry)
+    return sha256
+
+
+def _file_version(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _path_key(folder: Path) -> str:
+    return hashlib.sha256(str(folder.absolute()).encode()).hexdigest()

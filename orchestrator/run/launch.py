@@ -28,6 +28,7 @@ from orchestrator.experiment import ExperimentConfig
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import interrupts, warm_start
 from orchestrator.run.devices import Devices, usable_cores
+from orchestrator.run.init_from import initial_load_flags
 from orchestrator.run.recipe import recipe_flags
 
 TRAIN_MODULE = "orchestrator.titan.train"
@@ -77,6 +78,7 @@ def trainer_args(
     ]
     if init_path is not None:
         args += ["--checkpoint.initial-load-path", str(Path(init_path).absolute())]
+        args += initial_load_flags(config)
     e = config.eval
     if e.enable:
         args += ["--validator.enable", "--validator.freq", str(e.interval)]

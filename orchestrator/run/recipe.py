@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from importlib.machinery import PathFinder
 from pathlib import Path
@@ -39,6 +39,9 @@ class Recipe:
     init: dict[str, Any]
     """The part of ``fields`` that decides the initial weights."""
     init_key: str
+    parameter_shapes: dict[str, Any] = field(default_factory=dict)
+    """The model's parameter shapes by TorchTitan name (``titan``) and, if it has a
+    state-dict adapter, by Hugging Face name (``hf``): what ``train.init_from`` must hold."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,7 +87,9 @@ def recipe_of(config: ExperimentConfig) -> Recipe:
     cached = zephon_home() / "recipes" / f"{key}.json"
     try:
         resolved = json.loads(cached.read_text())
-    except (OSError, json.JSONDecodeError):
+        if "shapes" not in resolved and "refused" not in resolved:
+            raise ValueError("resolved before parameter shapes were part of the answer")
+    except (OSError, ValueError):  # json.JSONDecodeError is a ValueError
         try:
             resolved = _resolve_with_titan(recipe_flags(config))
         except _Refused as refused:  # the same flags are refused again without asking
@@ -99,7 +104,9 @@ def recipe_of(config: ExperimentConfig) -> Recipe:
     fields["training"].update(steps=t.steps, mixed_precision_param=t.precision)
     fields["debug"]["seed"] = init["debug"]["seed"] = t.seed
     fields["versions"] = init["versions"] = versions
-    return Recipe(fields, fingerprint(fields), init, fingerprint(init))
+    if t.init_from is not None:  # an anneal: its weights are identified by their digest
+        fields["initial_load"] = {"optimizer": t.init_optimizer}
+    return Recipe(fields, fingerprint(fields), init, fingerprint(init), resolved["shapes"])
 
 
 class _Refused(Exception):

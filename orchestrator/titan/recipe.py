@@ -2,8 +2,10 @@
 
 The recipe is everything that decides the training arithmetic apart from the data, read
 from TorchTitan's own config parser on the trainer's flags; ``init`` is its part that
-decides the initial weights. Run as a module it prints ``{"recipe": ..., "init": ...}``
-as JSON; a flag TorchTitan refuses exits with status 2.
+decides the initial weights, and ``shapes`` the model's parameter shapes (by TorchTitan and
+Hugging Face names, to check a user's checkpoint against). Run as a module it prints
+``{"recipe": ..., "init": ..., "shapes": ...}`` as JSON; a flag TorchTitan refuses exits
+with status 2.
 
 Design: docs/design/orchestrator_titan.md
 """
@@ -67,7 +69,28 @@ def resolve(flags: list[str]) -> dict[str, Any]:
     recipe["training"] = {key: plain["training"][key] for key in TRAINING_KEPT}
     init = {key: plain[key] for key in INIT_KEPT}
     init["training"] = {"dtype": plain["training"]["dtype"]}
-    return {"recipe": recipe, "init": init}
+    return {"recipe": recipe, "init": init, "shapes": _parameter_shapes(config)}
+
+
+def _parameter_shapes(config: Any) -> dict[str, dict[str, list[int]] | None]:
+    """The shapes of the model's state dict, by TorchTitan name (``titan``) and, where the
+    model has a state-dict adapter, by Hugging Face name (``hf``): what a checkpoint must
+    hold to initialise it. The model is built on the meta device (no memory, no init)."""
+    import torch
+
+    spec = config.model_spec
+    model_config = spec.model
+    model_config.update_from_config(config=config)
+    with torch.device("meta"):
+        state = model_config.build().state_dict()
+    shapes: dict[str, dict[str, list[int]] | None] = {
+        "titan": {name: list(tensor.shape) for name, tensor in state.items()},
+        "hf": None,
+    }
+    if spec.state_dict_adapter is not None:
+        adapter = spec.state_dict_adapter(model_config, config.hf_assets_path)
+        shapes["hf"] = {name: list(t.shape) for name, t in adapter.to_hf(state).items()}
+    return shapes
 
 
 def _to_plain_data(value: Any, depth: int = 0) -> Any:

@@ -55,7 +55,7 @@ def test_concurrent_jobs_make_one_checkpoint(home: Path, monkeypatch: pytest.Mon
         thread.join()
     assert len(calls) == 1 and len(results) == 4 and len(set(results)) == 1
     made = results[0]
-    assert Path(made.path) == init_checkpoint.init_checkpoint_path(recipe)
+    assert Path(made.path) == init_checkpoint.init_checkpoint_path(config, recipe)
     assert (Path(made.path) / "__0_0.distcp").read_bytes() == b"weights"
     assert [p.name for p in (home / "init").iterdir() if p.is_dir()] == [recipe.init_key]
 

@@ -10,6 +10,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,16 @@ from omegaconf.errors import OmegaConfBaseException
 from orchestrator.errors import ExperimentError
 
 PRECISIONS = ("auto", "float32", "bfloat16")
+
+
+class DecayType(StrEnum):
+    """How the learning rate decays (TorchTitan's ``lr_scheduler.decay_type``)."""
+
+    LINEAR = "linear"
+    SQRT = "sqrt"
+    COSINE = "cosine"
+
+
 """Values of ``train.precision`` (resolved by ``orchestrator.run.precision``)."""
 
 
@@ -98,6 +109,17 @@ class TrainSection:
     """Steps between checkpoints (the last step is always saved)."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (0: all)."""
+    warmup_steps: int | None = None
+    """Learning-rate warmup steps (None: the model config's; TorchTitan's
+    ``lr_scheduler.warmup_steps``)."""
+    decay_ratio: float | None = None
+    """The last fraction of the steps over which the learning rate decays, in (0, 1] (None:
+    the model config's; ``lr_scheduler.decay_ratio``)."""
+    decay_type: str | None = None
+    """``linear``, ``sqrt`` or ``cosine`` (None: the model config's)."""
+    min_lr_factor: float | None = None
+    """The final learning rate as a fraction of the peak, in [0, 1] (None: the model
+    config's). An anneal (``train=anneal``): 0 warmup steps, decay ratio 1, linear, 0."""
     init_from: str | None = None
     """Start from this checkpoint instead of the recipe's own initial weights: a TorchTitan
     DCP step folder or a Hugging Face safetensors folder of the same model (an anneal;

@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment.config import PRECISIONS, EvalSection, ExperimentConfig
+from orchestrator.experiment.config import (
+    PRECISIONS,
+    DecayType,
+    EvalSection,
+    ExperimentConfig,
+    TrainSection,
+)
 from pipeline import OrderVersion
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -70,6 +76,7 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
     for key in ("steps", "microbatch_size", "checkpoint_interval"):
         if getattr(t, key) < 1:
             problems.append(f"train.{key} must be >= 1, got {getattr(t, key)}")
+    problems += _schedule_problems(t)
     if t.init_optimizer and t.init_from is None:
         problems.append("train.init_optimizer needs train.init_from (a checkpoint to restore)")
     if t.precision not in PRECISIONS:
@@ -152,10 +159,30 @@ OWNED_FLAGS = {
     "debug.seed": "train.seed",
     "checkpoint.": "train.checkpoint_interval and train.keep_checkpoints",
     "validator.": "eval.enable and eval.interval",
+    "lr-scheduler.warmup-steps": "train.warmup_steps",
+    "lr-scheduler.decay-ratio": "train.decay_ratio",
+    "lr-scheduler.decay-type": "train.decay_type",
+    "lr-scheduler.min-lr-factor": "train.min_lr_factor",
 }
 """TorchTitan flags Zephon sets from the experiment (a name ending in ``.``: the whole
 section), and the key to set instead: in ``model.args`` they would change the run
 behind its records' back."""
+
+
+def _schedule_problems(t: TrainSection) -> list[str]:
+    """The schedule fields' ranges (None keeps the model config's value)."""
+    problems = []
+    if t.warmup_steps is not None and not 0 <= t.warmup_steps <= t.steps:
+        problems.append(f"train.warmup_steps must be in [0, train.steps], got {t.warmup_steps}")
+    if t.decay_ratio is not None and not 0 < t.decay_ratio <= 1:
+        problems.append(f"train.decay_ratio must be in (0, 1], got {t.decay_ratio}")
+    if t.decay_type is not None and t.decay_type not in {d.value for d in DecayType}:
+        problems.append(
+            f"train.decay_type={t.decay_type!r}: use one of {', '.join(d.value for d in DecayType)}"
+        )
+    if t.min_lr_factor is not None and not 0 <= t.min_lr_factor <= 1:
+        problems.append(f"train.min_lr_factor must be in [0, 1], got {t.min_lr_factor}")
+    return problems
 
 
 def _owned_flags(args: list[str]) -> list[str]:

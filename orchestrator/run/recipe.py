@@ -61,8 +61,24 @@ def recipe_flags(config: ExperimentConfig) -> list[str]:
         *("--training.local-batch-size", str(t.microbatch_size)),
         *("--training.steps", str(t.steps), "--debug.seed", str(t.seed)),
         *("--training.mixed-precision-param", t.precision),
+        *schedule_flags(config),
         *config.model.args,
     ]
+
+
+def schedule_flags(config: ExperimentConfig) -> list[str]:
+    """TorchTitan's ``lr_scheduler`` flags for the schedule fields ``config.train`` sets."""
+    t = config.train
+    flags = []
+    for name, value in (
+        ("warmup-steps", t.warmup_steps),
+        ("decay-ratio", t.decay_ratio),
+        ("decay-type", t.decay_type),
+        ("min-lr-factor", t.min_lr_factor),
+    ):
+        if value is not None:
+            flags += [f"--lr-scheduler.{name}", str(value)]
+    return flags
 
 
 def recipe_of(config: ExperimentConfig) -> Recipe:
@@ -78,6 +94,7 @@ def recipe_of(config: ExperimentConfig) -> Recipe:
     key = fingerprint(
         {
             "model": [m.module, m.config, list(m.args)],
+            "schedule": schedule_flags(config),  # resolved by TorchTitan, as model.args
             # Zephon's configs size the model's vocabulary to the tokenizer's.
             "vocab_size": load_tokenizer(config.data.tokenizer).vocab_size,
             "versions": versions,

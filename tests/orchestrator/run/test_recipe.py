@@ -7,6 +7,7 @@ import pytest
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import load_experiment
+from orchestrator.experiment.validation import validate
 from orchestrator.run import recipe as recipe_module
 from orchestrator.run.recipe import Recipe, recipe_of
 
@@ -77,3 +78,23 @@ def test_a_flag_torchtitan_refuses_is_named_with_its_spelling(
     with pytest.raises(ExperimentError) as again:
         recipe("model.args=[--optimizer.lr,1e-3]")
     assert str(again.value) == message
+
+
+def test_the_schedule_fields_are_resolved_by_torchtitan_into_the_recipe() -> None:
+    """An anneal's schedule (conf/train/anneal.yaml's values) is TorchTitan's lr_scheduler in
+    the recipe: the guard compares it field by field; the initial weights stay the same."""
+    base = recipe()
+    anneal = recipe(
+        "train.warmup_steps=0",
+        "train.decay_ratio=1.0",
+        "train.decay_type=cosine",
+        "train.min_lr_factor=0.1",
+    )
+    schedule = anneal.fields["lr_scheduler"]
+    assert (schedule["warmup_steps"], schedule["decay_ratio"]) == (0, 1.0)
+    assert (schedule["decay_type"], schedule["min_lr_factor"]) == ("cosine", 0.1)
+    assert anneal.fingerprint != base.fingerprint and anneal.init_key == base.init_key
+    with pytest.raises(ExperimentError, match=r"set train.warmup_steps instead"):
+        validate(load_experiment({"model": {"args": ["--lr-scheduler.warmup-steps", "3"]}}))
+    with pytest.raises(ExperimentError, match=r"decay_type='step': use one of linear, sqrt"):
+        validate(load_experiment({"train": {"decay_type": "step"}}))

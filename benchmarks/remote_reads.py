@@ -36,19 +36,22 @@ import pyarrow.parquet as pq
 import zstandard
 
 from benchmarks.corpus_scale.corpora import AHEAD_JOIN_S, AHEAD_THREAD
+from benchmarks.lanes import PipelineSpec, build_pipeline
 from benchmarks.machine import describe_machine
 from benchmarks.object_store import ObjectStore, local_object_store
 from benchmarks.publish import publish
 from benchmarks.text_corpus import build_text_corpus
 from benchmarks.tokenizer_ratio import DEFAULT_WORK_DIR
 from orchestrator.run.precision import cpu_model
-from pipeline import Dataset, Pipeline, WorkSource, load_tokenizer
+from pipeline import Dataset, WorkSource, load_tokenizer
 from pipeline.io import RemoteRead
 
 RESULTS = Path(__file__).parent / "results"
 TEXT_CORPUS_DIR = DEFAULT_WORK_DIR / "text_corpus"
 LAYOUTS = ("text+metadata", "text+html")
 ROWS_PER_GROUP = 64
+FIRST_BATCH = PipelineSpec(max_length=512, global_batch_size=8, microbatch_size=8)
+"""One 512-token sequence per lane: a first batch that reads little beyond its windows."""
 
 
 def prose_texts(count: int) -> list[str]:
@@ -106,15 +109,7 @@ def first_batch(urls: list[str], cache_dir: Path, mode: RemoteRead) -> dict[str,
     options = {"remote_read": str(mode), "cache": {"enabled": True}}
     ds = Dataset("web", urls, cache_dir=cache_dir, io_options=options)
     source = WorkSource([ds], {"web": 1.0}, seed=0, holdout_bytes=16384)
-    pipe = (
-        Pipeline(source)
-        .options(lanes=8, dp_rank=0, dp_size=1)
-        .tokenize(tokenizer_id="gpt2", field="text")
-        .pack_flat(max_length=512)
-        .shuffle(buffer_size=16, seed=0)
-        .batch(microbatch_size=8, global_batch_size=8)
-    )
-    batches = iter(pipe)
+    batches = iter(build_pipeline(source, FIRST_BATCH))
     next(batches)
     seconds = time.perf_counter() - started
     shards = ds.report()["shards_indexed"]

@@ -27,7 +27,8 @@ from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api
 from tests.support import REPO
 from tests.support.cli import zephon_in_process
-from tests.support.titan_run import Run, corpus, corpus_tokenizer
+from tests.support.experiments import scored_experiment
+from tests.support.titan_run import Run, corpus
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -36,18 +37,11 @@ MIX_B = {"code": 0.0, "docs": 0.5, "unicode": 0.5}
 
 
 def experiment(domains: dict[str, list[Path]], mixture: dict[str, float], **train: Any) -> dict:
-    return {
-        "model": {"config": "zephon_mini"},
-        "data": {
-            "datasets": {n: [str(p) for p in paths] for n, paths in domains.items()},
-            "mixture": dict(mixture),
-            "holdout_bytes": 4096,
-            "tokenizer": corpus_tokenizer(domains),
-        },
-        "train": {"steps": 2, "checkpoint_interval": 2, **train},
-        "eval": {"interval": 2},
-        "resources": {"timeout_s": 600, "max_procs": 1},
-    }
+    """2 steps (unless ``train`` says otherwise) on one core."""
+    config = scored_experiment(domains, mixture, steps=2)
+    config["train"].update(train)
+    config["resources"]["max_procs"] = 1
+    return config
 
 
 def model_state(checkpoint: Path) -> dict[str, torch.Tensor]:

@@ -57,7 +57,8 @@ from orchestrator.tracking.names import (
 from orchestrator.tracking.uris import resolve_uri
 from tests.support import REPO
 from tests.support.cli import zephon_in_process
-from tests.support.titan_run import corpus, corpus_tokenizer
+from tests.support.experiments import scored_experiment
+from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -69,22 +70,8 @@ LR_FLAG = "--optimizer.param-groups.0.optimizer-kwargs.lr"
 
 
 def experiment(domains: dict[str, list[Path]], mixture: dict[str, float], **data: Any) -> dict:
-    """A tiny experiment over the shared test corpus (domains ``code``, ``docs`` and
-    ``unicode``); ``mixture`` names each of them."""
-    assert set(mixture) == set(domains), (sorted(mixture), sorted(domains))
-    return {
-        "model": {"config": "zephon_mini"},
-        "data": {
-            "datasets": {n: [str(p) for p in paths] for n, paths in domains.items()},
-            "mixture": dict(mixture),
-            "holdout_bytes": 4096,
-            "tokenizer": corpus_tokenizer(domains),
-            **data,
-        },
-        "train": {"steps": STEPS, "checkpoint_interval": 2},
-        "eval": {"interval": 2},
-        "resources": {"timeout_s": 600},
-    }
+    """A tiny experiment over the shared test corpus, ``STEPS`` long."""
+    return scored_experiment(domains, mixture, steps=STEPS, **data)
 
 
 @pytest.fixture(scope="module")

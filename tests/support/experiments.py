@@ -26,3 +26,25 @@ def data_only_experiment(
         "eval": {"enable": False},
         "resources": {"timeout_s": 900, **resources},
     }
+
+
+def scored_experiment(
+    domains: dict[str, list[Path]], mixture: dict[str, float], *, steps: int = 4, **data: Any
+) -> dict[str, Any]:
+    """``zephon_mini`` over the shared test corpus with ``mixture`` (naming each domain),
+    held-out text scored every 2 steps and checkpoints every 2: for tests whose evidence is
+    the scores and the guard; ``data`` adds to the data section."""
+    assert set(mixture) == set(domains), (sorted(mixture), sorted(domains))
+    return {
+        "model": {"config": "zephon_mini"},
+        "data": {
+            "datasets": {n: [str(p) for p in paths] for n, paths in domains.items()},
+            "mixture": dict(mixture),
+            "holdout_bytes": 4096,
+            "tokenizer": corpus_tokenizer(domains),
+            **data,
+        },
+        "train": {"steps": steps, "checkpoint_interval": 2},
+        "eval": {"interval": 2},
+        "resources": {"timeout_s": 600},
+    }

@@ -4,7 +4,8 @@
 # TorchTitan training on CPU or GPU, everything logged to ./mlflow.db, and the
 # comparison guard's table (or its refusal) at the end. Arguments are Hydra overrides.
 # `bash scripts/main.sh --demo` runs the older digest-agreement demo (zephon-demo) instead;
-# `bash scripts/main.sh --search` runs a mix search on the same corpus (conf/search.yaml).
+# `bash scripts/main.sh --search` runs a mix search on the same corpus (conf/search.yaml);
+# `bash scripts/main.sh --anneal` anneals candidate mixes from a base model (conf/anneal.yaml).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -12,6 +13,17 @@ bash scripts/setup.sh
 if [[ "${1:-}" == "--demo" ]]; then
     shift
     exec .venv/bin/zephon-demo "$@"
+fi
+if [[ "${1:-}" == "--anneal" ]]; then
+    # Anneals (docs/anneals.md): the base model, trained once (named by the content of its
+    # presets and resumed), then conf/anneal.yaml's sweep from its last checkpoint.
+    shift
+    key="$(cat conf/anneal_base.yaml conf/config.yaml conf/model/mini.yaml conf/data/stdlib.yaml \
+        | sha256sum | cut -c1-12)"
+    base="anneal-base-$key"
+    .venv/bin/zephon-run --config-name anneal_base run_name="$base"
+    exec .venv/bin/zephon-run --config-name anneal \
+        train.init_from="$PWD/runs/$base/titan/checkpoint/step-20" "$@"
 fi
 if [[ "${1:-}" == "--search" ]]; then
     shift

@@ -34,7 +34,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,15 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
+import torch.distributed.checkpoint as dcp
 import yaml
 import zstandard
 
 from orchestrator import cli
 from orchestrator.errors import EXIT_INVALID, EXIT_OK
+from orchestrator.experiment import ExperimentConfig, load_experiment
+from orchestrator.run.recipe import recipe_of
 from sweeps.mixes import MixSpace
 from sweeps.search_state import SearchSpec
 from sweeps.sweeper import SWEEP_FILE
@@ -106,6 +110,9 @@ REGMIX_ROWS = 16
 
 EXAMPLE_STEPS = 1
 """Global steps a Python example's training loop runs before the test ends it."""
+
+BASE_CHECKPOINT = "runs/base/titan/checkpoint/step-2"
+"""Where docs/anneals.md's anneals start (the work folder holds one for ``exp.yaml``)."""
 
 NOTHING_TRACKED = re.compile(r"no MLflow (run|experiment)|no training runs")
 """The refusal of a command naming runs an empty tracking store does not hold."""
@@ -272,6 +279,8 @@ def check_of(command: DocCommand) -> Check:
         assert script == "scripts/main.sh", f"{command.id}: an unknown script {script}"
         if rest[:1] == ["--search"]:
             return sweep_check(["--config-name", "search", *rest[1:]])
+        if rest[:1] == ["--anneal"]:  # the anneals' sweep; the base's training is not run
+            return sweep_check(["--config-name", "anneal", *rest[1:]])
         return sweep_check(["--config-name", "main", *rest])
     if program == "zephon-run":
         return sweep_check(arguments)
@@ -332,11 +341,20 @@ def work(tmp_path_factory: pytest.TempPathFactory, corpus: dict[str, list[Path]]
         "train": {"steps": 4},
     }
     (folder / "exp.yaml").write_text(yaml.safe_dump(experiment))
+    write_base_checkpoint(folder / BASE_CHECKPOINT, load_experiment(experiment))
     for table in REGMIX.glob("*.csv"):
         rows = table.read_text().splitlines(keepends=True)[: REGMIX_ROWS + 1]
         (folder / table.name).write_text("".join(rows))
     (folder / "svc").mkdir()
     return folder
+
+
+def write_base_checkpoint(path: Path, experiment: ExperimentConfig) -> None:
+    """A DCP checkpoint of ``experiment``'s model (its recipe's shapes, zeros), where
+    docs/anneals.md's anneals start from: a plan checks its shapes, not its values."""
+    shapes = recipe_of(replace(experiment, train=replace(experiment.train, precision="float32")))
+    state = {name: torch.zeros(shape) for name, shape in shapes.parameter_shapes["titan"].items()}
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(path)), no_dist=True)
 
 
 def zephon_run(arguments: list[str], folder: Path) -> subprocess.CompletedProcess[str]:

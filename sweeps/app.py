@@ -21,7 +21,8 @@ from omegaconf import DictConfig
 from orchestrator.errors import RunFailed
 from orchestrator.experiment import load_experiment
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
-from orchestrator.run import interrupts
+from orchestrator.run import interrupts, warm_start
+from orchestrator.run.launch import cpu_start_env
 from sweeps.config import split
 
 CONFIG_PATH = "pkg://zephon_conf"
@@ -35,6 +36,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
 
     experiment, options = split(cfg)
     if options.dry_run:
+        warm_start.withdraw()  # a dry run launches nothing
         plan = api.plan(experiment, run_name=options.run_name).to_dict()
         print(json.dumps(plan, indent=2))
         return plan
@@ -74,6 +76,10 @@ def main() -> None:
     """The ``zephon-run`` console script: Hydra's app, stopped cleanly by SIGINT/SIGTERM
     (exit 130 and one line per unfinished run, see :mod:`orchestrator.run.interrupts`)."""
     with interrupts.entry_point("zephon-run", on_stop=_hydra_raises):
+        if not any(arg.startswith("-") for arg in sys.argv[1:]):
+            # One job, most likely a local CPU run: the warm server imports the trainer
+            # while Hydra composes and the run is planned; the plan ends it if not.
+            warm_start.speculate(cpu_start_env())
         hydra_main()
     interrupts.exit_without_teardown(0)  # a failure exits through SystemExit, as before
 

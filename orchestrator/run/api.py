@@ -440,9 +440,12 @@ def _check_same_experiment(
 
 def _prepare_launch(config: ExperimentConfig, devices: Devices) -> None:
     """Start the warm server of a CPU launch now (:mod:`orchestrator.run.warm_start`), so
-    that its imports overlap the tracking check and the initial checkpoint."""
+    that its imports overlap the tracking check and the initial checkpoint; end a
+    speculative one that no launch of this run will use."""
     if devices.kind == "cpu" and config.resources.launcher != "slurm":
         warm_start.prepare(cpu_start_env())
+    else:
+        warm_start.withdraw()
 
 
 def _open_tracker(config: ExperimentConfig) -> Tracker | None:

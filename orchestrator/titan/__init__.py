@@ -4,13 +4,14 @@
 (trainer.py), whose data loader (dataloader.py) feeds each rank its lanes of the pipeline
 and records every step's global batch digest (runlog.py). Importing this package applies
 :mod:`orchestrator.titan.cpu_compat` first, so TorchTitan is only ever imported after it,
-then imports TorchTitan's text datasets with Hugging Face ``datasets`` deferred
-(:mod:`orchestrator.titan.deferred_datasets`).
+then imports the TorchTitan modules that would import what Zephon never uses (Hugging
+Face ``datasets``, ``torch._functorch.partitioners``) with those imports deferred
+(:mod:`orchestrator.titan.deferred_imports`).
 
 Design: docs/design/orchestrator_titan.md
 """
 
-from orchestrator.titan import cpu_compat, deferred_datasets
+from orchestrator.titan import cpu_compat, deferred_imports
 
 cpu_compat.apply()
-deferred_datasets.defer()
+deferred_imports.defer()

@@ -1,5 +1,6 @@
-"""``orchestrator.titan.deferred_datasets``: the trainer (and the warm server) without Hugging
-Face ``datasets`` until something uses it; TorchTitan's stock loader still gets the real one."""
+"""``orchestrator.titan.deferred_imports``: the trainer (and the warm server) without Hugging
+Face ``datasets`` and ``torch._functorch.partitioners`` until something uses them; TorchTitan's
+stock loader and selective activation checkpointing still get the real ones."""
 
 from __future__ import annotations
 
@@ -23,12 +24,15 @@ def run_probe(probe: str) -> str:
     return done.stdout.strip()
 
 
-def test_the_trainer_and_the_warm_servers_imports_leave_datasets_out() -> None:
+def test_the_trainer_and_the_warm_servers_imports_leave_the_deferred_modules_out() -> None:
     probe = (
         "import sys\n"
         "from orchestrator.run.warm_start import PRELOAD_MODULES\n"
+        "from orchestrator.titan.deferred_imports import DEFERRED\n"
         "for module in PRELOAD_MODULES: __import__(module)\n"
-        "print(sorted(m for m in sys.modules if m == 'datasets' or m.startswith('datasets.')))"
+        "deferred = {source for sources in DEFERRED.values() for source in sources}\n"
+        "assert all(importer in sys.modules for importer in DEFERRED)\n"
+        "print(sorted(m for m in sys.modules if m in deferred or m.startswith('datasets.')))"
     )
     assert run_probe(probe) == "[]"
 
@@ -48,3 +52,16 @@ def test_text_datasets_gets_the_real_datasets_at_its_first_use() -> None:
         "print(td.split_dataset_by_node(rows, 1, 2)['text'][:])"
     )
     assert run_probe(probe) == "['c', 'd']"
+
+
+def test_activation_checkpointing_gets_the_real_op_list_at_its_first_use() -> None:
+    probe = (
+        "import orchestrator.titan\n"
+        "import torchtitan.distributed.activation_checkpoint as ac\n"
+        "ops = ac.get_default_op_list()\n"
+        "from torch._functorch import partitioners\n"
+        "assert ac.get_default_op_list is partitioners.get_default_op_list\n"
+        "assert ops.compute_intensive_ops == partitioners.get_default_op_list().compute_intensive_ops\n"
+        "print(type(ops).__name__)"
+    )
+    assert run_probe(probe) == "OpTypes"

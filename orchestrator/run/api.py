@@ -33,6 +33,7 @@ from orchestrator.experiment import (
 from orchestrator.experiment.fingerprints import absolute
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.run import interrupts, warm_start
+from orchestrator.run.cpu_env import cpu_start_env
 from orchestrator.run.devices import Devices, choose_dp, discover
 from orchestrator.run.init_checkpoint import (
     InitCheckpoint,
@@ -42,7 +43,6 @@ from orchestrator.run.init_checkpoint import (
 from orchestrator.run.launch import (
     Launch,
     Progress,
-    cpu_start_env,
     launch_env,
     run_local,
     stop_leftover_launch,

@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from orchestrator.run import warm_start
-from orchestrator.run.launch import cpu_start_env
+from orchestrator.run.cpu_env import cpu_start_env
 from sweeps import app
 from tests.support.sweeps import datasets_override
 from tests.support.warm_start import fake_servers

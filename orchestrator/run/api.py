@@ -33,6 +33,7 @@ from orchestrator.experiment import (
 from orchestrator.experiment.fingerprints import absolute
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.run import interrupts, warm_start
+from orchestrator.run.cpu_env import cpu_start_env
 from orchestrator.run.devices import Devices, choose_dp, discover
 from orchestrator.run.init_checkpoint import (
     InitCheckpoint,
@@ -43,7 +44,6 @@ from orchestrator.run.init_from import check_init_from
 from orchestrator.run.launch import (
     Launch,
     Progress,
-    cpu_start_env,
     launch_env,
     run_local,
     stop_leftover_launch,
@@ -445,9 +445,12 @@ def _check_same_experiment(
 
 def _prepare_launch(config: ExperimentConfig, devices: Devices) -> None:
     """Start the warm server of a CPU launch now (:mod:`orchestrator.run.warm_start`), so
-    that its imports overlap the tracking check and the initial checkpoint."""
+    that its imports overlap the tracking check and the initial checkpoint; end a
+    speculative one that no launch of this run will use."""
     if devices.kind == "cpu" and config.resources.launcher != "slurm":
         warm_start.prepare(cpu_start_env())
+    else:
+        warm_start.withdraw()
 
 
 def _open_tracker(config: ExperimentConfig) -> Tracker | None:

@@ -253,9 +253,35 @@ def starter(launch_env: Mapping[str, str]) -> WarmStarter:
 
 
 def prepare(launch_env: Mapping[str, str]) -> None:
-    """Start the warm server for ``launch_env`` now, so its imports overlap other work."""
+    """Start the warm server for ``launch_env`` now, so its imports overlap other work: a
+    local CPU launch follows. A speculative server (:func:`speculate`) for the same
+    environment is kept, one for another environment ends."""
+    withdraw(keep=starter(launch_env) if enabled() else None)
+
+
+_speculative: WarmStarter | None = None
+
+
+def speculate(launch_env: Mapping[str, str]) -> None:
+    """Start the warm server for ``launch_env`` before it is known whether a CPU launch
+    follows, so its imports overlap the command's own (docs/design/orchestrator_run.md):
+    :func:`prepare` keeps it, :func:`withdraw` ends it."""
+    global _speculative
     if enabled():
-        starter(launch_env)
+        _speculative = starter(launch_env)
+
+
+def withdraw(keep: WarmStarter | None = None) -> None:
+    """End the speculative server unless it is ``keep``: no local CPU launch uses it (a dry
+    run, a Slurm or GPU launch, another start environment)."""
+    global _speculative
+    with _starters_lock:
+        found, _speculative = _speculative, None
+        if found is None or found is keep:
+            return
+        for key in [key for key, each in _starters.items() if each is found]:
+            del _starters[key]
+    found.close()
 
 
 @atexit.register

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -17,10 +18,13 @@ import pytest
 
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api, warm_start
+from orchestrator.run.cpu_env import cpu_start_env
+from orchestrator.run.devices import Devices
 from orchestrator.run.launch import train_command
 from tests.support import REPO
 from tests.support.experiments import data_only_experiment
 from tests.support.titan_run import corpus
+from tests.support.warm_start import fake_servers
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -59,6 +63,52 @@ def test_only_the_trainers_torchrun_on_this_interpreter_starts_warm() -> None:
 def test_a_server_serves_only_launches_with_its_start_time_environment() -> None:
     env = {"MALLOC_TOP_PAD_": "1", "PYTHONPATH": "/a", "HF_HOME": "/run/hf", "OMP_NUM_THREADS": "2"}
     assert warm_start.start_env(env) == {"MALLOC_TOP_PAD_": "1", "PYTHONPATH": "/a"}
+
+
+def test_a_speculative_server_is_kept_by_its_launch_and_ended_without_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_servers(monkeypatch)
+    env = {"MALLOC_ARENA_MAX": "2"}
+    warm_start.speculate(env)
+    kept = warm_start.starter(env)
+    warm_start.prepare(env)  # the plan confirmed a local CPU launch with that environment
+    assert warm_start.starter(env) is kept and not kept.closed
+    warm_start.withdraw()  # nothing speculative is left to end
+    assert not kept.closed
+
+    warm_start.speculate(env)
+    warm_start.withdraw()  # a dry run, a Slurm or a GPU launch
+    assert kept.closed and not warm_start._starters
+
+    warm_start.speculate(env)
+    speculative = warm_start.starter(env)
+    other = {"MALLOC_ARENA_MAX": "4"}  # the job's own environment differs (hydra.job.env_set)
+    warm_start.prepare(other)
+    assert speculative.closed and not warm_start.starter(other).closed
+
+    warm_start.speculate(env)
+    unused = warm_start.starter(env)
+    monkeypatch.setenv(warm_start.WARM_START_ENV, "0")  # turned off by the job's environment
+    warm_start.prepare(env)
+    assert unused.closed
+
+
+def test_a_plan_for_a_gpu_or_slurm_launch_ends_the_speculative_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_servers(monkeypatch)
+    config = api.load_experiment(data_only_experiment(corpus(tmp_path.parent), STEPS))
+    for devices in (Devices("cpu", 2, "cpu"), Devices("cuda", 1, "a GPU", (0,))):
+        warm_start.speculate(cpu_start_env())
+        speculative = warm_start.starter(cpu_start_env())
+        api._prepare_launch(config, devices)
+        assert speculative.closed == (devices.kind == "cuda")
+    slurm = replace(config, resources=replace(config.resources, launcher="slurm"))
+    warm_start.speculate(cpu_start_env())
+    speculative = warm_start.starter(cpu_start_env())
+    api._prepare_launch(slurm, Devices("cpu", 2, "cpu"))
+    assert speculative.closed
 
 
 def test_a_warm_launch_trains_what_a_cold_torchrun_trains(

@@ -4,24 +4,7 @@ stock loader and selective activation checkpointing still get the real ones."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-from tests.support import REPO
-
-
-def run_probe(probe: str) -> str:
-    """``probe`` in a fresh interpreter (sys.modules as a trainer process has them); its stdout."""
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip()
+from tests.support.processes import run_python_probe
 
 
 def test_the_trainer_and_the_warm_servers_imports_leave_the_deferred_modules_out() -> None:
@@ -34,7 +17,7 @@ def test_the_trainer_and_the_warm_servers_imports_leave_the_deferred_modules_out
         "assert all(importer in sys.modules for importer in DEFERRED)\n"
         "print(sorted(m for m in sys.modules if m in deferred or m.startswith('datasets.')))"
     )
-    assert run_probe(probe) == "[]"
+    assert run_python_probe(probe) == "[]"
 
 
 def test_text_datasets_gets_the_real_datasets_at_its_first_use() -> None:
@@ -51,7 +34,7 @@ def test_text_datasets_gets_the_real_datasets_at_its_first_use() -> None:
         "assert stand_in.from_dict == datasets.Dataset.from_dict\n"
         "print(td.split_dataset_by_node(rows, 1, 2)['text'][:])"
     )
-    assert run_probe(probe) == "['c', 'd']"
+    assert run_python_probe(probe) == "['c', 'd']"
 
 
 def test_activation_checkpointing_gets_the_real_op_list_at_its_first_use() -> None:
@@ -64,4 +47,4 @@ def test_activation_checkpointing_gets_the_real_op_list_at_its_first_use() -> No
         "assert ops.compute_intensive_ops == partitioners.get_default_op_list().compute_intensive_ops\n"
         "print(type(ops).__name__)"
     )
-    assert run_probe(probe) == "OpTypes"
+    assert run_python_probe(probe) == "OpTypes"

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -14,7 +11,7 @@ from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, fle
 
 from orchestrator.titan import cpu_compat
 from orchestrator.titan.runlog import metric_name
-from tests.support import REPO
+from tests.support.processes import run_python_probe
 
 
 def test_patches_apply_where_their_condition_holds() -> None:
@@ -46,15 +43,7 @@ def test_the_cpu_trainer_imports_no_compiler_and_leaves_torch_compile_alone() ->
         "assert torch.compile is compile_function, 'torch.compile was not restored'\n"
         "print(sorted(m for m in sys.modules if m.startswith('torch._inductor.compile_fx')))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "[]"
+    assert run_python_probe(probe) == "[]"
 
 
 @pytest.mark.skipif(

@@ -109,6 +109,13 @@ class TrainSection:
     """Steps between checkpoints (the last step is always saved)."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (0: all)."""
+    lr: float | None = None
+    """Peak learning rate (TorchTitan's first parameter group's ``lr``; None: the model
+    config's)."""
+    lr_from_init: bool = False
+    """With ``init_from`` a Zephon run's checkpoint step: the peak learning rate is that run's
+    learning rate at that step (its recorded schedule), as Marin's anneals rescale it; the
+    plan records the value in ``train.lr``."""
     warmup_steps: int | None = None
     """Learning-rate warmup steps (None: the model config's; TorchTitan's
     ``lr_scheduler.warmup_steps``)."""

@@ -159,6 +159,7 @@ OWNED_FLAGS = {
     "debug.seed": "train.seed",
     "checkpoint.": "train.checkpoint_interval and train.keep_checkpoints",
     "validator.": "eval.enable and eval.interval",
+    "optimizer.param-groups.0.optimizer-kwargs.lr": "train.lr",
     "lr-scheduler.warmup-steps": "train.warmup_steps",
     "lr-scheduler.decay-ratio": "train.decay_ratio",
     "lr-scheduler.decay-type": "train.decay_type",
@@ -170,8 +171,14 @@ behind its records' back."""
 
 
 def _schedule_problems(t: TrainSection) -> list[str]:
-    """The schedule fields' ranges (None keeps the model config's value)."""
+    """The learning rate's and schedule fields' ranges (None keeps the model config's)."""
     problems = []
+    if t.lr is not None and not (math.isfinite(t.lr) and t.lr > 0):
+        problems.append(f"train.lr must be a number > 0, got {t.lr}")
+    if t.lr_from_init and t.init_from is None:
+        problems.append("train.lr_from_init needs train.init_from (the base run's checkpoint)")
+    if t.lr_from_init and t.lr is not None:
+        problems.append("train.lr_from_init and train.lr both set the peak learning rate: set one")
     if t.warmup_steps is not None and not 0 <= t.warmup_steps <= t.steps:
         problems.append(f"train.warmup_steps must be in [0, train.steps], got {t.warmup_steps}")
     if t.decay_ratio is not None and not 0 < t.decay_ratio <= 1:

@@ -20,10 +20,13 @@ from typing import Any
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import ExperimentConfig
+from orchestrator.run.base_schedule import base_learning_rate
 from pipeline import fingerprint, load_tokenizer
 from pipeline.paths import zephon_home
 
 RESOLVER = "orchestrator.titan.recipe"
+LR_FLAG = "--optimizer.param-groups.0.optimizer-kwargs.lr"
+"""The peak learning rate's flag (``train.lr``)."""
 RECIPE_PACKAGES = ("torch", "torchtitan", "zephon")
 """Packages whose versions are part of every recipe."""
 _TITAN_DIR = Path(__file__).resolve().parents[1] / "titan"
@@ -67,9 +70,10 @@ def recipe_flags(config: ExperimentConfig) -> list[str]:
 
 
 def schedule_flags(config: ExperimentConfig) -> list[str]:
-    """TorchTitan's ``lr_scheduler`` flags for the schedule fields ``config.train`` sets."""
+    """TorchTitan's flags for the learning rate and schedule fields ``config.train`` sets."""
     t = config.train
-    flags = []
+    lr = base_learning_rate(Path(t.init_from)) if t.lr_from_init and t.init_from else t.lr
+    flags = [] if lr is None else [LR_FLAG, repr(float(lr))]
     for name, value in (
         ("warmup-steps", t.warmup_steps),
         ("decay-ratio", t.decay_ratio),

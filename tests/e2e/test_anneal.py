@@ -1,12 +1,13 @@
 """Anneals from a user's checkpoint end to end: real TorchTitan training (``zephon_mini``,
 CPU, dp 1), the embedded MLflow store and the guard.
 
-Runs: ``base`` trains variant A for 4 steps (full checkpoints at steps 2 and 4). From its
-step-2 checkpoint, 2 steps each: ``ann-a`` (variant A), ``ann-b`` (variant B, from a copy
-of the checkpoint at another path), ``ann-changed`` (variant B, from a copy with one
-value changed), ``ann-optim`` (variant A, optimizer state restored too), and ``ann-hf``
-(variant A, from a Hugging Face safetensors folder that TorchTitan's own state-dict adapter
-wrote from the same weights).
+Runs: ``base`` trains variant A for 4 steps (a checkpoint at every step). From its step-2
+checkpoint, 2 steps each: ``ann-a`` (variant A), ``ann-b`` (variant B, from a copy of the
+checkpoint at another path), ``ann-changed`` (variant B, from a copy with one value
+changed), ``ann-optim`` (variant A, optimizer state restored too), and ``ann-hf`` (variant
+A, from a Hugging Face safetensors folder that TorchTitan's own state-dict adapter wrote
+from the same weights); ``ann-lr`` (variant A) from its step-3 checkpoint, at the learning
+rate the base had there.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from safetensors.torch import save_file
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api
+from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, read_jsonl
 from tests.support import REPO
 from tests.support.cli import zephon_in_process
 from tests.support.experiments import scored_experiment
@@ -83,8 +85,10 @@ def runs(work: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, api.
     cwd = os.getcwd()
     os.chdir(work)  # the embedded store is ./mlflow.db
     try:
-        base = api.run(experiment(domains, MIX_A, steps=4), dp=1, run_name="base")
+        every_step = {"steps": 4, "checkpoint_interval": 1, "keep_checkpoints": 0}
+        base = api.run(experiment(domains, MIX_A, **every_step), dp=1, run_name="base")
         step2 = RunFolder(base.folder).titan_dir / "checkpoint" / "step-2"
+        step3 = step2.with_name("step-3")
         copy = Path(shutil.copytree(step2, work / "elsewhere" / "step-2"))
         changed = work / "changed" / "step-2"
         state = model_state(step2)
@@ -97,6 +101,9 @@ def runs(work: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, api.
             "ann-changed": experiment(domains, MIX_B, init_from=str(changed)),
             "ann-optim": experiment(domains, MIX_A, init_from=str(step2), init_optimizer=True),
             "ann-hf": experiment(domains, MIX_A, init_from=str(hf)),
+            "ann-lr": experiment(
+                domains, MIX_A, init_from=str(step3), lr_from_init=True, warmup_steps=0
+            ),
         }
         results = {"base": base}
         results |= {name: api.run(config, dp=1, run_name=name) for name, config in plans.items()}
@@ -179,3 +186,18 @@ def test_a_checkpoint_of_another_model_is_refused_before_launch(
     config["model"] = {"module": "tests.support.titan_configs", "config": "zephon_mini_deep"}
     with pytest.raises(ExperimentError, match=r"no tensor layers\.2\.\S+ \(shape \[.*which"):
         api.plan(config, dp=1)
+
+
+def test_the_peak_learning_rate_is_the_bases_at_the_checkpoints_step(
+    runs: dict[str, api.RunResult],
+) -> None:
+    """The base (warmup 2, then linear decay to 0 over its last 2 of 4 steps) trained its
+    step 4 at half its peak: the anneal from step 3 starts there, and records it."""
+    peak = 8e-4  # zephon_mini's
+    recipe = RunFolder(runs["ann-lr"].folder).experiment()["recipe"]
+    assert recipe["optimizer"]["param_groups"][0]["optimizer_kwargs"]["lr"] == pytest.approx(
+        peak / 2
+    )
+    titan = RunFolder(runs["ann-lr"].folder).titan_dir
+    first = next(r for r in read_jsonl(titan / RUN_SUBDIR / METRICS_FILE) if "lr/AdamW" in r)
+    assert first["step"] == 1 and first["lr/AdamW"] == pytest.approx(peak / 2)

@@ -12,7 +12,7 @@ two at a time, a core each):
     b-dp1   variant B on 1 process
     a-short variant A trained 2 steps on 1 process (another schedule, scored at step 2)
     and, each compared with a-short and 2 steps long:
-    a-lr    variant A with another learning rate (model.args) on 1 process
+    a-lr    variant A with another learning rate (train.lr) on 1 process
     a-init  variant A with another init seed (train.seed=7) on 1 process
     a-layers  variant A on a 3-layer model (tests.support.titan_configs) on 1 process
 
@@ -66,7 +66,6 @@ MIX_A = {"code": 0.5, "docs": 0.3, "unicode": 0.2}
 MIX_B = {"code": 0.0, "docs": 0.5, "unicode": 0.5}
 """No code: far from A, so the two variants' data differ from step 1 on."""
 STEPS = 4
-LR_FLAG = "--optimizer.param-groups.0.optimizer-kwargs.lr"
 
 
 def experiment(domains: dict[str, list[Path]], mixture: dict[str, float], **data: Any) -> dict:
@@ -111,7 +110,7 @@ def runs(work: Path, domains: dict[str, list[Path]]) -> dict[str, api.RunResult]
         "a-dp1": a,
         "b-dp1": experiment(domains, MIX_B),
         "a-short": short,
-        "a-lr": {**short, "model": {**a["model"], "args": [LR_FLAG, "2e-3"]}},
+        "a-lr": {**short, "train": {**short["train"], "lr": 2e-3}},
         "a-init": {**short, "train": {**short["train"], "seed": 7}},
         "a-layers": {
             **short,

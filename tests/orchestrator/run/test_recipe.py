@@ -11,7 +11,9 @@ from orchestrator.experiment.validation import validate
 from orchestrator.run import recipe as recipe_module
 from orchestrator.run.recipe import Recipe, recipe_of
 
+WEIGHT_DECAY = "--optimizer.param-groups.0.optimizer-kwargs.weight-decay"
 LR = "--optimizer.param-groups.0.optimizer-kwargs.lr"
+"""TorchTitan's spelling of the peak learning rate (``train.lr``)."""
 
 
 def recipe(*overrides: str) -> Recipe:
@@ -20,12 +22,13 @@ def recipe(*overrides: str) -> Recipe:
 
 
 def test_the_same_recipe_written_two_ways_has_one_fingerprint() -> None:
-    spaced = recipe(f"model.args=[{LR},1e-3]")
-    joined = recipe(f"model.args=[{LR}=0.001]")
+    spaced = recipe(f"model.args=[{WEIGHT_DECAY},1e-3]")
+    joined = recipe(f"model.args=[{WEIGHT_DECAY}=0.001]")
     assert spaced.fingerprint == joined.fingerprint
-    assert spaced.fields["optimizer"]["param_groups"][0]["optimizer_kwargs"]["lr"] == 0.001
-    assert spaced.fingerprint != recipe().fingerprint  # the default is 8e-4
-    assert spaced.init_key == recipe().init_key  # the learning rate is not the initial weights
+    kwargs = spaced.fields["optimizer"]["param_groups"][0]["optimizer_kwargs"]
+    assert kwargs["weight_decay"] == 0.001
+    assert spaced.fingerprint != recipe().fingerprint  # the default is 0.1
+    assert spaced.init_key == recipe().init_key  # the optimizer is not the initial weights
 
 
 def test_replicate_free_settings_keep_the_recipe() -> None:
@@ -98,3 +101,13 @@ def test_the_schedule_fields_are_resolved_by_torchtitan_into_the_recipe() -> Non
         validate(load_experiment({"model": {"args": ["--lr-scheduler.warmup-steps", "3"]}}))
     with pytest.raises(ExperimentError, match=r"decay_type='step': use one of linear, sqrt"):
         validate(load_experiment({"train": {"decay_type": "step"}}))
+
+
+def test_the_peak_learning_rate_is_train_lr() -> None:
+    changed = recipe("train.lr=2e-3")
+    assert changed.fields["optimizer"]["param_groups"][0]["optimizer_kwargs"]["lr"] == 0.002
+    assert changed.fingerprint != recipe().fingerprint
+    with pytest.raises(ExperimentError, match=r"set train.lr instead"):
+        validate(load_experiment({"model": {"args": [LR, "1e-3"]}}))
+    with pytest.raises(ExperimentError, match=r"lr_from_init needs train.init_from"):
+        validate(load_experiment({"train": {"lr_from_init": True}}))

@@ -19,6 +19,7 @@ from pipeline.errors import (
     TokenizerError,
     ZephonError,
 )
+from pipeline.mixture import MixturePhase
 from pipeline.order import OrderVersion
 from pipeline.pipeline import Pipeline
 from pipeline.source import WorkSource
@@ -32,6 +33,7 @@ __all__ = [
     "Dataset",
     "DigestChain",
     "MicroBatch",
+    "MixturePhase",
     "OrderVersion",
     "Pipeline",
     "RecordPointer",

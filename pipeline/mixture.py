@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pipeline.errors import ConfigError
 
@@ -54,6 +55,15 @@ class Mixture:
             name: f"{share:.{SHARE_DECIMALS}f}"
             for name, share in zip(self.names, self.shares, strict=True)
         }
+
+
+@dataclass(frozen=True)
+class MixturePhase:
+    """One stage of a staged mixture: ``weights`` until the run has drawn ``until_tokens``
+    estimated tokens in all (over every lane), or to the end for the last phase (None)."""
+
+    weights: Mapping[str, float]
+    until_tokens: int | None = None
 
 
 def earliest_finish(

@@ -261,6 +261,13 @@ class Pipeline:
             f"  plan      WorkSource seed={self.source.seed} chunk_tokens={self.source.chunk_tokens}"
             f" order={self.source.order}",
         ]
+        if len(self.source.phases) > 1:  # a staged mixture: the shares below are phase 0's
+            begin = 0
+            for k, (until, mixture) in enumerate(self.source.phases):
+                shares = " ".join(f"{n}={w}" for n, w in mixture.canonical().items())
+                end = "the end" if until is None else f"{until} tokens"
+                lines.append(f"    phase {k}: from {begin} tokens to {end}: {shares}")
+                begin = until or begin
         for ds, share in zip(self.source.datasets, self.source.mixture.shares, strict=True):
             report = ds.report()
             skipped = sum(report["skipped"].values())

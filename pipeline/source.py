@@ -23,7 +23,7 @@ import numpy as np
 from pipeline.dataset import Dataset
 from pipeline.errors import ConfigError, StateError
 from pipeline.io import atomic_write
-from pipeline.mixture import Mixture, earliest_finish
+from pipeline.mixture import Mixture, MixturePhase, earliest_finish
 from pipeline.order import DatasetOrder, GlobalPermutationOrder, OrderVersion, ShardWindowOrder
 from pipeline.order.base import CALIBRATION_STREAM, MIN_HOLDOUT_DOCS, OrderSettings
 from pipeline.stages.tokenize import WorkChunk
@@ -68,17 +68,21 @@ def _calibration_file(key: tuple[str, str, str, str, int]) -> str:
 
 
 class WorkSource:
-    """The data plan: datasets, token-share mixture, seeded order and lane split.
+    r"""The data plan: datasets, token-share mixture, seeded order and lane split.
 
     ``order`` chooses how each dataset's records are ordered (:class:`OrderVersion`; v2,
     the default, reads only the shards a run reaches; v1 is kept for runs made with it);
     ``shard_window`` is v2's number of shards whose records are mixed together.
+    ``mixture`` is one set of token shares, or a staged mixture, a list of ``MixturePhase``:
+    each lane entering the next phase once it has drawn its part (``until_tokens`` over the
+    number of lanes) of the phase's bound, so each phase keeps its own shares over its own
+    tokens (docs/design/pipeline_plan.md).
     """
 
     def __init__(
         self,
         datasets: Sequence[Dataset],
-        mixture: Mapping[str, float],
+        mixture: Mapping[str, float] | Sequence[MixturePhase],
         *,
         seed: int = 0,
         chunk_tokens: int = 8192,
@@ -112,7 +116,10 @@ class WorkSource:
         if not isinstance(shard_window, int) or shard_window < 1:
             raise ConfigError(f"shard_window must be an integer >= 1, got {shard_window!r}")
         self.datasets = list(datasets)
-        self.mixture = Mixture(mixture, names)
+        self.phases = _checked_phases(mixture, names)
+        """``(until_tokens, Mixture)`` per phase; one phase without a bound for a plain mixture."""
+        self.mixture = self.phases[0][1]
+        """The first phase's mixture (the only one of a plain mixture)."""
         self.seed = seed
         self.chunk_tokens = chunk_tokens
         self.calibration_bytes = calibration_bytes
@@ -158,6 +165,11 @@ class WorkSource:
             "holdout_bytes": self.holdout_bytes,
             "holdout_docs": self.holdout_docs,
         }
+        if len(self.phases) > 1:  # a plain mixture keeps the contract it always had
+            contract["phases"] = [
+                {"until_tokens": until, "mixture": mixture.canonical()}
+                for until, mixture in self.phases
+            ]
         if self.order is not OrderVersion.V1:
             # v2's lane phases use the calibration sample's mean cost: its size is contract.
             contract["order"] = {
@@ -200,6 +212,26 @@ class WorkSource:
     def _adopt_calibration(self, tokens_per_byte: dict[str, float]) -> None:
         self._tokens_per_byte = tokens_per_byte
         self._mean_costs = None
+        self._check_phase_shares()
+
+    def _check_phase_shares(self) -> None:
+        """A bounded phase must give each dataset it names at least one record's tokens:
+        a share smaller than that would silently never be drawn."""
+        start = 0
+        for k, (until, mixture) in enumerate(self.phases):
+            if until is None:
+                break
+            for d, share in enumerate(mixture.shares):
+                cost = self._mean_cost_unlocked(d)
+                if share > 0 and share * (until - start) < cost:
+                    raise ConfigError(
+                        f"phase {k} ({until - start} tokens) gives dataset "
+                        f"{self.datasets[d].name!r} a share of {share}: "
+                        f"{share * (until - start):.0f} tokens, less than one of its records "
+                        f"({cost:.0f} tokens on average), so it would get no data; raise its "
+                        "share, lengthen the phase, or set the share to 0"
+                    )
+            start = until
 
     def _measure_tokens_per_byte(self, order: DatasetOrder, tokenizer: Tokenizer) -> float:
         ds = order.dataset
@@ -280,20 +312,25 @@ class WorkSource:
         sum over a count, so it is the same float on every machine."""
         assert self._tokens_per_byte is not None, "calibrate() or set_calibration() before planning"
         with self._lock:
-            if self._mean_costs is None:
-                self._mean_costs = [math.nan] * len(self.datasets)
-            if math.isnan(self._mean_costs[dataset_index]):
-                order = self.orders[dataset_index]
-                self._mean_costs[dataset_index] = order.mean_cost(
-                    self._tokens_per_byte[order.dataset.name]
-                )
-            return self._mean_costs[dataset_index]
+            return self._mean_cost_unlocked(dataset_index)
 
-    def lane_phases(self, lane: int, num_lanes: int) -> list[float]:
-        """``phi_{l,d}`` of every dataset for lane ``lane`` of ``num_lanes`` (design doc)."""
+    def _mean_cost_unlocked(self, dataset_index: int) -> float:
+        assert self._tokens_per_byte is not None
+        if self._mean_costs is None:
+            self._mean_costs = [math.nan] * len(self.datasets)
+        if math.isnan(self._mean_costs[dataset_index]):
+            order = self.orders[dataset_index]
+            self._mean_costs[dataset_index] = order.mean_cost(
+                self._tokens_per_byte[order.dataset.name]
+            )
+        return self._mean_costs[dataset_index]
+
+    def lane_phases(self, lane: int, num_lanes: int, phase: int = 0) -> list[float]:
+        """``phi_{l,d}`` of every dataset for lane ``lane`` of ``num_lanes`` in mixture phase
+        ``phase`` (design doc)."""
         rng = np.random.default_rng([_PHASE_STREAM, self.seed])
         x = (int(rng.permutation(num_lanes)[lane]) + float(rng.random())) / num_lanes
-        shares = self.mixture.shares
+        shares = self.phases[phase][1].shares
         total = math.fsum(shares)
         ends, end = [0.0] * len(shares), 0.0
         for d in sorted(range(len(shares)), key=lambda d: self.datasets[d].name):
@@ -301,21 +338,59 @@ class WorkSource:
             ends[d] = end
         return [(x - e) % 1.0 for e in ends]
 
-    def lane_start(self, lane: int, num_lanes: int) -> int | None:
-        """The dataset whose arc holds the lane's point: its first draw (design doc)."""
-        total = math.fsum(self.mixture.shares)
+    def lane_start(self, lane: int, num_lanes: int, phase: int = 0) -> int | None:
+        """The dataset whose arc holds the lane's point: its first draw in mixture phase
+        ``phase`` (design doc)."""
+        shares = self.phases[phase][1].shares
+        total = math.fsum(shares)
         due = [
             (phi + w / total - 1.0, -d)
             for d, (phi, w) in enumerate(
-                zip(self.lane_phases(lane, num_lanes), self.mixture.shares, strict=True)
+                zip(self.lane_phases(lane, num_lanes, phase), shares, strict=True)
             )
             if w > 0
         ]
         return -max(due)[1] if due else None
 
-    def lane_offsets(self, lane: int, num_lanes: int) -> list[float]:
-        """Starting offsets ``o_{l,d} = -phi_{l,d} * cbar_d`` of a lane (design doc)."""
-        return [-phi * self.mean_cost(d) for d, phi in enumerate(self.lane_phases(lane, num_lanes))]
+    def lane_offsets(self, lane: int, num_lanes: int, phase: int = 0) -> list[float]:
+        """Starting offsets ``o_{l,d} = -phi_{l,d} * cbar_d`` of a lane in mixture phase
+        ``phase`` (design doc)."""
+        phis = self.lane_phases(lane, num_lanes, phase)
+        return [-phi * self.mean_cost(d) for d, phi in enumerate(phis)]
+
+
+def _checked_phases(
+    mixture: Mapping[str, float] | Sequence[MixturePhase], names: Sequence[str]
+) -> list[tuple[int | None, Mixture]]:
+    """``(until_tokens, Mixture)`` of each phase; ConfigError naming the phase if invalid."""
+    if isinstance(mixture, Mapping):
+        return [(None, Mixture(mixture, names))]
+    phases = list(mixture)
+    if not phases or not all(isinstance(p, MixturePhase) for p in phases):
+        raise ConfigError(
+            "mixture must be token shares by dataset, or a non-empty list of MixturePhase"
+        )
+    checked: list[tuple[int | None, Mixture]] = []
+    previous = 0
+    for k, phase in enumerate(phases):
+        last = k == len(phases) - 1
+        until = phase.until_tokens
+        if last != (until is None):
+            raise ConfigError(
+                f"phase {k}: until_tokens={until!r}; every phase but the last ends at a token "
+                "count, and the last runs to the end (until_tokens=None)"
+            )
+        if until is not None and (not isinstance(until, int) or until <= previous):
+            raise ConfigError(
+                f"phase {k}: until_tokens={until!r} must be an integer above the previous "
+                f"phase's end ({previous})"
+            )
+        try:
+            checked.append((until, Mixture(phase.weights, names)))
+        except ConfigError as e:
+            raise ConfigError(f"phase {k}: {e}") from e
+        previous = until or previous
+    return checked
 
 
 class LanePlan:
@@ -330,21 +405,26 @@ class LanePlan:
         names = [ds.name for ds in source.datasets]
         self._orders = source.orders
         self._stops = [ds.exhausted == "stop" for ds in source.datasets]
+        self._staged = len(source.phases) > 1
         if state is None:
             self._chunk = 0
             self._drawn = [0] * len(names)
             self._tokens = [0] * len(names)
+            self._phase = 0
+            self._lane_tokens = 0
         else:
             self._chunk = int(state["chunk"])
             self._drawn = [int(state["drawn"][n]) for n in names]
             self._tokens = [int(state["tokens"][n]) for n in names]
+            self._phase = int(state.get("phase", 0))
+            self._lane_tokens = int(state.get("lane_tokens", 0))
             for name, order in zip(names, self._orders, strict=True):
                 if name in state.get("cursors", {}):  # order v2: no counting of passed shards
                     order.adopt_cursor(state["cursors"][name])
         self._names = names
-        self._offsets = source.lane_offsets(lane, num_lanes)
-        self._start = source.lane_start(lane, num_lanes)
-        self._fresh = not any(self._drawn)
+        self._offsets = source.lane_offsets(lane, num_lanes, self._phase)
+        self._start = source.lane_start(lane, num_lanes, self._phase)
+        self._fresh = not any(self._tokens)  # no draw yet in this phase
         # (record, cost) of the record each dataset would give next; recomputed after a draw.
         self._next: list[tuple[int, int] | None] = [None] * len(names)
         self._active = [
@@ -361,6 +441,9 @@ class LanePlan:
             "drawn": dict(zip(self._names, self._drawn, strict=True)),
             "tokens": dict(zip(self._names, self._tokens, strict=True)),
         }
+        if self._staged:  # a plain mixture's state is what it always was
+            state["phase"] = self._phase
+            state["lane_tokens"] = self._lane_tokens
         cursors = {}
         for name, order, drawn in zip(self._names, self._orders, self._drawn, strict=True):
             cursor = order.cursor(drawn * self.num_lanes + self.lane)
@@ -372,13 +455,15 @@ class LanePlan:
 
     def next_chunk(self) -> WorkChunk | None:
         """Plan the next chunk, or return None when every dataset of the lane is exhausted."""
-        shares = self.source.mixture.shares
         chunk_tokens = self.source.chunk_tokens
         ds_ids: list[int] = []
         rec_ids: list[int] = []
         estimated = 0
-        next_costs = [0] * len(shares)
+        next_costs = [0] * len(self._names)
         while estimated < chunk_tokens:
+            if self._staged:
+                self._enter_due_phase()
+            shares = self.source.phases[self._phase][1].shares
             for e, (w, active) in enumerate(zip(shares, self._active, strict=True)):
                 if active and w > 0:
                     pending = self._next[e]
@@ -399,6 +484,7 @@ class LanePlan:
             self._next[d] = None
             self._drawn[d] += 1
             self._tokens[d] += cost
+            self._lane_tokens += cost
             estimated += cost
             ds_ids.append(d)
             rec_ids.append(record)
@@ -416,6 +502,18 @@ class LanePlan:
         )
         self._chunk += 1
         return chunk
+
+    def _enter_due_phase(self) -> None:
+        """Enter the next phase once this lane has drawn its part of the current phase's
+        bound: its own shares from then on, on token counts and offsets of its own."""
+        until = self.source.phases[self._phase][0]
+        if until is None or self._lane_tokens * self.num_lanes < until:
+            return
+        self._phase += 1
+        self._tokens = [0] * len(self._names)
+        self._offsets = self.source.lane_offsets(self.lane, self.num_lanes, self._phase)
+        self._start = self.source.lane_start(self.lane, self.num_lanes, self._phase)
+        self._fresh = True
 
     def _find_lane_record(self, d: int, k: int) -> int:
         """The lane's ``k``-th record of dataset ``d``: stream position ``k*L + lane``."""

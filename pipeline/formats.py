@@ -377,7 +377,7 @@ class ParquetFormat:
         self._cache: OrderedDict[tuple[str, int], pa.ChunkedArray | None] = OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
-        self._footers: dict[str, pq.FileMetaData] = {}  # of the URLs indexed (a few KB each)
+        self._footers: dict[str, pq.FileMetaData] = {}  # of URLs indexed, until first opened
 
     def build_index(self, source: Path | str, field: str) -> ShardIndex:
         """Index every row of ``source``; null, empty or non-string values are skipped."""
@@ -418,14 +418,16 @@ class ParquetFormat:
             raise DataError(
                 f"{source}: cannot read Parquet file ({e}); re-export or remove it"
             ) from e
+        finally:
+            pf.close(force=True)  # a URL's file too: its connection is not left to the GC
         return skips.index(
             np.concatenate(groups), np.concatenate(in_group), np.concatenate(text_bytes)
         )
 
     def open(self, source: Path | str) -> _ParquetHandle:
         """Open ``source`` for ``read``."""
-        with self._lock:
-            footer = self._footers.get(source) if isinstance(source, str) else None
+        with self._lock:  # a footer serves one open: kept per shard, it would grow with them
+            footer = self._footers.pop(source, None) if isinstance(source, str) else None
         return _ParquetHandle(str(source), _open_parquet(source, footer), threading.Lock())
 
     def read(

@@ -543,7 +543,13 @@ def _print_payload(payload: dict[str, Any], as_json: bool) -> None:
         print(f"comparison run: {payload['comparison_run_id']} ({payload['tracking_uri']})")
     else:
         for key, value in payload.items():
-            if key not in ("config", "contract", "command") or value is None:
+            if key == "phases":
+                print("phases:")
+                for phase in value:
+                    first, last = phase["steps"]
+                    tokens = " ".join(f"{n}={t}" for n, t in phase["expected_tokens"].items())
+                    print(f"  phase {phase['phase']}: steps {first}-{last}, tokens {tokens}")
+            elif key not in ("config", "contract", "command") or value is None:
                 text = value if isinstance(value, str) else json.dumps(value, default=str)
                 print(f"{key}: {text}")
 

@@ -63,10 +63,18 @@ class MixSpace:
     """Decimal places of every weight."""
     max_variants: int = 256
     """Most variants a request may yield."""
+    phase: int | None = None
+    """A staged mixture's phase to vary (``data.phases.<phase>.mixture``, also made the runs'
+    ``data.compared_phase``); the other phases stay as configured. None: ``data.mixture``."""
     search: dict[str, Any] | None = None
     """Search instead of a fixed list: ``{rounds, per_round, initial, seed, max_epochs}``
     (:class:`sweeps.search.SearchSpec`); the generators above, if any, join its initial
     design."""
+
+    @property
+    def mixture_key(self) -> str:
+        """The experiment key whose mixture the variants set."""
+        return "data.mixture" if self.phase is None else f"data.phases.{self.phase}.mixture"
 
     @property
     def requests_variants(self) -> bool:
@@ -207,6 +215,8 @@ def describe(space: MixSpace) -> dict[str, Any]:
         description["min"] = dict(space.min)
     if space.max:
         description["max"] = dict(space.max)
+    if space.phase is not None:
+        description["phase"] = space.phase
     description["decimals"] = space.decimals
     description["max_variants"] = space.max_variants
     if space.search is not None:

@@ -125,6 +125,7 @@ class MixSweeper(Sweeper):
         jobs: list[Job] = []
         for other in self.combinations(arguments):
             base = experiment_from(loader.load_sweep_config(self.config, list(other)))
+            self.check_phase(base.data.phases)
             jobs += self.jobs_for(other, variants(self.space, sorted(base.data.datasets)))
         self.validate_jobs(jobs)
         return jobs
@@ -142,11 +143,13 @@ class MixSweeper(Sweeper):
         seeded = SEED_SETTINGS if self.replicate_seeds else ()
         for override in parsed:
             key = override.get_key_element()
-            if key.startswith(("data.mixture", "mix")):
+            mixture_key = self.space.mixture_key
+            if key.startswith((mixture_key, "mix", "data.compared_phase")):
                 raise ExperimentError(
                     [
-                        f"{override.input_line!r}: the mix sweeper sets data.mixture itself; "
-                        "describe the mixes with hydra.sweeper.mix.* instead"
+                        f"{override.input_line!r}: the mix sweeper sets {mixture_key} (and "
+                        "data.compared_phase) itself; describe the mixes with "
+                        "hydra.sweeper.mix.* instead"
                     ]
                 )
             if key in seeded:
@@ -175,13 +178,40 @@ class MixSweeper(Sweeper):
         for mixture in mixtures:
             for seed in self.replicate_seeds or [None]:
                 for dp in self.replicate_dp or [None]:
-                    overrides = [*other, *override_strings(mixture, self.space.decimals)]
+                    overrides = [
+                        *other,
+                        *override_strings(mixture, self.space.decimals, self.space.mixture_key),
+                    ]
+                    if self.space.phase is not None:
+                        overrides.append(f"data.compared_phase={self.space.phase}")
                     if seed is not None:
                         overrides += [f"{key}={seed}" for key in SEED_SETTINGS]
                     if dp is not None:
                         overrides.append(f"resources.dp={dp}")
                     jobs.append(Job(overrides, mixture, dp, list(other), seed))
         return jobs
+
+    def check_phase(self, phases: list[Any]) -> None:
+        """ExperimentError unless ``hydra.sweeper.mix.phase`` names one of ``phases`` (the
+        experiment's ``data.phases``), or is unset for an experiment of one mixture."""
+        phase = self.space.phase
+        if phase is None and phases:
+            raise ExperimentError(
+                [
+                    f"the experiment stages its mixture in {len(phases)} phases (data.phases): "
+                    "say which phase's mixture the sweep varies with hydra.sweeper.mix.phase=K"
+                ]
+            )
+        if phase is not None and not 0 <= phase < len(phases):
+            raise ExperimentError(
+                [
+                    f"hydra.sweeper.mix.phase={phase}, but the experiment has "
+                    f"{len(phases)} phases in data.phases: use an index in "
+                    f"[0, {len(phases) - 1}]"
+                    if phases
+                    else f"hydra.sweeper.mix.phase={phase} needs a staged mixture (data.phases)"
+                ]
+            )
 
     def validate_jobs(self, jobs: list[Job]) -> None:
         """Compose and validate every job like any experiment; ExperimentError lists every

@@ -46,6 +46,20 @@ class ModelSection:
 
 
 @dataclass
+class PhaseSection:
+    """One phase of a staged mixture: its mixture, until a step or a token count (the last
+    phase: to the end of the run)."""
+
+    mixture: dict[str, float] = field(default_factory=dict)
+    """Token share per dataset within this phase (normalised); empty: equal shares."""
+    until_step: int | None = None
+    """The phase ends once the run has drawn this many steps' tokens (steps x
+    ``global_batch_size`` x ``seq_len``); None on the last phase."""
+    until_tokens: int | None = None
+    """The phase's end as a token count, instead of ``until_step``."""
+
+
+@dataclass
 class DataSection:
     """The data contract and its layout: the one schema of a run's data, read by the plan
     and, as the run's ``data.json`` (:mod:`orchestrator.experiment.dataspec`), by the trainer."""
@@ -54,6 +68,12 @@ class DataSection:
     """Dataset name -> shard paths or globs (JSONL[.gz|.zst], Parquet, text)."""
     mixture: dict[str, float] = field(default_factory=dict)
     """Token share per dataset (normalised); empty: equal shares."""
+    phases: list[PhaseSection] = field(default_factory=list)
+    """A staged mixture instead of ``mixture``: phases in order, each with its own mixture
+    (docs/anneals.md); empty: one mixture for the whole run."""
+    compared_phase: int | None = None
+    """With ``phases``: the phase whose mixture is the run's variant (compared, fitted and
+    searched); the other phases' mixtures are part of the data contract. None: the last."""
     text_field: str = "text"
     """Record field holding the text."""
     exhausted: str = "repeat"

@@ -12,21 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.experiment.config import DataSection, ExperimentConfig
+from orchestrator.experiment.phases import compared_phase, pipeline_mixture, split_contract
 from pipeline import Dataset, Pipeline, WorkSource, fingerprint, load_tokenizer
-
-
-def canonical_mixture(config: ExperimentConfig) -> dict[str, str]:
-    """Shares normalised and printed with fixed decimals, for every dataset (sorted)."""
-    from pipeline.mixture import Mixture
-
-    names = sorted(config.data.datasets)
-    weights = config.data.mixture or dict.fromkeys(names, 1.0)
-    return Mixture({n: weights.get(n, 0.0) for n in names}, names).canonical()
 
 
 @dataclass
 class Fingerprints:
-    """The data contract without the mixture, the mixture, and their fingerprints."""
+    """The data contract without the run's mixture, the mixture (a staged mixture's: its
+    compared phase's, :mod:`orchestrator.experiment.phases`), and their fingerprints."""
 
     contract: dict[str, Any]
     mixture: dict[str, str]
@@ -43,13 +36,11 @@ def fingerprints(config: ExperimentConfig, dp: int = 1) -> Fingerprints:
         config.data, dp_size=dp, dp_rank=0, microbatch_size=config.train.microbatch_size
     )
     try:
-        contract = pipeline.contract()
-        contract.pop("mixture", None)
+        contract, mixture = split_contract(pipeline.contract(), compared_phase(config.data))
         measured = pipeline.source.calibrate(load_tokenizer(config.data.tokenizer))
         contract["tokens_per_byte"] = {k: round(v, 6) for k, v in measured.items()}
     finally:
         pipeline.close()
-    mixture = canonical_mixture(config)
     contract_fp = fingerprint(contract)
     return Fingerprints(
         contract=contract,
@@ -84,7 +75,7 @@ def build_pipeline(
     ]
     source = WorkSource(
         datasets,
-        dict(data.mixture) or dict.fromkeys(data.datasets, 1.0),
+        pipeline_mixture(data),
         seed=data.seed,
         chunk_tokens=data.chunk_tokens,
         holdout_bytes=data.holdout_bytes,

@@ -17,6 +17,7 @@ from orchestrator.experiment.config import (
     ExperimentConfig,
     TrainSection,
 )
+from orchestrator.experiment.phases import phase_problems
 from pipeline import OrderVersion
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -38,12 +39,10 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         for pattern in paths:
             if "://" not in pattern and not glob.glob(os.path.expanduser(pattern), recursive=True):
                 problems.append(f"data.datasets.{name}: {pattern!r} matches no file")
-    problems += _mixture_coverage(d.mixture, sorted(d.datasets))
-    weights = list(d.mixture.values())
-    if any(not math.isfinite(w) or w < 0 for w in weights):
-        problems.append(f"data.mixture weights must be finite and >= 0, got {d.mixture}")
-    elif weights and sum(weights) <= 0:
-        problems.append("data.mixture weights sum to zero; give at least one dataset a share")
+    problems += _mixture_problems(d.mixture, sorted(d.datasets), "data.mixture")
+    for k, phase in enumerate(d.phases):
+        problems += _mixture_problems(phase.mixture, sorted(d.datasets), f"data.phases.{k}.mixture")
+    problems += phase_problems(d, t.steps)
     if d.exhausted not in ("repeat", "stop"):
         problems.append(f"data.exhausted={d.exhausted!r}: use 'repeat' or 'stop'")
     if d.order not in tuple(OrderVersion):
@@ -122,26 +121,32 @@ def _task_problems(eval_section: EvalSection) -> list[str]:
     return problems
 
 
-def _mixture_coverage(mixture: dict[str, float], datasets: list[str]) -> list[str]:
-    """Why ``mixture`` does not weigh exactly ``datasets`` ([] if it does, or if it is empty:
-    equal shares). The pipeline refuses such a mixture too, but only once it has indexed
-    the data; presets (``conf/mix/``) written for other datasets are caught here."""
+def _mixture_problems(mixture: dict[str, float], datasets: list[str], key: str) -> list[str]:
+    """Why the mixture at ``key`` does not weigh exactly ``datasets`` with valid weights ([]
+    if it does, or if it is empty: equal shares). The pipeline refuses such a mixture too,
+    but only once it has indexed the data; presets (``conf/mix/``) written for other
+    datasets are caught here."""
     if not mixture:
         return []
     problems = []
     unknown = sorted(set(mixture) - set(datasets))
     if unknown:
         problems.append(
-            f"data.mixture names unknown datasets {unknown}; known: {datasets}: remove their "
+            f"{key} names unknown datasets {unknown}; known: {datasets}: remove their "
             "weights or add the datasets to data.datasets"
         )
     missing = [name for name in datasets if name not in mixture]
     if missing:
         problems.append(
-            f"data.mixture gives no weight to datasets {missing}: give every dataset a weight "
-            f"(0 leaves it out, e.g. data.mixture.{missing[0]}=0) or leave data.mixture empty "
+            f"{key} gives no weight to datasets {missing}: give every dataset a weight "
+            f"(0 leaves it out, e.g. {key}.{missing[0]}=0) or leave {key} empty "
             "for equal shares"
         )
+    weights = list(mixture.values())
+    if any(not math.isfinite(w) or w < 0 for w in weights):
+        problems.append(f"{key} weights must be finite and >= 0, got {mixture}")
+    elif sum(weights) <= 0:
+        problems.append(f"{key} weights sum to zero; give at least one dataset a share")
     return problems
 
 

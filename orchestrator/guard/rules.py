@@ -202,9 +202,10 @@ def _contract_mismatch_refusal(
         same = "variant" if ref.variant == run.variant else "comparison"
         return Refusal(
             RefusalCode.CONTRACT_MISMATCH,
-            f"{a} and {b} differ in more than the mixture — {parts}. Scores of this {same} would "
-            "mix up the mixture's effect with these changes; compare runs with the same contract "
-            f"fingerprint, or re-run {b} with {fixes}{more}.",
+            f"{a} and {b} differ in more than the mixture — {parts}.{_staged_note(fields)} "
+            f"Scores of this {same} would mix up the mixture's effect with these changes; "
+            "compare runs with the same contract fingerprint, or re-run "
+            f"{b} with {fixes}{more}.",
             [ref.run_id, run.run_id],
             {"fields": fields},
         )
@@ -341,6 +342,23 @@ def _shard_changed_refusals(runs: list[RunSummary], label: dict[str, str]) -> li
 def _shard_identity(entry: dict[str, str]) -> str:
     """What a recorded shard fingerprint hashes (runs before range reads recorded content)."""
     return entry.get("identity", str(ShardIdentity.CONTENT))
+
+
+def _staged_note(fields: dict[str, dict[str, Any]]) -> str:
+    """For runs of staged mixtures whose other phases differ: which phases and datasets
+    (``phases.<k>.mixture.<dataset>`` fields), and why they are not the compared mixture."""
+    differing: dict[str, list[str]] = {}
+    for key in fields:
+        parts = key.split(".")
+        if len(parts) == 4 and parts[0] == "phases" and parts[2] == "mixture":
+            differing.setdefault(parts[1], []).append(parts[3])
+    if not differing:
+        return ""
+    listed = "; ".join(f"phase {k}: {', '.join(names)}" for k, names in differing.items())
+    return (
+        f" Their staged mixtures differ outside the compared phase ({listed}): only the phase "
+        "named by data.compared_phase may differ between compared runs."
+    )
 
 
 def _differing_fields(

@@ -27,6 +27,7 @@ from orchestrator.experiment import (
     ExperimentConfig,
     fingerprints,
     load_experiment,
+    phase_outline,
     validate,
     write_data_spec,
 )
@@ -102,6 +103,7 @@ class Plan:
             "micro_batches_per_step": d.global_batch_size // (self.dp * t.microbatch_size),
             "precision": t.precision,
             "mixture": self.mixture,
+            **({"phases": [o.to_dict() for o in phase_outline(d, t.steps)]} if d.phases else {}),
             "contract": self.contract,
             "contract_fingerprint": self.contract_fingerprint,
             "variant": self.variant,

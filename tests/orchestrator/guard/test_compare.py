@@ -338,6 +338,33 @@ def test_nested_and_missing_fields_and_mixture_key_ignored() -> None:
     assert refusal.detail["fields"]["flush_every"]["b"] == "<absent>"
 
 
+def staged_contract(first_phase: dict[str, str]) -> dict:
+    """A two-phase contract whose compared phase (1) is the runs' mixture."""
+    return make_contract(
+        phases=[{"until_tokens": 4096, "mixture": first_phase}, {"until_tokens": None}],
+        compared_phase=1,
+    )
+
+
+def test_staged_runs_differing_only_in_the_compared_phase_are_compared() -> None:
+    first = {"code": "0.500000", "docs": "0.500000"}
+    runs = [
+        make_run(name, mix, contract=staged_contract(first))
+        for name, mix in (("a", MIX_A), ("b", MIX_B))
+    ]
+    assert check(runs) == []
+
+
+def test_staged_runs_whose_other_phase_differs_are_refused_naming_phase_and_dataset() -> None:
+    a = make_run("a", MIX_A, contract=staged_contract({"code": "0.500000", "docs": "0.500000"}))
+    b = make_run("b", MIX_B, contract=staged_contract({"code": "0.700000", "docs": "0.300000"}))
+    (refusal,) = check([a, b])
+    assert refusal.code == RefusalCode.CONTRACT_MISMATCH
+    assert set(refusal.detail["fields"]) == {"phases.0.mixture.code", "phases.0.mixture.docs"}
+    assert "outside the compared phase (phase 0: code, docs)" in refusal.message
+    assert '"0.500000" (a) vs "0.700000" (b)' in refusal.message
+
+
 def test_equal_contracts_different_fingerprint_refused() -> None:
     a, b = make_run("a", MIX_A), make_run("b", MIX_B)
     b.contract_fingerprint = "0" * 64

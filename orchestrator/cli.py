@@ -546,6 +546,9 @@ def _print_payload(payload: dict[str, Any], as_json: bool) -> None:
             if key == "phases":
                 print("phases:")
                 for phase in value:
+                    if phase["steps"] is None:
+                        print(f"  phase {phase['phase']}: not reached within train.steps")
+                        continue
                     first, last = phase["steps"]
                     tokens = " ".join(f"{n}={t}" for n, t in phase["expected_tokens"].items())
                     print(f"  phase {phase['phase']}: steps {first}-{last}, tokens {tokens}")

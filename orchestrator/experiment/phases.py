@@ -75,11 +75,10 @@ class PhaseOutline:
     """One phase as ``zephon plan`` shows it: its steps and its expected tokens per dataset."""
 
     phase: int
-    first_step: int
-    """The first step the phase starts in (1-based)."""
-    last_step: int
-    """The last step it reaches (the run's last for the last phase)."""
+    steps: tuple[int, int] | None
+    """The first and last step the phase reaches (1-based); None: not within the run."""
     tokens: int
+    """Tokens the run draws in this phase."""
     mixture: dict[str, str]
     expected_tokens: dict[str, int]
     """Tokens per dataset the phase's shares give over its tokens."""
@@ -87,7 +86,7 @@ class PhaseOutline:
     def to_dict(self) -> dict[str, Any]:
         return {
             "phase": self.phase,
-            "steps": [self.first_step, self.last_step],
+            "steps": None if self.steps is None else list(self.steps),
             "tokens": self.tokens,
             "mixture": self.mixture,
             "expected_tokens": self.expected_tokens,
@@ -99,33 +98,35 @@ def phase_outline(data: DataSection, steps: int) -> list[PhaseOutline]:
     if not data.phases:
         return []
     per_step = tokens_per_step(data)
+    total = steps * per_step
     names = sorted(data.datasets)
     outline = []
     begin = 0
     for k, phase in enumerate(pipeline_mixture(data)):
         assert isinstance(phase, MixturePhase)
-        end = steps * per_step if phase.until_tokens is None else phase.until_tokens
+        end = total if phase.until_tokens is None else min(phase.until_tokens, total)
         mixture = Mixture({n: phase.weights.get(n, 0.0) for n in names}, names)
+        tokens = max(end - begin, 0)
         outline.append(
             PhaseOutline(
                 phase=k,
-                first_step=begin // per_step + 1,
-                last_step=-(-end // per_step),
-                tokens=end - begin,
+                steps=(begin // per_step + 1, -(-end // per_step)) if tokens else None,
+                tokens=tokens,
                 mixture=mixture.canonical(),
                 expected_tokens={
-                    n: round(share * (end - begin))
-                    for n, share in zip(names, mixture.shares, strict=True)
+                    n: round(share * tokens) for n, share in zip(names, mixture.shares, strict=True)
                 },
             )
         )
-        begin = end
+        begin = max(begin, end)
     return outline
 
 
-def phase_problems(data: DataSection, steps: int) -> list[str]:
-    """Why ``data.phases`` / ``data.compared_phase`` cannot stage a ``steps``-step run ([] if
-    they can); each phase's mixture is checked like ``data.mixture`` by the validation."""
+def phase_problems(data: DataSection) -> list[str]:
+    """Why ``data.phases`` / ``data.compared_phase`` cannot stage a run ([] if they can);
+    each phase's mixture is checked like ``data.mixture`` by the validation. A phase that
+    starts after the run's last step is allowed: a run trained to an earlier step than
+    planned (a split, ``--steps``) is part of a longer one; the plan shows it unreached."""
     if not data.phases:
         if data.compared_phase is not None:
             return ["data.compared_phase needs data.phases (a staged mixture)"]
@@ -160,12 +161,6 @@ def phase_problems(data: DataSection, steps: int) -> list[str]:
             problems.append(
                 f"{where} ends at {end} tokens, not after the previous phase's end ({previous}); "
                 "phases must end in increasing order"
-            )
-        elif end >= steps * tokens_per_step(data):
-            problems.append(
-                f"{where} ends at {end} tokens (step {end / tokens_per_step(data):g}), at or "
-                f"after the run's end (train.steps={steps}, {steps * tokens_per_step(data)} "
-                "tokens): the next phase would never train; end it earlier or train longer"
             )
         previous = max(previous, end)
     if data.compared_phase is not None and not 0 <= data.compared_phase <= last:

@@ -42,7 +42,7 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
     problems += _mixture_problems(d.mixture, sorted(d.datasets), "data.mixture")
     for k, phase in enumerate(d.phases):
         problems += _mixture_problems(phase.mixture, sorted(d.datasets), f"data.phases.{k}.mixture")
-    problems += phase_problems(d, t.steps)
+    problems += phase_problems(d)
     if d.exhausted not in ("repeat", "stop"):
         problems.append(f"data.exhausted={d.exhausted!r}: use 'repeat' or 'stop'")
     if d.order not in tuple(OrderVersion):

@@ -76,6 +76,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "decided only if its whole 95%% interval is beyond it",
     )
     p.add_argument(
+        "--family",
+        choices=["holm", "bh", "none"],
+        default="holm",
+        help="correct the pairs' decisions for their number: holm (default: no pair wrong "
+        "with more than 5%% chance), bh (false discovery rate) or none",
+    )
+    p.add_argument(
         "--decide-on",
         metavar="DOMAIN,...|task:NAME[:METRIC]",
         help="rank and decide on the mean of these held-out domains only (default: all), or "
@@ -240,6 +247,7 @@ def _command_compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         tracking_uri=args.tracking_uri,
         threshold=args.threshold,
         decide_on=args.decide_on.split(",") if args.decide_on else None,
+        family=args.family,
     )
     return (EXIT_OK if verdict["accepted"] else EXIT_REFUSED), verdict
 

@@ -266,6 +266,7 @@ class MixSearch:
             into_run_id=parent.run_id,
             workdir=self.opened.folder / "comparison" / "confirmation",
             confidence=confirmation_confidence(len(arms) - 1),
+            family="none",  # the confidence is already Bonferroni's over the comparators
         )
 
     def _best_initial(self, state: SearchState, observations: Observations) -> dict[str, float]:

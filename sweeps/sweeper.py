@@ -31,6 +31,7 @@ from orchestrator.errors import ExperimentError, SweepFailed
 from orchestrator.experiment import validate
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.guard.comparison import SEED_SETTINGS
+from orchestrator.guard.decisions import family_of
 from orchestrator.run import interrupts
 from sweeps.config import experiment_from
 from sweeps.mixes import MixSpace, describe, mix_label, override_strings, variants
@@ -60,6 +61,9 @@ class MixSweeperConf:
     """Ordinary sweeps, as on the command line: ``{train.steps: "10,20"}``."""
     compare: bool = True
     """Run the comparison guard over the sweep's runs at the end."""
+    family: str = "holm"
+    """The comparison's correction of its decisions for the number of pairs: ``holm``,
+    ``bh`` or ``none`` (``zephon compare --family``)."""
     resume: str | None = None
     """Continue the interrupted sweep of this name (run with the arguments it was started
     with): finished jobs are kept, unfinished ones resume from their last checkpoint,
@@ -88,9 +92,11 @@ class MixSweeper(Sweeper):
         params: dict[str, str] | None = None,
         compare: bool = True,
         resume: str | None = None,
+        family: str = "holm",
     ) -> None:
         super().__init__()
         self.resume = resume
+        self.family = family_of(family).value
         fields = mix if isinstance(mix, dict) else _to_plain_dict(mix)
         self.space = MixSpace(**{k: v for k, v in fields.items() if v is not None})
         self.replicate_dp = [int(k) for k in replicate_dp]
@@ -236,7 +242,9 @@ class MixSweeper(Sweeper):
         results = self.launch(opened, jobs, first_number=0)
         outcomes = [job_outcome(job, r) for job, r in zip(jobs, results, strict=True)]
         parent = opened.parent
-        verdict = parent.compare(outcomes, opened.folder) if self.compare else None
+        verdict = (
+            parent.compare(outcomes, opened.folder, family=self.family) if self.compare else None
+        )
         summary = {
             "sweep": opened.name,
             "parent_run_id": parent.run_id,
@@ -485,7 +493,9 @@ class _ParentRun:
         tracker.reopen_run(found[0].info.run_id)
         return cls(uri, t.experiment, found[0].info.run_id)
 
-    def compare(self, outcomes: list[dict[str, Any]], sweep_dir: Path) -> dict[str, Any] | None:
+    def compare(
+        self, outcomes: list[dict[str, Any]], sweep_dir: Path, *, family: str = "holm"
+    ) -> dict[str, Any] | None:
         """The guard over the sweep's tracked runs, one comparison per combination of the
         other sweeps, logged into the parent run (one combination) or into child comparison
         runs of it (several: a sweep that also crosses e.g. ``train.steps`` never ranks runs
@@ -506,6 +516,7 @@ class _ParentRun:
                     experiment=self.experiment,
                     into_run_id=self.run_id,
                     workdir=sweep_dir / "comparison",
+                    family=family,
                 )
             verdicts = {
                 combination: api.compare(
@@ -514,6 +525,7 @@ class _ParentRun:
                     experiment=self.experiment,
                     parent_run_id=self.run_id,
                     workdir=sweep_dir / "comparison" / str(number),
+                    family=family,
                 )
                 for number, (combination, run_ids) in enumerate(groups.items())
             }

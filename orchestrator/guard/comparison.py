@@ -211,6 +211,9 @@ class Comparison:
     """Smallest difference in aggregate bits per byte that counts as a decision."""
     confidence: float = 0.95
     """Confidence of the pairs' intervals."""
+    family: str = "holm"
+    """The correction of the pairs' decisions for their number (``holm``, ``bh``, ``none``:
+    :class:`orchestrator.guard.decisions.Family`)."""
     decided_on: list[str] = field(default_factory=list)
     """The held-out domains whose mean is the aggregate ranked and decided on (all, unless
     the comparison was asked to decide on some), or one ``task:NAME:METRIC``."""
@@ -247,6 +250,7 @@ class Comparison:
             "seeds": self.seeds,
             "threshold": self.threshold,
             "confidence": self.confidence,
+            "family": self.family,
             "smallest_detectable": self.smallest_detectable,
             "decided_on": self.decided_on,
             "score": self.score,

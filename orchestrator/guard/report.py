@@ -91,14 +91,17 @@ def _decisions_lines(comparison: Comparison) -> list[str]:
     lines = [
         f"### Decisions (threshold {comparison.threshold:g} bits/byte, {confidence} intervals)",
         "",
-        f"| a | b | a - b | {confidence} interval | decision |",
-        "|---|---|---:|---|---|",
+        f"| a | b | a - b | {confidence} interval | p | {FAMILY_COLUMN[comparison.family]} | "
+        "decision |",
+        "|---|---|---:|---|---:|---:|---|",
     ]
     for pair in comparison.pairs:
         lo, hi = pair["interval"]
+        adjusted = pair.get("adjusted_p_value")
         lines.append(
             f"| `{pair['a']}` {pair['a_mixture']} | `{pair['b']}` {pair['b_mixture']} | "
-            f"{pair['difference']:+.4f} | [{lo:+.4f}, {hi:+.4f}] | **{pair['decision']}** |"
+            f"{pair['difference']:+.4f} | [{lo:+.4f}, {hi:+.4f}] | {pair['p_value']:.3g} | "
+            f"{'-' if adjusted is None else f'{adjusted:.3g}'} | **{pair['decision']}** |"
         )
     methods = sorted({pair["method"] for pair in comparison.pairs})
     detectable = (
@@ -107,8 +110,32 @@ def _decisions_lines(comparison: Comparison) -> list[str]:
         if comparison.smallest_detectable is not None
         else "One seed decides nothing: rerun with hydra.sweeper.replicate_seeds=[0,1,2]."
     )
-    lines += ["", f"Method: {'; '.join(methods)}. {detectable}"]
+    lines += [
+        "",
+        f"Method: {'; '.join(methods)}. {_family_sentence(comparison)} {detectable}",
+    ]
     return lines
+
+
+FAMILY_COLUMN = {"holm": "Holm p", "bh": "BH q", "none": "adjusted"}
+"""The adjusted p-value column's heading per family correction."""
+
+
+def _family_sentence(comparison: Comparison) -> str:
+    """Which correction the decisions follow, and over how many pairs."""
+    k = len(comparison.pairs)
+    level = f"{1 - comparison.confidence:.2g}"
+    if comparison.family == "holm":
+        return (
+            f"Decisions corrected for {k} pairs by Holm's method: the chance that any of them "
+            f"is wrong is at most {level} (a best mixture is claimed at that family level)."
+        )
+    if comparison.family == "bh":
+        return (
+            f"Decisions corrected for {k} pairs by Benjamini-Hochberg: at most {level} of the "
+            "decisions made are expected to be wrong."
+        )
+    return f"Each of the {k} pairs decided on its own at {level}: no correction for their number."
 
 
 def _checked_paragraph(comparison: Comparison) -> str:

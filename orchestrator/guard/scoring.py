@@ -126,13 +126,15 @@ def compare(
     threshold: float = 0.0,
     confidence: float = 0.95,
     decide_on: list[str] | None = None,
+    family: decisions.Family = decisions.Family.HOLM,
 ) -> Comparison:
     """Check ``runs`` and, if nothing is refused, score each variant at the common eval step
     and decide every pair of variants (:mod:`orchestrator.guard.decisions`): a difference
     counts only if its whole ``confidence`` interval is beyond ``threshold`` bits per byte.
     The aggregate (ranking and decisions) is the mean over the held-out domains
     ``decide_on`` (default: all of them), or a task's score with ``["task:NAME[:METRIC]"]``
-    (:mod:`orchestrator.guard.tasks`)."""
+    (:mod:`orchestrator.guard.tasks`). ``family`` corrects the pairs' decisions for their
+    number (:class:`~orchestrator.guard.decisions.Family`; Holm by default)."""
     decisions.check_options(threshold, confidence)
     outcome = apply_rules(runs)
     step, domains = outcome.eval_step, outcome.domains
@@ -176,6 +178,7 @@ def compare(
         doc_bytes,
         threshold=threshold,
         confidence=confidence,
+        family=family,
     )
     tier, best = decisions.tiers(order, decided), decisions.best(order, decided)
     top = variants[0].aggregate_bpb
@@ -207,6 +210,7 @@ def compare(
         seeds=sorted({r.seed for r in runs}),
         threshold=threshold,
         confidence=confidence,
+        family=str(family),
         decided_on=chosen,
         score=score,
     )

@@ -491,6 +491,7 @@ def compare(
     threshold: float = 0.0,
     decide_on: list[str] | None = None,
     confidence: float = 0.95,
+    family: str = "holm",
 ) -> dict[str, Any]:
     """The comparison guard over MLflow runs (by id, or all runs of an experiment or sweep).
 
@@ -501,6 +502,8 @@ def compare(
     a new comparison run (a child of ``parent_run_id`` if given), or into the run
     ``into_run_id``. ``confidence``: of each pair's interval (a caller deciding several
     pairs as one question lowers the error of each, e.g. a search's confirmation).
+    ``family``: ``holm`` (default), ``bh`` or ``none``, the correction of the pairs'
+    decisions for their number (:class:`orchestrator.guard.decisions.Family`).
     """
     from orchestrator import guard
     from orchestrator.tracking.reading import training_run_ids
@@ -508,13 +511,18 @@ def compare(
     from orchestrator.tracking.uris import resolve_uri
 
     guard.decisions.check_options(threshold, confidence)  # before any run is read
+    correction = guard.decisions.family_of(family)
     uri = resolve_uri(tracking_uri, Path.cwd())
     tracker = Tracker(uri, experiment or "zephon")
     if not run_ids:
         run_ids = training_run_ids(uri, experiment=experiment, sweep=sweep)
     runs = guard.load_runs(tracker, list(run_ids))
     comparison = guard.compare(
-        runs, threshold=threshold, confidence=confidence, decide_on=decide_on
+        runs,
+        threshold=threshold,
+        confidence=confidence,
+        decide_on=decide_on,
+        family=correction,
     )
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="zephon-compare-"))
     comparison_run = guard.log_comparison(

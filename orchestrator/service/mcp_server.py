@@ -133,11 +133,13 @@ def build_server(root: str) -> FastMCP:
         experiment: str | None = None,
         threshold: float = 0.0,
         decide_on: list[str] | None = None,
+        family: str = "holm",
     ) -> dict[str, Any]:
         """The comparison guard over MLflow runs: a table of held-out scores per variant and a
         decision per pair (a_better / b_better / cannot_tell, with its interval; ``threshold``:
         the smallest difference in bits per byte that matters; ``decide_on``: held-out domains
-        to rank and decide on, default all), or a refusal naming the
+        to rank and decide on, default all; ``family``: holm (default), bh or none, the
+        correction of the decisions for the number of pairs), or a refusal naming the
         diverging step or the differing contract fields."""
         from orchestrator.run import api
 
@@ -150,6 +152,7 @@ def build_server(root: str) -> FastMCP:
             tracking_uri=svc().rules().tracking_uri,
             threshold=threshold,
             decide_on=decide_on,
+            family=family,
         )
 
     def observations(

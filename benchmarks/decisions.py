@@ -22,6 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.decision_calibration import (
+    COMPARISONS,
+    SWEEPS,
+    TRAINING_NOISE_FACTOR,
+    fit_noise_model,
+    simulate_seed_counts,
+    simulate_sweeps,
+)
 from benchmarks.publish import publish
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,8 +90,8 @@ def run_sweep(work: Path, corpus: dict[str, list[Path]], seeds: int, steps: int)
     return str(summary["sweep"])
 
 
-def judge(work: Path, sweep: str, seeds: int, sizes: list[int]) -> list[dict[str, Any]]:
-    """Every subset of m seeds (m in ``sizes``) of the A/A and the A/B pair, judged."""
+def runs_by_mixture_and_seed(work: Path, sweep: str) -> dict[tuple[str, int], Any]:
+    """The sweep's runs (guard summaries) keyed by (mixture name of :data:`MIXES`, seed)."""
     from orchestrator import guard
     from orchestrator.guard.comparison import mixture_label
     from orchestrator.tracking.reading import training_run_ids
@@ -93,7 +101,17 @@ def judge(work: Path, sweep: str, seeds: int, sizes: list[int]) -> list[dict[str
     uri = resolve_uri(None, work)
     runs = guard.load_runs(Tracker(uri, "zephon"), training_run_ids(uri, sweep=sweep))
     label = {mixture_label(mix): name for name, mix in MIXES.items()}
-    by_mix_seed = {(label[mixture_label(r.mixture)], r.contract["seed"]): r for r in runs}
+    return {(label[mixture_label(r.mixture)], int(r.contract["seed"])): r for r in runs}
+
+
+def judge(
+    by_mix_seed: dict[tuple[str, int], Any], seeds: int, sizes: list[int]
+) -> list[dict[str, Any]]:
+    """Every subset of m seeds (m in ``sizes``) of the A/A and the A/B pair, judged."""
+    from orchestrator import guard
+    from orchestrator.guard.comparison import mixture_label
+
+    label = {mixture_label(mix): name for name, mix in MIXES.items()}
     judged = []
     for m in sizes:
         for subset in itertools.combinations(range(seeds), m):
@@ -174,8 +192,69 @@ def to_markdown(report: dict[str, Any]) -> str:
         f"{verdict}). Decided on the mean of {', '.join(DECIDE_ON)} bits per byte. One seed "
         "decides nothing (training noise is not measured); the intervals excluding 0 show what "
         "the held-out documents alone would have decided.",
+        "",
+        *(simulated_markdown(report) if "simulated" in report else []),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _seed_count_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Rates per seed count: A/A false decisions and A/B power, now and before."""
+    lines = [
+        "| seeds | A/A false decisions now [95% interval] | before | A/B power now | before |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        aa, old = row["aa_now"], row["aa_before"]
+        lines.append(
+            f"| {row['seeds']} | {aa['rate']:.2%} [{aa['interval'][0]:.2%}, "
+            f"{aa['interval'][1]:.2%}] | {old['rate']:.2%} | {row['ab_now']['rate']:.0%} | "
+            f"{row['ab_before']['rate']:.0%} |"
+        )
+    return lines
+
+
+def simulated_markdown(report: dict[str, Any]) -> list[str]:
+    """The simulated part of the report: rates per seed count, then the 6-mixture sweeps."""
+    model = report["noise_model"]
+    noise = ", ".join(
+        f"{d}: run {model['run_sd'][d]:.4f}, document {model['document_sd'][d]:.3f}, "
+        f"B - A {model['effect'][d]:+.4f}"
+        for d in sorted(model["run_sd"])
+    )
+    first = report["simulated"][0]
+    lines = [
+        f"Simulated from a noise model fitted to these runs' per-document scores ({model['seeds']} "
+        f"seeds; per domain, bits per byte: {noise}); {first['aa_now']['trials']} comparisons "
+        "per seed count and design; now: the seed term on the seed blocks' df with Banerjee's "
+        "interval; before: one t on Welch-Satterthwaite df (issue 38).",
+        "",
+        *_seed_count_table(report["simulated"]),
+        "",
+        f"The same model with training noise raised to {TRAINING_NOISE_FACTOR:g} times the "
+        "documents' part of a seed's score variance (a few seeds carry the decision):",
+        "",
+        *_seed_count_table(report["simulated_training_noise"]),
+    ]
+    simulated = report["simulated"] + report["simulated_training_noise"]
+    worst = max(row["aa_now"]["rate"] for row in simulated)
+    sweeps = report["simulated_sweeps"]
+    named = ", ".join(
+        f"{family} {sweeps[family]['rate']:.1%} [{sweeps[family]['interval'][0]:.1%}, "
+        f"{sweeps[family]['interval'][1]:.1%}]"
+        for family in ("none", "holm", "bh")
+    )
+    lines += [
+        "",
+        f"Largest simulated A/A rate **{worst:.2%}** (goal <= {FALSE_DECISION_GOAL:.0%}: "
+        f"{'met' if worst <= FALSE_DECISION_GOAL else 'missed'}).",
+        "",
+        f"Sweeps of {sweeps['mixtures']} equal mixtures ({sweeps['pairs']} pairs, "
+        f"{sweeps['seeds']} seeds, {sweeps['none']['trials']} sweeps) naming any winner: "
+        f"{named} (goal under the default, holm: <= {FALSE_DECISION_GOAL:.0%}: "
+        f"{'met' if sweeps['holm']['rate'] <= FALSE_DECISION_GOAL else 'missed'}).",
+    ]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4, help="training steps a run")
     parser.add_argument("--work-dir", type=Path, help="scratch folder (default: a temp dir)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--comparisons", type=int, default=COMPARISONS, help="simulated pairs per seed count"
+    )
+    parser.add_argument("--sweeps", type=int, default=SWEEPS, help="simulated 6-mixture sweeps")
     parser.add_argument(
         "--judge-only",
         action="store_true",
@@ -209,7 +292,12 @@ def main(argv: list[str] | None = None) -> int:
         sweep = run_sweep(work, build_corpus(work), args.seeds, args.steps)
         wall = time.monotonic() - start
     sizes = [1, 2, 3]
-    judged = judge(work, sweep, args.seeds, sizes)
+    by_mix_seed = runs_by_mixture_and_seed(work, sweep)
+    judged = judge(by_mix_seed, args.seeds, sizes)
+    model = fit_noise_model(
+        *({s: by_mix_seed[(mix, s)] for s in range(args.seeds)} for mix in ("A", "A'", "B")),
+        domains=DECIDE_ON,
+    )
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": describe_machine(["torch", "torchtitan"], "cores"),
@@ -218,6 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         "runs": 3 * args.seeds,
         "wall_s": round(wall, 1),
         "rows": summarise(judged, sizes),
+        "noise_model": model.to_json(),
+        "simulated": simulate_seed_counts(model, comparisons=args.comparisons),
+        "simulated_training_noise": simulate_seed_counts(
+            model.with_training_noise(TRAINING_NOISE_FACTOR), comparisons=args.comparisons
+        ),
+        "simulated_sweeps": simulate_sweeps(model, sweeps=args.sweeps),
         "comparisons": judged,
         "work_dir": str(work),
     }

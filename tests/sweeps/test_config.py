@@ -67,6 +67,11 @@ def another_value(key: str, hint: Any, default: Any) -> Any:
         return f"{key.replace('.', '_')}_set"
     if kind is list:
         item = typing.get_args(options[0])[0]
+        if dataclasses.is_dataclass(item):  # data.phases: a staged mixture
+            return [
+                {"mixture": {"one": 1.0}, "until_step": 3, "until_tokens": None},
+                {"mixture": {"two": 1.0}, "until_step": None, "until_tokens": None},
+            ]
         return [7, 8] if item is int else ["--flag-a", "b"]
     if kind is dict:
         value = typing.get_args(options[0])[1]
@@ -80,6 +85,8 @@ def another_value(key: str, hint: Any, default: Any) -> Any:
 
 def hydra_value(value: Any) -> str:
     """``value`` in Hydra's override grammar (strings quoted, dict keys bare)."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, str):

@@ -4,14 +4,16 @@ The schema is :class:`RunConfig`: one :class:`~orchestrator.experiment.Experimen
 plus the keys of the ``zephon-run`` app (:class:`AppOptions`), registered with Hydra's
 ``ConfigStore`` when this module is imported; :func:`split` separates them. Importing
 this module also registers the ``zephon_local_corpus`` resolver that
-``conf/data/stdlib.yaml`` uses::
+``conf/data/stdlib.yaml`` uses, and ``zephon_local_tokenizer`` (the main job's)::
 
     datasets: ${zephon_local_corpus:3}   # build (once) and name the local corpus, 3 MB a domain
+    tokenizer: ${zephon_local_tokenizer:3,2048}   # a BPE of 2,048 tokens learned from it
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -86,8 +88,19 @@ def local_corpus(mb_per_domain: float) -> dict[str, list[str]]:
     return {name: [str(p) for p in paths] for name, paths in built.items()}
 
 
+def local_tokenizer(mb_per_domain: float, vocab_size: int) -> str:
+    """``${zephon_local_tokenizer:MB,VOCAB}``: a byte-level BPE of ``VOCAB`` tokens learned
+    from the local corpus of :func:`local_corpus` (built once, under ``$ZEPHON_HOME``)."""
+    from demo.local_tokenizer import build_local_tokenizer
+
+    corpus = {name: [Path(p) for p in paths] for name, paths in local_corpus(mb_per_domain).items()}
+    folder = zephon_home() / f"corpus-{float(mb_per_domain):g}mb-bpe{int(vocab_size)}"
+    return str(build_local_tokenizer(corpus, folder, vocab_size=int(vocab_size)))
+
+
 if not OmegaConf.has_resolver("zephon_local_corpus"):
     OmegaConf.register_new_resolver("zephon_local_corpus", local_corpus, use_cache=True)
+    OmegaConf.register_new_resolver("zephon_local_tokenizer", local_tokenizer, use_cache=True)
 
 
 def split(cfg: DictConfig) -> tuple[dict[str, Any], AppOptions]:

@@ -163,6 +163,8 @@ class EvalSection:
     """Held-out bits per byte per dataset (needs ``data.holdout_bytes > 0``)."""
     interval: int = 10
     """Steps between evaluations; the last step is always evaluated."""
+    initial: bool = True
+    """Score the initial model too (step 0), so the comparison shows what training gained."""
     tasks: list[str] = field(default_factory=list)
     """lm-evaluation-harness tasks (multiple-choice and perplexity kinds) scored at the last
     evaluation (docs/tasks.md)."""

@@ -178,6 +178,15 @@ class ComparisonRow:
     """Variants of one tier cannot be told apart; tier 1 holds the first row."""
     best: bool
     """Decided better than every other variant."""
+    initial_bpb: dict[str, float] = field(default_factory=dict)
+    """Held-out domain -> mean bits per byte of its runs' initial models (step 0), averaged
+    like ``bpb``, when every run scored one (``eval.initial``); empty otherwise."""
+
+    def gain(self, domain: str) -> float | None:
+        """The share of ``domain``'s initial bits per byte that training removed (None: no
+        step-0 score). Bits per token fall by the same share: same tokens, same bytes."""
+        start = self.initial_bpb.get(domain)
+        return None if not start else 1.0 - self.bpb[domain] / start
 
     def to_json(self) -> dict[str, Any]:
         """The row as a JSON-serialisable dict, keys in field order."""

@@ -250,6 +250,7 @@ def decide_pair(
     *,
     threshold: float = 0.0,
     confidence: float = 0.95,
+    seed_variance: SeedVariance | None = None,
 ) -> PairDecision:
     """Decide between variants ``a`` and ``b`` (the statistic: docs/design/guard.md).
 
@@ -257,7 +258,9 @@ def decide_pair(
     the datasets of ``doc_bytes`` with one bits value per document; every
     dataset needs at least 2 held-out documents. ``a`` is decided better only if
     the whole interval lies below ``-threshold``, worse only if above
-    ``threshold``. Raises ``ValueError`` otherwise, naming what is wrong.
+    ``threshold``. ``seed_variance``: a variant's seed-block variance pooled over more
+    variants (:func:`pooled_seed_variance`), instead of this pair's own seeds' spread.
+    Raises ``ValueError`` otherwise, naming what is wrong.
     """
     check_options(threshold, confidence)
     n_bytes = _bytes_arrays(doc_bytes)
@@ -286,13 +289,17 @@ def decide_pair(
     v_doc, df_doc = _document_variance(delta, n_bytes)
     docs = [int(n.size) for n in n_bytes.values()]
     if n_seeds >= 2:
-        terms = [
-            (float(np.var(per_seed, ddof=1)) / n_seeds, float(n_seeds - 1)),
-            (max(v_doc - _within_seed_variance(delta, n_bytes), 0.0), df_doc),
-        ]
+        if seed_variance is None:
+            seed_term = (float(np.var(per_seed, ddof=1)) / n_seeds, float(n_seeds - 1))
+            pooled = ""
+        else:
+            seed_term = (2 * seed_variance.variance / n_seeds, seed_variance.degrees_of_freedom)
+            pooled = f" pooled over {seed_variance.variants} variants"
+        terms = [seed_term, (max(v_doc - _within_seed_variance(delta, n_bytes), 0.0), df_doc)]
         method = (
             f"paired over {_documents_text(docs)} (stratified by dataset, blocked by seed) "
-            f"and {n_seeds} seeds: the seed term on {n_seeds - 1} df, Banerjee's interval"
+            f"and {n_seeds} seeds: the seed term on {seed_term[1]:g} df{pooled}, Banerjee's "
+            "interval"
         )
     else:
         terms = [(v_doc, df_doc)]
@@ -385,6 +392,35 @@ def adjusted_p_values(p_values: list[float], family: Family) -> list[float]:
     return adjusted
 
 
+@dataclass(frozen=True)
+class SeedVariance:
+    """A variant's seed-block score variance, pooled over a comparison's variants."""
+
+    variance: float
+    """Of one variant's aggregate under one seed block, around its variant and seed means."""
+    degrees_of_freedom: float
+    """``(variants - 1) (seeds - 1)``: the variants x seeds table's residual."""
+    variants: int
+
+
+def pooled_seed_variance(
+    order: list[str], scores: dict[str, Scores], doc_bytes: dict[str, np.ndarray]
+) -> SeedVariance | None:
+    """The seed-block variance from the variants x seeds table of aggregates (a randomised
+    block design's residual mean square), for three or more variants under two or more
+    seeds; None otherwise. Every pair's seed term then has ``(k - 1)(n - 1)`` degrees of
+    freedom instead of its own ``n - 1``, assuming variants are alike in training noise."""
+    seeds = sorted(scores[order[0]]) if order else []
+    if len(order) < 3 or len(seeds) < 2:
+        return None
+    table = np.array([[aggregate(scores[v][s], doc_bytes) for s in seeds] for v in order])
+    residual = (
+        table - table.mean(axis=1, keepdims=True) - table.mean(axis=0, keepdims=True) + table.mean()
+    )
+    df = (len(order) - 1) * (len(seeds) - 1)
+    return SeedVariance(float(np.sum(residual**2)) / df, float(df), len(order))
+
+
 def decide_all(
     order: list[str],
     scores: dict[str, Scores],
@@ -397,9 +433,10 @@ def decide_all(
     """Every pair ``(order[i], order[j])`` for ``i < j``, in that order.
 
     ``scores`` maps each variant of ``order`` to its :data:`Scores`; the options are those
-    of :func:`decide_pair`. Each pair's interval is at ``confidence`` on its own; its
-    decision follows its p-value corrected for the number of pairs under ``family``
-    (Holm: no pair is decided wrongly with more than ``1 - confidence`` chance).
+    of :func:`decide_pair`. Each pair's interval is at ``confidence`` on its own, its seed
+    term pooled over the variants (:func:`pooled_seed_variance`); its decision follows its
+    p-value corrected for the number of pairs under ``family`` (Holm: no pair is decided
+    wrongly with more than ``1 - confidence`` chance).
     """
     check_options(threshold, confidence)
     missing = [v for v in order if v not in scores]
@@ -407,6 +444,7 @@ def decide_all(
         raise ValueError(f"no scores for variants {missing}")
     if len(set(order)) != len(order):
         raise ValueError(f"variants repeat in the order {order}")
+    pooled = pooled_seed_variance(order, scores, doc_bytes)
     pairs = [
         decide_pair(
             order[i],
@@ -416,6 +454,7 @@ def decide_all(
             doc_bytes,
             threshold=threshold,
             confidence=confidence,
+            seed_variance=pooled,
         )
         for i in range(len(order))
         for j in range(i + 1, len(order))

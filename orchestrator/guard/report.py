@@ -36,8 +36,33 @@ def comparison_markdown(comparison: Comparison) -> str:
         "|" + "|".join(_column_alignment(h) for h in header) + "|",
     ]
     lines += [_table_line(row, comparison.domains) for row in comparison.rows]
+    lines += _gains_lines(comparison)
     lines += ["", *_decisions_lines(comparison), "", _checked_paragraph(comparison)]
     return "\n".join(lines) + "\n"
+
+
+def _gains_lines(comparison: Comparison) -> list[str]:
+    """What training gained: each variant's initial and final bits per byte per domain, and
+    the share removed ([] unless every run scored its initial model)."""
+    if not all(row.initial_bpb for row in comparison.rows):
+        return []
+    lines = [
+        "",
+        f"### What training gained (step 0 -> step {comparison.eval_step})",
+        "",
+        "Bits per byte of the initial model and at the eval step; the share removed is the "
+        "same in bits per token.",
+        "",
+        "| variant | " + " | ".join(comparison.domains) + " |",
+        "|---|" + "---:|" * len(comparison.domains),
+    ]
+    for row in comparison.rows:
+        cells = [
+            f"{row.initial_bpb[d]:.3f} -> {row.bpb[d]:.3f} (-{row.gain(d):.0%})"
+            for d in comparison.domains
+        ]
+        lines.append(f"| `{row.variant}` {row.mixture} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _refusals_markdown(comparison: Comparison) -> str:

@@ -48,6 +48,9 @@ class _ScoredVariant:
     """Seed block -> decided-on domain -> per-document bits, mean over the block's runs."""
     aggregate_se: float
     """The aggregate's standard error from the held-out sample of documents."""
+    initial_bpb: dict[str, float]
+    """Held-out domain -> step 0's bits per byte, averaged like ``bpb`` ({} unless every run
+    scored its initial model)."""
 
     @property
     def variant_id(self) -> str:
@@ -88,6 +91,7 @@ class _ScoredVariant:
             vs_best=vs_best,
             tier=tier,
             best=best,
+            initial_bpb=self.initial_bpb,
         )
 
 
@@ -108,6 +112,7 @@ def _score_variant(
         for seed, block in blocks.items()
     }
     aggregates = {r.run_id: _mean_bpb(r, step, chosen) for r in runs}
+    scored_initial = step != 0 and all(0 in r.evals for r in runs)
     return _ScoredVariant(
         arm=arm,
         runs=runs,
@@ -117,6 +122,11 @@ def _score_variant(
         aggregate_bpb=_mean_over_blocks(blocks, lambda r: aggregates[r.run_id]),
         document_bits=document_bits,
         aggregate_se=decisions.sampling_error(document_bits, doc_bytes),
+        initial_bpb={
+            d: _mean_over_blocks(blocks, lambda r, d=d: float(r.evals[0][d])) for d in domains
+        }
+        if scored_initial
+        else {},
     )
 
 

@@ -65,6 +65,8 @@ def trainer_args(
     e = config.eval
     if e.enable:
         args += ["--validator.enable", "--validator.freq", str(e.interval)]
+        if e.initial:
+            args += ["--validator.initial"]
     if e.tasks:
         args += ["--validator.tasks", ",".join(e.tasks)]  # TorchTitan parses lists as A,B,C
         if e.task_dir is not None:

@@ -56,6 +56,8 @@ class HeldOutEvaluator(Validator):
     class Config(Validator.Config):
         """``--validator.enable``, ``--validator.freq`` (steps between evaluations) and:"""
 
+        initial: bool = False
+        """Score the initial model (step 0) before the first training step."""
         rows_per_forward: int = 8
         """Held-out rows per forward pass on each rank (speed and memory only: the logits of
         a forward, rows x seq_len x vocabulary floats, are held at once)."""

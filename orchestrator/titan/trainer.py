@@ -92,6 +92,7 @@ class ZephonTrainer(Trainer):
     dataloader: ZephonDataLoader
 
     def __init__(self, config: Config) -> None:
+        self._initial_scored = False
         if config.training.global_batch_size == -1:  # unset: follow the data contract
             config.training.global_batch_size = config.dataloader.data().global_batch_size
         super().__init__(config)
@@ -160,6 +161,17 @@ class ZephonTrainer(Trainer):
                 f"batch is {loader.global_batch_size}; make --training.global-batch-size equal "
                 "the data spec's global_batch_size"
             )
+
+    def should_continue_training(self) -> bool:
+        """TorchTitan's, after scoring the initial model once when asked to: its loop asks
+        this first right after loading the initial weights and before the first step, the one
+        point where step 0's model exists (a resumed run has a step and scores nothing)."""
+        validator = self.validator if self.config.validator.enable else None
+        due = self.step == 0 and not self._initial_scored
+        if due and isinstance(validator, HeldOutEvaluator) and validator.config.initial:
+            self._initial_scored = True
+            validator.validate(self.model_parts, 0)
+        return super().should_continue_training()
 
     def train(self) -> None:
         """TorchTitan's loop. Its rank 0 then sleeps 2 s "for other ranks to complete"; a

@@ -41,8 +41,9 @@ from mlflow import MlflowClient
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import DataSection, write_data_spec
-from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.experiment.runfolder import EVAL_FILE, RunFolder
 from orchestrator.run import api
+from orchestrator.titan.runlog import RUN_SUBDIR, read_jsonl
 from orchestrator.tracking.names import (
     METRIC_EVAL_AGGREGATE,
     METRIC_LOSS,
@@ -213,6 +214,17 @@ def test_runs_succeed_with_fingerprints_and_eval(
         assert runs[name].recipe_fingerprint != a2.recipe_fingerprint  # ... another recipe
 
 
+def test_every_run_scores_its_initial_model_once(runs: dict[str, api.RunResult]) -> None:
+    """Step 0 is the initial checkpoint's score: the same for every run of one recipe and
+    contract whatever its mixture or dp size, and scored once though b-dp2 was resumed."""
+    honest = [RunFolder(runs[n].folder) for n in ("a-dp2", "a-dp1", "b-dp2", "b-dp1")]
+    initial = [folder.evals()[0]["aggregate_bpb"] for folder in honest]
+    assert max(initial) - min(initial) < 1e-4, initial
+    assert all(folder.evals()[STEPS]["aggregate_bpb"] < initial[0] for folder in honest)
+    resumed = read_jsonl(honest[2].titan_dir / RUN_SUBDIR / EVAL_FILE)
+    assert [r["step"] for r in resumed].count(0) == 1
+
+
 def test_data_is_identical_across_dp_sizes_and_a_resume(runs: dict[str, api.RunResult]) -> None:
     a2, a1 = RunFolder(runs["a-dp2"].folder), RunFolder(runs["a-dp1"].folder)
     b2, b1 = RunFolder(runs["b-dp2"].folder), RunFolder(runs["b-dp1"].folder)
@@ -240,10 +252,8 @@ def test_mlflow_holds_params_tags_metrics_and_digests(
     assert run.data.tags[TAG_PRECISION] == run.data.params["train.precision"] == precision
     losses = client.get_metric_history(b2.mlflow_run_id, METRIC_LOSS)
     assert sorted(m.step for m in losses) == list(range(1, STEPS + 1))  # once each, resume too
-    assert {m.step for m in client.get_metric_history(b2.mlflow_run_id, eval_metric("code"))} == {
-        2,
-        4,
-    }
+    evals = client.get_metric_history(b2.mlflow_run_id, eval_metric("code"))
+    assert sorted(m.step for m in evals) == [0, 2, 4]  # the initial model too, once
     artifacts = {a.path for a in client.list_artifacts(b2.mlflow_run_id, "zephon")}
     assert {"zephon/steps.jsonl", "zephon/experiment.json", "zephon/eval.jsonl"} <= artifacts
 

@@ -263,6 +263,7 @@ ROW_KEYS = [
     "vs_best",
     "tier",
     "best",
+    "initial_bpb",
 ]
 """The keys of a row in ``comparison.json``, in the order readers of the file know."""
 
@@ -908,3 +909,31 @@ def test_a_shard_hashed_by_one_run_and_read_by_range_by_another_is_refused_sayin
     assert refusal.code == RefusalCode.SHARD_CHANGED
     assert "by range" in refusal.message and "io_options['remote_read']" in refusal.message
     assert "was changed between the runs" not in refusal.message
+
+
+def test_the_table_shows_what_training_gained_over_the_initial_model() -> None:
+    runs = four_runs()
+    scored = [
+        dataclasses.replace(
+            r,
+            evals={0: dict.fromkeys([*DOMAINS, "aggregate"], 4.0), **r.evals},
+            documents={
+                **documents_for(r.name, {0: dict.fromkeys(DOMAINS, 4.0)}),
+                **r.documents,
+            },
+        )
+        for r in runs
+    ]
+    result = compare(scored)
+    assert result.accepted, result.refusals
+    for row in result.rows:
+        assert row.initial_bpb == dict.fromkeys(DOMAINS, 4.0)
+        assert row.gain(DOMAINS[0]) == pytest.approx(1 - row.bpb[DOMAINS[0]] / 4.0)
+    markdown = result.to_markdown()
+    assert "### What training gained (step 0 -> step 10)" in markdown
+    top = result.rows[0]
+    assert f"4.000 -> {top.bpb[DOMAINS[0]]:.3f} (-{top.gain(DOMAINS[0]):.0%})" in markdown
+    # without a step-0 score on every run, no gains are claimed
+    partial = compare([scored[0], *runs[1:]])
+    assert all(not row.initial_bpb for row in partial.rows)
+    assert "What training gained" not in partial.to_markdown()

@@ -433,3 +433,21 @@ def test_six_equal_mixtures_name_a_winner_rarely_under_holm() -> None:
     assert named[Family.HOLM] / trials <= 0.07, named
     assert named[Family.BH] <= named[Family.NONE] and named[Family.HOLM] <= named[Family.BH]
     assert named[Family.NONE] / trials >= 0.12, named
+
+
+def test_the_seed_term_is_pooled_over_three_or_more_variants() -> None:
+    """Three variants under two seeds: each pair's seed term has (3-1)(2-1) = 2 degrees of
+    freedom from the variants x seeds table instead of its own 1, and equal mixtures are
+    still decided at most at the stated rate."""
+    rng = np.random.default_rng(12)
+    trials = 700
+    decided = 0
+    for _ in range(trials):
+        doc_bytes, scores = _equal_variants(rng, variants=3, seeds=2, run_sd=0.05)
+        pairs = decide_all(sorted(scores), scores, doc_bytes, family=Family.NONE)
+        decided += sum(p.decision != CANNOT_TELL for p in pairs)
+    assert decided / (3 * trials) <= 0.065, decided / (3 * trials)
+    assert "the seed term on 2 df pooled over 3 variants" in pairs[0].method
+    doc_bytes, scores = _equal_variants(rng, variants=2, seeds=2, run_sd=0.05)
+    (alone,) = decide_all(["v0", "v1"], scores, doc_bytes, family=Family.NONE)
+    assert alone == decide_pair("v0", "v1", scores["v0"], scores["v1"], doc_bytes)

@@ -32,6 +32,7 @@ from orchestrator.experiment import validate
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.guard.comparison import SEED_SETTINGS
 from orchestrator.guard.decisions import family_of
+from orchestrator.guard.ladder import ladder, ladder_markdown
 from orchestrator.run import interrupts
 from sweeps.config import experiment_from
 from sweeps.mixes import MixSpace, describe, mix_label, override_strings, variants
@@ -57,6 +58,10 @@ class MixSweeperConf:
     """Run every variant under each of these seeds, one seed setting ``data.seed``,
     ``data.shuffle_seed`` and ``train.seed`` (data order and initial weights), so that
     variants under one seed pair up in the comparison; empty: the configured seeds."""
+    replicate_models: list[str] = field(default_factory=list)
+    """Train every variant at each of these model presets (``conf/model/<name>.yaml``, small
+    to large), with the same data contract, seeds and dp sizes: each size is compared on its
+    own, then the sizes' decisions side by side (:mod:`orchestrator.guard.ladder`)."""
     params: dict[str, str] = field(default_factory=dict)
     """Ordinary sweeps, as on the command line: ``{train.steps: "10,20"}``."""
     compare: bool = True
@@ -93,10 +98,12 @@ class MixSweeper(Sweeper):
         compare: bool = True,
         resume: str | None = None,
         family: str = "holm",
+        replicate_models: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.resume = resume
         self.family = family_of(family).value
+        self.replicate_models = [str(name) for name in replicate_models or []]
         fields = mix if isinstance(mix, dict) else _to_plain_dict(mix)
         self.space = MixSpace(**{k: v for k, v in fields.items() if v is not None})
         self.replicate_dp = [int(k) for k in replicate_dp]
@@ -158,6 +165,13 @@ class MixSweeper(Sweeper):
                         "hydra.sweeper.mix.* instead"
                     ]
                 )
+            if key == "model" and self.replicate_models:
+                raise ExperimentError(
+                    [
+                        f"{override.input_line!r}: hydra.sweeper.replicate_models sets the "
+                        "model itself; list the sizes there instead"
+                    ]
+                )
             if key in seeded:
                 raise ExperimentError(
                     [
@@ -176,7 +190,14 @@ class MixSweeper(Sweeper):
             raise ExperimentError(
                 [f"hydra.sweeper.replicate_seeds={seeds}: use distinct seeds >= 0"]
             )
-        return [list(c) for c in BasicSweeper.split_arguments(parsed, None)[0]] or [[]]
+        models = self.replicate_models
+        if len(set(models)) != len(models):
+            raise ExperimentError(
+                [f"hydra.sweeper.replicate_models={models}: list each model preset once"]
+            )
+        crossed = [list(c) for c in BasicSweeper.split_arguments(parsed, None)[0]] or [[]]
+        # a model size is one more setting crossed with the others: compared on its own
+        return [[*c, f"model={name}"] for c in crossed for name in models] if models else crossed
 
     def jobs_for(self, other: list[str], mixtures: list[dict[str, float]]) -> list[Job]:
         """One job per mixture x replicate seed x replicate dp, under the overrides ``other``."""
@@ -243,7 +264,11 @@ class MixSweeper(Sweeper):
         outcomes = [job_outcome(job, r) for job, r in zip(jobs, results, strict=True)]
         parent = opened.parent
         verdict = (
-            parent.compare(outcomes, opened.folder, family=self.family) if self.compare else None
+            parent.compare(
+                outcomes, opened.folder, family=self.family, models=self.replicate_models
+            )
+            if self.compare
+            else None
         )
         summary = {
             "sweep": opened.name,
@@ -353,6 +378,12 @@ class MixSweeper(Sweeper):
             "variants": len({mix_label(j.mixture, self.space.decimals) for j in jobs}),
             "replicate_dp": ",".join(map(str, self.replicate_dp)) or "auto",
             "replicate_seeds": ",".join(map(str, self.replicate_seeds)) or "configured",
+            # only when set: sweeps started before model ladders resume with their parameters
+            **(
+                {"replicate_models": ",".join(self.replicate_models)}
+                if self.replicate_models
+                else {}
+            ),
             **{f"mix.{k}": v for k, v in describe(self.space).items()},
             **{f"sweep.{k}": v for k, v in self.params.items()},
         }
@@ -494,7 +525,12 @@ class _ParentRun:
         return cls(uri, t.experiment, found[0].info.run_id)
 
     def compare(
-        self, outcomes: list[dict[str, Any]], sweep_dir: Path, *, family: str = "holm"
+        self,
+        outcomes: list[dict[str, Any]],
+        sweep_dir: Path,
+        *,
+        family: str = "holm",
+        models: list[str] | None = None,
     ) -> dict[str, Any] | None:
         """The guard over the sweep's tracked runs, one comparison per combination of the
         other sweeps, logged into the parent run (one combination) or into child comparison
@@ -532,10 +568,13 @@ class _ParentRun:
         except Exception as e:  # the sweep's runs are kept; the verdict can be redone later
             log.exception("comparison failed")
             return {"accepted": False, "refusals": [], "error": f"comparison failed: {e}"}
-        return self._per_combination(verdicts)
+        return self._per_combination(verdicts, models or [])
 
-    def _per_combination(self, verdicts: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        """One verdict of the per-combination comparisons, tagged on the parent run."""
+    def _per_combination(
+        self, verdicts: dict[str, dict[str, Any]], models: list[str]
+    ) -> dict[str, Any]:
+        """One verdict of the per-combination comparisons, tagged on the parent run; with
+        model sizes, each setting's sizes side by side (:func:`ladders`)."""
         from orchestrator.tracking.names import TAG_NOTE, TAG_VERDICT
         from orchestrator.tracking.tracker import Tracker
 
@@ -544,6 +583,8 @@ class _ParentRun:
             f"{verdict.get('markdown', '')}"
             for combination, verdict in verdicts.items()
         ]
+        found = ladders(verdicts, models)
+        sections += [ladder_markdown(result) for result in found.values()]
         accepted = all(v.get("accepted") for v in verdicts.values())
         markdown = "\n".join(sections)
         assert self.run_id is not None
@@ -555,6 +596,7 @@ class _ParentRun:
             "refusals": [r for v in verdicts.values() for r in v.get("refusals", [])],
             "markdown": markdown,
             "comparisons": verdicts,
+            **({"ladders": found} if found else {}),
         }
 
     def finish(self, status: str) -> None:
@@ -564,6 +606,24 @@ class _ParentRun:
         from orchestrator.tracking.tracker import Tracker
 
         Tracker(self.uri, self.experiment).end_run(self.run_id, status)
+
+
+def ladders(verdicts: dict[str, dict[str, Any]], models: list[str]) -> dict[str, dict[str, Any]]:
+    """Per setting of the other sweeps (a combination without its ``model=...``), the
+    :func:`~orchestrator.guard.ladder.ladder` of its sizes' verdicts, in ``models`` order;
+    {} without two or more model sizes."""
+    if len(models) < 2:
+        return {}
+    grouped: dict[str, dict[str, dict[str, Any]]] = {}
+    for combination, verdict in verdicts.items():
+        words = combination.split(" ")
+        size = next(w.removeprefix("model=") for w in words if w.startswith("model="))
+        rest = " ".join(w for w in words if not w.startswith("model="))
+        grouped.setdefault(rest, {})[size] = verdict
+    return {
+        rest: ladder({m: by_size[m] for m in models if m in by_size})
+        for rest, by_size in grouped.items()
+    }
 
 
 def sweep_report(summary: dict[str, Any], sweep_dir: Path, decimals: int) -> str:

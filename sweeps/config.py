@@ -92,10 +92,14 @@ def local_tokenizer(mb_per_domain: float, vocab_size: int) -> str:
     """``${zephon_local_tokenizer:MB,VOCAB}``: a byte-level BPE of ``VOCAB`` tokens learned
     from the local corpus of :func:`local_corpus` (built once, under ``$ZEPHON_HOME``)."""
     from demo.local_tokenizer import build_local_tokenizer
+    from pipeline import canonical_tokenizer_spec
 
     corpus = {name: [Path(p) for p in paths] for name, paths in local_corpus(mb_per_domain).items()}
     folder = zephon_home() / f"corpus-{float(mb_per_domain):g}mb-bpe{int(vocab_size)}"
-    return str(build_local_tokenizer(corpus, folder, vocab_size=int(vocab_size)))
+    # the spec a plan records (the tokenizer file), so the plan is the composed experiment
+    return canonical_tokenizer_spec(
+        str(build_local_tokenizer(corpus, folder, vocab_size=int(vocab_size)))
+    )
 
 
 if not OmegaConf.has_resolver("zephon_local_corpus"):

@@ -65,6 +65,12 @@ def zephon_mini(dim: int = 64, n_heads: int = 4, n_layers: int = 2) -> ZephonTra
     return _on_short_sequences(base)
 
 
+def zephon_small() -> ZephonTrainer.Config:
+    """:func:`zephon_mini` twice as wide and twice as deep (128 wide, 4 heads, 4 layers): the
+    rung above it in a ladder across model sizes (``hydra.sweeper.replicate_models``)."""
+    return zephon_mini(dim=128, n_heads=4, n_layers=4)
+
+
 def _on_short_sequences(base: Trainer.Config) -> ZephonTrainer.Config:
     """``base`` on the lane pipeline with the CPU-sized schedule of :func:`zephon_debug`."""
     config = zephon_config(base, ZephonDataLoader.Config())

@@ -211,7 +211,9 @@ def test_paired_seeds_decide_a_b_and_cannot_tell_a_a(
         == [(0, "succeeded")] * 3 + [(1, "succeeded")] * 3
     )
     for job in jobs:  # the held-out budget holds: 8 documents a dataset, 4096 bytes at most
-        (record,) = RunFolder(Path(job["folder"])).evals().values()
+        evals = RunFolder(Path(job["folder"])).evals()
+        assert sorted(evals) == [0, 2]  # the initial model, and the end
+        record = evals[2]
         assert {d: len(v["bytes"]) for d, v in record["documents"].items()} == dict.fromkeys(
             names, 8
         )

@@ -146,6 +146,13 @@ def _search_parser(
     p.add_argument("--models", metavar="NAME,...", help="models to validate (default all)")
     p.add_argument("--folds", type=int, default=5, help="k of the k-fold validation")
     p.add_argument("--seed", type=int, default=0, help="seed of folds, refits and proposals")
+    p.add_argument(
+        "--at-size",
+        type=float,
+        metavar="PARAMS",
+        help="runs of several model sizes (a params column): predict at this many "
+        "parameters, e.g. 1e9 (default: the largest size observed)",
+    )
     return p
 
 
@@ -296,7 +303,13 @@ def _fit_observations(args: argparse.Namespace) -> Any:
     from orchestrator.search import fit
 
     models = args.models.split(",") if args.models else None
-    return fit(_read_observations(args), models=models, folds=args.folds, seed=args.seed)
+    return fit(
+        _read_observations(args),
+        models=models,
+        folds=args.folds,
+        seed=args.seed,
+        at_size=args.at_size,
+    )
 
 
 def _command_fit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:

@@ -46,6 +46,8 @@ class FitResult:
     """Every model's k-fold figures, in :data:`MODELS` order."""
     refits: list[MixtureModel] = field(default_factory=list)
     """The chosen model refitted on bootstrap samples of the runs."""
+    at_size: float | None = None
+    """The model size (parameters) predictions are for (None: the runs' only or largest)."""
 
     def predict(self, mixtures: np.ndarray) -> np.ndarray:
         """The chosen model's objective for each row of ``mixtures``."""
@@ -81,6 +83,10 @@ class FitResult:
             "targets": list(observations.targets),
             "objective": "mean of the targets, lower is better",
             "replicate_noise": observations.replicate_noise(),
+            "sizes": observations.sizes,
+            "at_size": self.at_size
+            if self.at_size is not None
+            else (observations.sizes[-1] if observations.sizes else None),
         }
 
 
@@ -91,6 +97,7 @@ def fit(
     folds: int = 5,
     refits: int = 32,
     seed: int = 0,
+    at_size: float | None = None,
 ) -> FitResult:
     """Validate ``models`` (default: all of :data:`MODELS`) on ``folds`` folds, refit the
     best on every run and on ``refits`` bootstrap samples of them.
@@ -99,11 +106,35 @@ def fit(
     then the lowest regret@1. Seed blocks' effects, when known, are removed first (estimated
     on all runs: they are set-up effects, not what the folds validate). Deterministic for a given ``seed``. Raises
     :class:`SearchError` before any fitting if the request cannot work.
+
+    Runs of several model sizes (``observations.params``) are fitted by the scale-aware
+    models only, validated on the largest size's mixtures held out, and predicted at
+    ``at_size`` parameters (default: the largest size observed).
     """
     names = list(models) if models else list(MODELS)
     problems = [
         f"unknown model {n!r}; choose from {sorted(MODELS)}" for n in names if n not in MODELS
     ]
+    if len(observations.sizes) > 1:
+        unaware = [n for n in names if n in MODELS and not MODELS[n].scale_aware]
+        if models and unaware:
+            problems.append(
+                f"models {unaware} fit one model size, and these runs are of "
+                f"{len(observations.sizes)}: fit one size's runs, or use "
+                f"{[n for n, m in MODELS.items() if m.scale_aware]}"
+            )
+        names = [n for n in names if n in MODELS and MODELS[n].scale_aware]
+    else:
+        aware = [n for n in names if n in MODELS and MODELS[n].scale_aware]
+        if (models and aware) or at_size is not None:
+            problems.append(
+                f"{'at_size=' + format(at_size, 'g') if at_size is not None else aware}: "
+                "predicting across model sizes needs runs at two or more sizes (a params "
+                "column in the scores table)"
+            )
+        names = [n for n in names if n in MODELS and not MODELS[n].scale_aware]
+    if at_size is not None and not at_size > 0:
+        problems.append(f"at_size={at_size}: give a positive parameter count, e.g. 1e9")
     if folds < 2:
         problems.append(f"folds={folds}: k-fold validation needs at least 2 folds")
     if refits < 2:
@@ -122,7 +153,7 @@ def fit(
             + ["run more distinct mixtures"]
         )
     best = max(fitted, key=lambda s: s.ranking_key)
-    model = MODELS[best.name]().fit(observations, seed)
+    model = MODELS[best.name]().fit(observations, seed).at(at_size)
     rng = np.random.default_rng(seed)
     runs = len(observations.ids)
     samples = [rng.integers(0, runs, runs) for _ in range(refits)]
@@ -130,5 +161,9 @@ def fit(
         observations,
         model,
         scores,
-        [model.refit(observations.subset(rows), seed + 1 + k) for k, rows in enumerate(samples)],
+        [
+            model.refit(observations.subset(rows), seed + 1 + k).at(at_size)
+            for k, rows in enumerate(samples)
+        ],
+        at_size=at_size,
     )

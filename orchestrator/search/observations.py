@@ -16,6 +16,8 @@ from orchestrator.errors import SearchError
 
 MIN_DISTINCT_MIXTURES = 4
 """Fewest distinct mixtures a fit accepts: k-fold validation needs some held out."""
+PARAMS_COLUMN = "params"
+"""A scores table's column of each run's model size (parameters), when runs are of several."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class Observations:
     """``(runs, targets)``, lower is better."""
     blocks: tuple[str, ...] | None = None
     """Each run's seed block (None: unknown, every run its own)."""
+    params: np.ndarray | None = None
+    """Each run's model size in parameters (None: one size, not given)."""
 
     def __post_init__(self) -> None:
         runs = len(self.ids)
@@ -55,6 +59,14 @@ class Observations:
         assert self.blocks is None or len(self.blocks) == runs, (
             f"blocks must name one block per run ({runs}), got {len(self.blocks)}"
         )
+        assert self.params is None or self.params.shape == (runs,), (
+            f"params must give one size per run ({runs}), got {self.params.shape}"
+        )
+
+    @property
+    def sizes(self) -> list[float]:
+        """The distinct model sizes observed, smallest first ([] when not given)."""
+        return [] if self.params is None else sorted({float(n) for n in self.params})
 
     @property
     def objective(self) -> np.ndarray:
@@ -78,6 +90,7 @@ class Observations:
             targets=self.targets,
             scores=self.scores[index],
             blocks=None if self.blocks is None else tuple(self.blocks[i] for i in index),
+            params=None if self.params is None else self.params[index],
         )
 
     def concatenate(self, other: Observations) -> Observations:
@@ -95,6 +108,9 @@ class Observations:
             blocks=None
             if self.blocks is None or other.blocks is None
             else self.blocks + other.blocks,
+            params=None
+            if self.params is None or other.params is None
+            else np.concatenate([self.params, other.params]),
         )
 
     def best_observed(self) -> tuple[np.ndarray, float]:
@@ -248,6 +264,18 @@ def observations_from_records(
             )
         elif not all(_is_finite_number(record.scores[t]) for t in targets):
             problems.append(f"{source}: run {record.id!r} has a score that is not a finite number")
+    sized = [r for r in records if PARAMS_COLUMN in r.scores]
+    if sized and len(sized) != len(records):
+        problems.append(
+            f"{source}: {len(records) - len(sized)} runs have no {PARAMS_COLUMN!r} (model size); "
+            "give every run its size or none"
+        )
+    elif sized and not all(
+        _is_finite_number(r.scores[PARAMS_COLUMN]) and r.scores[PARAMS_COLUMN] > 0 for r in sized
+    ):
+        problems.append(f"{source}: {PARAMS_COLUMN!r} must be a positive parameter count")
+    if PARAMS_COLUMN in targets:
+        problems.append(f"{PARAMS_COLUMN!r} is the runs' model size, not a score to target")
     if problems:
         raise SearchError(problems)
     mixtures = np.array([[float(r.mixture.get(d, 0.0)) for d in domains] for r in records])
@@ -257,6 +285,7 @@ def observations_from_records(
         mixtures=mixtures / mixtures.sum(axis=1, keepdims=True),
         targets=tuple(targets),
         scores=np.array([[float(r.scores[t]) for t in targets] for r in records]),
+        params=np.array([float(r.scores[PARAMS_COLUMN]) for r in records]) if sized else None,
     )
 
 

@@ -45,11 +45,24 @@ class ModelScore:
 def cross_validate(
     model: MixtureModel, observations: Observations, folds: int, seed: int
 ) -> ModelScore:
-    """``model`` validated on ``folds`` folds of the distinct mixtures of ``observations``."""
+    """``model`` validated on ``folds`` folds of the distinct mixtures of ``observations``.
+
+    Runs of several model sizes: the folds are the largest size's mixtures, held out at
+    that size while every smaller size's runs stay in training (what a ladder predicts)."""
     reason = model.unfit_reason(observations)
     if reason:
         return ModelScore(model.name, None, None, 0, reason)
-    groups = observations.mixture_groups()
+    sizes = observations.sizes
+    kept = np.array([], dtype=int)  # rows always in training (the smaller sizes')
+    if len(sizes) > 1:
+        assert observations.params is not None
+        kept = np.flatnonzero(observations.params != sizes[-1])
+        observations = observations.subset(
+            np.concatenate([kept, np.flatnonzero(observations.params == sizes[-1])])
+        )
+        kept = np.arange(len(kept))  # now the first rows: never held out
+    evaluated = observations.subset(np.arange(len(kept), len(observations.ids)))
+    groups = [rows + len(kept) for rows in evaluated.mixture_groups()]
     order = np.random.default_rng(seed).permutation(len(groups))
     fold_of_group = np.empty(len(groups), dtype=int)
     fold_of_group[order] = np.arange(len(groups)) % folds
@@ -57,7 +70,7 @@ def cross_validate(
     for fold in range(folds):
         held_out = np.flatnonzero(fold_of_group == fold)
         training_rows = np.concatenate(
-            [groups[g] for g in range(len(groups)) if fold_of_group[g] != fold]
+            [kept, *(groups[g] for g in range(len(groups)) if fold_of_group[g] != fold)]
         )
         training = observations.subset(training_rows)
         reason = model.unfit_reason(training)

@@ -20,6 +20,14 @@ class MixtureModel(ABC):
 
     name: ClassVar[str]
     """The model's name in reports and on the command line."""
+    scale_aware: ClassVar[bool] = False
+    """Whether it fits runs of several model sizes (a ``params`` column) and predicts at
+    one (:meth:`at`); the others fit runs of one size only."""
+
+    def at(self, size: float | None) -> MixtureModel:
+        """This model predicting at model size ``size``; a model of one size ignores it."""
+        del size
+        return self
 
     @abstractmethod
     def unfit_reason(self, observations: Observations) -> str | None:

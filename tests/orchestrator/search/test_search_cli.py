@@ -98,3 +98,37 @@ def test_tables_without_a_target_are_refused(
 ) -> None:
     code, payload = run(["fit", "--mixtures", str(tables[0]), "--scores", str(tables[1])], capsys)
     assert code == 2 and "--target" in payload["error"]["message"]
+
+
+def test_fit_predicts_at_a_size_from_a_params_column(
+    tables: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same mixtures at two sizes (the larger 20% lower, plus a mixture-dependent part);
+    --at-size predicts between them and beyond."""
+    mixtures, scores = tables
+    rows = scores.read_text().splitlines()
+    sized = tmp_path / "sized.csv"
+    larger = []
+    for line in rows[1:]:
+        cells = line.split(",")
+        values = [float(c) for c in cells[1:-1]]
+        larger.append(",".join([f"{cells[0]}-big", *(str(0.8 * v) for v in values), "0", "1e8"]))
+    sized.write_text(
+        "\n".join([rows[0] + ",params", *(line + ",1e6" for line in rows[1:]), *larger]) + "\n"
+    )
+    lines = mixtures.read_text().splitlines()
+    doubled = tmp_path / "m2.csv"
+    doubled.write_text(
+        "\n".join(
+            [*lines, *(f"{ln.split(',', 1)[0]}-big,{ln.split(',', 1)[1]}" for ln in lines[1:])]
+        )
+        + "\n"
+    )
+    targets = ",".join(f"heldout_{d}" for d in DOMAINS)
+    args = ["fit", "--mixtures", str(doubled), "--scores", str(sized), "--target", targets]
+    code, payload = run([*args, "--at-size", "1e7"], capsys)
+    assert code == 0, payload
+    assert payload["model"] == "scaled_mixing_law" and payload["sizes"] == [1e6, 1e8]
+    assert payload["at_size"] == 1e7
+    code, refused = run(["fit", *table_args(tables), "--at-size", "1e9"], capsys)
+    assert code == 2 and "two or more sizes" in json.dumps(refused)

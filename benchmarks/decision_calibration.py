@@ -217,6 +217,7 @@ def simulate_sweeps(model: NoiseModel, *, sweeps: int = SWEEPS, seed: int = 1) -
     rng = np.random.default_rng(seed)
     doc_bytes = {d: np.asarray(n) for d, n in model.document_bytes.items()}
     named = dict.fromkeys(Family, 0)
+    before = 0  # the statistic before issue 38, each pair on its own
     for _ in range(sweeps):
         scores = {
             f"m{i}": draw_scores(model, rng, seeds=SWEEP_SEEDS) for i in range(SWEEP_MIXTURES)
@@ -225,9 +226,15 @@ def simulate_sweeps(model: NoiseModel, *, sweeps: int = SWEEPS, seed: int = 1) -
         for family in Family:
             pairs = decide_all(order, scores, doc_bytes, family=family)
             named[family] += any(p.decision != CANNOT_TELL for p in pairs)
+        before += any(
+            welch_decides(scores[a], scores[b], doc_bytes)
+            for i, a in enumerate(order)
+            for b in order[i + 1 :]
+        )
     return {
         "mixtures": SWEEP_MIXTURES,
         "seeds": SWEEP_SEEDS,
         "pairs": SWEEP_MIXTURES * (SWEEP_MIXTURES - 1) // 2,
         **{str(family): rate(count, sweeps) for family, count in named.items()},
+        "before": rate(before, sweeps),
     }

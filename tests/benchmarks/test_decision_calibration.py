@@ -79,6 +79,7 @@ def test_the_simulated_tables_report_rates_with_intervals() -> None:
     assert rows[-1]["ab_now"]["rate"] > rows[0]["ab_now"]["rate"]  # more seeds, more power
     sweeps = simulate_sweeps(small, sweeps=20)
     assert sweeps["pairs"] == 15 and sweeps["holm"]["count"] <= sweeps["none"]["count"]
+    assert 0 <= sweeps["before"]["rate"] <= 1
     report = {
         "machine": "m",
         "date": "d",

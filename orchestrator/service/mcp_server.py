@@ -181,15 +181,20 @@ def build_server(root: str) -> FastMCP:
         experiment: str | None = None,
         predict: list[dict[str, float]] | None = None,
         seed: int = 0,
+        at_size: float | None = None,
     ) -> dict[str, Any]:
         """Fit mixture -> score models (per-domain mixing law, Gaussian process, LightGBM) and
         report each one's k-fold out-of-sample Spearman and regret@1 (never in-sample) and the
         chosen one. Observations: the service's runs (run_ids, sweep or experiment; the guard
         must accept them; targets: held-out domains, default all) or an inline table, runs=
         [{"id", "mixture": {domain: weight}, "scores": {target: score}}] with targets naming
-        score keys. Lower scores are better; the objective is the targets' mean. predict: a
-        list of mixtures to predict, answered as predictions=[{score, interval}] in order."""
-        result = fit_models(observations(runs, targets, run_ids, sweep, experiment), seed=seed)
+        score keys (and "params", each run's model size in parameters, for runs of several
+        sizes: then at_size, default the largest, is the size predicted at). Lower scores are
+        better; the objective is the targets' mean. predict: a list of mixtures to predict,
+        answered as predictions=[{score, interval}] in order."""
+        result = fit_models(
+            observations(runs, targets, run_ids, sweep, experiment), seed=seed, at_size=at_size
+        )
         payload = result.to_json()
         if predict:
             domains = result.observations.domains
@@ -218,14 +223,17 @@ def build_server(root: str) -> FastMCP:
         experiment: str | None = None,
         prior: dict[str, float] | None = None,
         seed: int = 0,
+        at_size: float | None = None,
     ) -> dict[str, Any]:
         """The next n mixtures to run (Thompson sampling over bootstrap refits of the chosen
         model, within min/max shares per domain), each with its predicted objective and 90%
         interval; recommended: the mixture the fit believes best now; stop: {stop, reason},
         true when no proposal is likely to beat the best run; the models' k-fold figures.
-        Same observations as fit. Deterministic for a seed: submit the proposals with submit,
-        then compare."""
-        fitted = fit_models(observations(runs, targets, run_ids, sweep, experiment), seed=seed)
+        Same observations (and at_size) as fit. Deterministic for a seed: submit the proposals
+        with submit, then compare."""
+        fitted = fit_models(
+            observations(runs, targets, run_ids, sweep, experiment), seed=seed, at_size=at_size
+        )
         proposal = propose_mixtures(
             fitted, count=n, bounds=Bounds(min or {}, max or {}), seed=seed, prior=prior
         )

@@ -96,6 +96,27 @@ def test_fit_and_propose_tools_work_on_an_inline_table(root: str) -> None:
     assert set(proposed["stop"]) == {"stop", "reason"}
 
 
+def test_fit_takes_runs_of_two_sizes_and_predicts_at_one(root: str) -> None:
+    """Inline runs with a params key: the larger size 0.5 lower; predicted at it."""
+    small = inline_runs(8)
+    for run in small:
+        run["scores"]["params"] = 1e6
+    large = [
+        {
+            **run,
+            "id": f"{run['id']}-big",
+            "scores": {"loss": run["scores"]["loss"] - 0.5, "params": 1e8},
+        }
+        for run in small
+    ]
+    arguments = {"runs": small + large, "targets": ["loss"], "predict": [{"a": 1.0}]}
+    at_large = call(root, "fit", arguments)
+    assert at_large["model"] == "scaled_mixing_law" and at_large["at_size"] == 1e8
+    at_small = call(root, "fit", {**arguments, "at_size": 1e6})
+    (large_a,), (small_a,) = at_large["predictions"], at_small["predictions"]
+    assert small_a["score"] - large_a["score"] == pytest.approx(0.5, abs=0.1)
+
+
 def test_a_malformed_inline_table_is_a_tool_error_that_says_why(root: str) -> None:
     with pytest.raises(ToolError, match="is not"):
         asyncio.run(build_server(root).call_tool("fit", {"runs": [{"id": 1}], "targets": ["x"]}))

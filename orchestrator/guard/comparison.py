@@ -80,6 +80,8 @@ class RunSummary:
     """The recipe's fields, flattened (``optimizer.param_groups.0.optimizer_kwargs.lr``)."""
     init_sha256: str = ""
     """sha256 of the initial checkpoint the run started from."""
+    parameters: int | None = None
+    """The model's parameter count, as its plan recorded it (None: not recorded)."""
     status: str = ""
     """The orchestrator's status: ``succeeded``, ``failed``, ``interrupted``, ``running``."""
     planned_steps: int | None = None

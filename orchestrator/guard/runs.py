@@ -134,6 +134,7 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 or str((experiment.get("init_checkpoint") or {}).get("sha256") or ""),
                 status=tags.get(TAG_STATUS, ""),
                 planned_steps=(experiment.get("config") or {}).get("train", {}).get("steps"),
+                parameters=experiment.get("parameters"),
                 folder=tags.get(TAG_RUN_FOLDER, ""),
                 shards_read=shards_read,
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -46,11 +47,18 @@ class Recipe:
     """The model's parameter shapes by TorchTitan name (``titan``) and, if it has a
     state-dict adapter, by Hugging Face name (``hf``): what ``train.init_from`` must hold."""
 
+    @property
+    def parameters(self) -> int | None:
+        """The model's parameter count (None: its shapes were not resolved)."""
+        shapes = self.parameter_shapes.get("titan")
+        return sum(math.prod(shape) for shape in shapes.values()) if shapes else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "recipe": self.fields,
             "recipe_fingerprint": self.fingerprint,
             "init_key": self.init_key,
+            "parameters": self.parameters,
         }
 
 

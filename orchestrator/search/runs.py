@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from orchestrator.errors import SearchError
 from orchestrator.experiment.config import ExperimentConfig
 from orchestrator.search.observations import Observations
+
+if TYPE_CHECKING:
+    from orchestrator.guard.comparison import RunSummary
 
 
 def observations_from_runs(
@@ -25,8 +29,10 @@ def observations_from_runs(
     The guard checks them first (same data contract, recipe and initial weights; digests
     agreeing within each variant): a refused set raises :class:`SearchError` with the
     guard's reasons, since a fit across incomparable runs would learn the differences of
-    their set-ups. ``targets``: held-out domains whose mean is the objective (default all,
-    as the guard's aggregate). Replicates (seeds, dp sizes) are separate observations.
+    their set-ups. Runs of several model sizes (a ladder) are checked size by size and
+    carry their parameter counts (``params``). ``targets``: held-out domains whose mean is
+    the objective (default all, as the guard's aggregate). Replicates (seeds, dp sizes) are
+    separate observations.
     """
     from orchestrator import guard
     from orchestrator.tracking.reading import training_run_ids
@@ -39,12 +45,45 @@ def observations_from_runs(
     try:
         ids = run_ids or training_run_ids(uri, experiment=experiment, sweep=sweep)
         runs = guard.load_runs(Tracker(uri, experiment or "zephon"), list(ids))
+    except ValueError as e:  # unknown run or experiment
+        raise SearchError([str(e)]) from None
+    return observations_by_size(runs, targets)
+
+
+def observations_by_size(runs: list[RunSummary], targets: list[str] | None) -> Observations:
+    """:func:`observations_from_runs` of loaded runs: one guard comparison per model size
+    (runs that recorded their parameter count; else all runs as one size)."""
+    sizes = {run.parameters for run in runs}
+    if len(sizes) < 2 or None in sizes:
+        return _observations_of_one_size(runs, targets, None)
+    parts = [
+        _observations_of_one_size([r for r in runs if r.parameters == size], targets, size)
+        for size in sorted(sizes)  # type: ignore[type-var]
+    ]
+    joined = parts[0]
+    for part in parts[1:]:
+        joined = joined.concatenate(part)
+    return joined
+
+
+def _observations_of_one_size(
+    runs: list[RunSummary], targets: list[str] | None, size: int | None
+) -> Observations:
+    """The runs of one model size (``size`` parameters; None: not told) as observations,
+    once the guard accepts them."""
+    from orchestrator import guard
+
+    try:
         comparison = guard.compare(runs, decide_on=targets)
-    except ValueError as e:  # unknown run, experiment or held-out domain
+    except ValueError as e:  # an unknown held-out domain
         raise SearchError([str(e)]) from None
     if not comparison.accepted:
+        at = "" if size is None else f" (the runs of {size:,} parameters)"
         raise SearchError(
-            [f"the guard refused these runs: {r.code}: {r.message}" for r in comparison.refusals]
+            [
+                f"the guard refused these runs{at}: {r.code}: {r.message}"
+                for r in comparison.refusals
+            ]
         )
     step = comparison.eval_step
     chosen = tuple(targets or comparison.domains)
@@ -58,6 +97,7 @@ def observations_from_runs(
         targets=chosen,
         scores=scores,
         blocks=tuple(run.seed for run in runs),
+        params=None if size is None else np.full(len(runs), float(size)),
     )
 
 

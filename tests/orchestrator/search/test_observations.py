@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
@@ -104,3 +105,32 @@ def test_seed_blocks_are_taken_off_before_noise_is_measured_or_a_fit_sees_the_sc
     pairs = adjusted.objective.reshape(6, 2)
     assert np.abs(pairs[:, 0] - pairs[:, 1]).max() < 0.05  # the offset is gone
     assert adjusted.objective.mean() == pytest.approx(blocked.objective.mean())  # level kept
+
+
+def test_zephon_runs_of_two_sizes_are_checked_size_by_size_and_carry_their_size() -> None:
+    """A ladder's runs: the guard accepts each size's runs on their own (their recipes
+    differ between sizes), and every observation carries its size's parameter count."""
+    from orchestrator.search.runs import observations_by_size
+    from tests.orchestrator.guard.test_compare import four_runs, make_recipe
+
+    small = [dataclasses.replace(r, parameters=150_000) for r in four_runs()]
+    large_recipe = make_recipe(**{"model_spec.model.dim": 128})
+    large = [
+        dataclasses.replace(
+            r,
+            run_id=f"{r.run_id}-large",
+            name=f"{r.name}-large",
+            parameters=900_000,
+            recipe=large_recipe,
+            recipe_fingerprint="large",
+        )
+        for r in four_runs()
+    ]
+    observations = observations_by_size([*small, *large], None)
+    assert observations.sizes == [150_000.0, 900_000.0]
+    assert list(observations.params) == [150_000.0] * 4 + [900_000.0] * 4
+    with pytest.raises(SearchError, match="of 150,000 parameters"):
+        tampered = dataclasses.replace(small[0], contract={**small[0].contract, "seed": 9})
+        observations_by_size([tampered, *small[1:], *large], None)
+    unsized = observations_by_size(four_runs(), None)
+    assert unsized.params is None

@@ -23,7 +23,15 @@ from typing import Any
 import numpy as np
 
 from orchestrator.guard.comparison import RunSummary
-from orchestrator.guard.decisions import CANNOT_TELL, Family, Scores, decide_all, decide_pair
+from orchestrator.guard.decisions import (
+    CANNOT_TELL,
+    Family,
+    Scores,
+    decide_all,
+    decide_pair,
+    document_variance,
+    welch_degrees_of_freedom,
+)
 
 SEED_COUNTS = (2, 3, 4, 6, 8)
 COMPARISONS = 2000
@@ -140,30 +148,19 @@ def draw_scores(
 
 def welch_decides(a: Scores, b: Scores, doc_bytes: dict[str, np.ndarray]) -> bool:
     """Whether the statistic before issue 38 named a winner at 95%: a single Student t on
-    Welch-Satterthwaite degrees of freedom over the document term (seed-averaged deltas'
-    spread around each dataset's ratio) and the seed term (the per-seed differences)."""
+    Welch-Satterthwaite degrees of freedom over the guard's document term and the seed term
+    (the per-seed differences' spread)."""
     from scipy import stats
 
     seeds = sorted(a)
-    k = len(doc_bytes)
     delta = {d: np.stack([a[s][d] - b[s][d] for s in seeds]) for d in doc_bytes}
-    per_seed = sum(delta[d].sum(axis=1) / n.sum() for d, n in doc_bytes.items()) / k
-    parts = []
-    for d, n in doc_bytes.items():
-        mean = delta[d].mean(axis=0)
-        e = mean - mean.sum() / n.sum() * n
-        parts.append(
-            (n.size / (n.size - 1) * float(np.sum(e**2)) / n.sum() ** 2 / k**2, n.size - 1)
-        )
+    per_seed = sum(delta[d].sum(axis=1) / n.sum() for d, n in doc_bytes.items()) / len(doc_bytes)
     terms = [
-        (sum(v for v, _ in parts), None),
-        (float(np.var(per_seed, ddof=1)) / len(seeds), len(seeds) - 1),
+        document_variance(delta, doc_bytes),
+        (float(np.var(per_seed, ddof=1)) / len(seeds), float(len(seeds) - 1)),
     ]
-    doc_df = sum(v for v, _ in parts) ** 2 / sum(v**2 / df for v, df in parts if v > 0)
-    terms[0] = (terms[0][0], doc_df)
-    total = sum(v for v, _ in terms)
-    df = 1.0 / sum((v / total) ** 2 / df for v, df in terms if v > 0)
-    half = float(stats.t.ppf(0.975, df)) * math.sqrt(total)
+    df = welch_degrees_of_freedom(terms)
+    half = float(stats.t.ppf(0.975, df)) * math.sqrt(sum(v for v, _ in terms))
     return abs(float(np.mean(per_seed))) > half
 
 

@@ -171,7 +171,7 @@ def aggregate(bits: dict[str, np.ndarray], doc_bytes: dict[str, np.ndarray]) -> 
     return total / len(n_bytes)
 
 
-def _document_variance(
+def document_variance(
     values: dict[str, np.ndarray], n_bytes: dict[str, np.ndarray]
 ) -> tuple[float, float]:
     """``(v_doc, df_doc)`` of the design doc for per-document ``values`` (seeds x
@@ -185,12 +185,12 @@ def _document_variance(
         parts.append((m / (m - 1) * float(np.sum(e**2)) / total**2 / k**2, m - 1))
     v_doc = sum(v for v, _ in parts)
     if v_doc > 0:
-        return v_doc, _welch_degrees_of_freedom(parts)
+        return v_doc, welch_degrees_of_freedom(parts)
     return v_doc, float(sum(df for _, df in parts))
 
 
 def _within_seed_variance(delta: dict[str, np.ndarray], n_bytes: dict[str, np.ndarray]) -> float:
-    """The part of :func:`_document_variance`'s ``v_doc`` that is within-seed noise (each
+    """The part of :func:`document_variance`'s ``v_doc`` that is within-seed noise (each
     document's spread over the seeds around its seed-averaged residual, over the seeds): the
     seed term holds it already, so the document term counts only what is left (design doc)."""
     k = len(n_bytes)
@@ -212,9 +212,7 @@ def sampling_error(scores: Scores, doc_bytes: dict[str, np.ndarray]) -> float:
     seeds = sorted(scores)
     if not seeds or any(n.size < 2 for n in n_bytes.values()):
         raise ValueError("a sampling error needs a seed and 2 held-out documents per dataset")
-    return math.sqrt(
-        _document_variance(_bits_matrix("variant", scores, seeds, n_bytes), n_bytes)[0]
-    )
+    return math.sqrt(document_variance(_bits_matrix("variant", scores, seeds, n_bytes), n_bytes)[0])
 
 
 def check_options(threshold: float, confidence: float) -> None:
@@ -225,7 +223,7 @@ def check_options(threshold: float, confidence: float) -> None:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
 
 
-def _welch_degrees_of_freedom(terms: list[tuple[float, float]]) -> float:
+def welch_degrees_of_freedom(terms: list[tuple[float, float]]) -> float:
     """Welch-Satterthwaite degrees of freedom of a sum of variance terms ``(v, df)``; 0 terms drop out."""
     live = [(v, df) for v, df in terms if v > 0]
     if not live:
@@ -286,7 +284,7 @@ def decide_pair(
     delta = {d: bits_a[d] - bits_b[d] for d in n_bytes}  # seeds x documents
     per_seed = sum(delta[d].sum(axis=1) / n.sum() for d, n in n_bytes.items()) / len(n_bytes)
     difference = float(np.mean(per_seed))  # mean over seeds of D_s
-    v_doc, df_doc = _document_variance(delta, n_bytes)
+    v_doc, df_doc = document_variance(delta, n_bytes)
     docs = [int(n.size) for n in n_bytes.values()]
     if n_seeds >= 2:
         if seed_variance is None:
@@ -308,7 +306,7 @@ def decide_pair(
             f"noise not measured, so not decided (run {MIN_SEEDS}+ seeds: replicate_seeds)"
         )
     standard_error = math.sqrt(sum(v for v, _ in terms))
-    df = _welch_degrees_of_freedom(terms)
+    df = welch_degrees_of_freedom(terms)
     if math.isnan(df):
         df = df_doc
     # Imported here: scipy.stats takes ~0.5 s, which every zephon-run would pay through

@@ -52,17 +52,13 @@ def cross_validate(
     reason = model.unfit_reason(observations)
     if reason:
         return ModelScore(model.name, None, None, 0, reason)
-    sizes = observations.sizes
-    kept = np.array([], dtype=int)  # rows always in training (the smaller sizes')
-    if len(sizes) > 1:
+    everything = np.arange(len(observations.ids))
+    kept, evaluated = np.array([], dtype=int), everything  # kept: always in training
+    if len(observations.sizes) > 1:
         assert observations.params is not None
-        kept = np.flatnonzero(observations.params != sizes[-1])
-        observations = observations.subset(
-            np.concatenate([kept, np.flatnonzero(observations.params == sizes[-1])])
-        )
-        kept = np.arange(len(kept))  # now the first rows: never held out
-    evaluated = observations.subset(np.arange(len(kept), len(observations.ids)))
-    groups = [rows + len(kept) for rows in evaluated.mixture_groups()]
+        largest = observations.params == observations.sizes[-1]
+        kept, evaluated = everything[~largest], everything[largest]
+    groups = [evaluated[rows] for rows in observations.subset(evaluated).mixture_groups()]
     order = np.random.default_rng(seed).permutation(len(groups))
     fold_of_group = np.empty(len(groups), dtype=int)
     fold_of_group[order] = np.arange(len(groups)) % folds

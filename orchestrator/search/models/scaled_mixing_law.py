@@ -62,53 +62,80 @@ class ScaledMixingLaw(MixtureModel):
 
     def fit(self, observations: Observations, seed: int) -> ScaledMixingLaw:
         assert observations.params is not None, "a scaled law needs each run's model size"
+        smallest = np.flatnonzero(observations.params == observations.sizes[0])
+        start_law = MixingLaw().fit(observations.subset(smallest), seed)
+        relative = observations.params / observations.sizes[0]
+        starts = [
+            self._start_from(law, (observations.scores[:, column] - mean) / scale, relative)
+            for column, (law, (mean, scale)) in enumerate(
+                zip(start_law.parameters, start_law.scales, strict=True)
+            )
+        ]
+        return self._fit_from(observations, starts, start_law.scales)
+
+    def refit(self, observations: Observations, seed: int) -> ScaledMixingLaw:
+        """A bootstrap refit, started from this fitted law (no new mixing-law start)."""
+        return self._fit_from(observations, self.parameters, self.scales)
+
+    def _start_from(self, law: np.ndarray, target: np.ndarray, relative: np.ndarray) -> np.ndarray:
+        """A start near the data: the smallest size's mixing law ``law`` as the floor, less
+        the mean excess of the smallest size over the largest, a flat excess of that size."""
+        alpha = self.config.alpha
+        excess = float(
+            np.mean(target[relative == 1.0]) - np.mean(target[relative == relative.max()])
+        )
+        level = np.log(max(excess / max(1.0 - relative.max() ** -alpha, 1e-6), 1e-3))
+        domains = law.size - 1
+        return np.concatenate(
+            [[law[0] - np.exp(level)], law[1:], [level], np.zeros(domains), [alpha]]
+        )
+
+    def _fit_from(
+        self,
+        observations: Observations,
+        starts: list[np.ndarray],
+        scales: list[tuple[float, float]],
+    ) -> ScaledMixingLaw:
+        """The law fitted per target from ``starts`` on the standardised ``scales``."""
+        assert observations.params is not None, "a scaled law needs each run's model size"
         sizes = observations.sizes
-        smallest_rows = np.flatnonzero(observations.params == sizes[0])
-        start_law = MixingLaw().fit(observations.subset(smallest_rows), seed)
         relative = observations.params / sizes[0]
         # each size weighs as much as the others, however many runs it has
         counts = {n: int(np.sum(observations.params == n)) for n in sizes}
         weights = np.sqrt(
             len(relative) / (len(sizes) * np.array([counts[n] for n in observations.params]))
         )
-        free_alpha = len(sizes) >= 3
-        parameters, scales = [], []
-        for column in range(len(observations.targets)):
-            mean, scale = start_law.scales[column]
-            target = (observations.scores[:, column] - mean) / scale
-            first = start_law.parameters[column]
-            parameters.append(
-                self._fit_target(
-                    first, observations.mixtures, relative, target, weights, free_alpha
-                )
+        parameters = [
+            self._fit_target(
+                start,
+                observations.mixtures,
+                relative,
+                (observations.scores[:, column] - mean) / scale,
+                weights,
+                free_alpha=len(sizes) >= 3,
             )
-            scales.append((mean, scale))
+            for column, (start, (mean, scale)) in enumerate(zip(starts, scales, strict=True))
+        ]
         return replace(
             self,
             parameters=parameters,
-            scales=scales,
+            scales=list(scales),
             reference_size=sizes[0],
             largest_size=sizes[-1],
         )
 
     def _fit_target(
         self,
-        first: np.ndarray,
+        start: np.ndarray,
         mixtures: np.ndarray,
         relative: np.ndarray,
         target: np.ndarray,
         weights: np.ndarray,
+        *,
         free_alpha: bool,
     ) -> np.ndarray:
         domains = mixtures.shape[1]
         alpha = self.config.alpha
-        excess = float(
-            np.mean(target[relative == 1.0]) - np.mean(target[relative == relative.max()])
-        )
-        level = np.log(max(excess / max(1.0 - relative.max() ** -alpha, 1e-6), 1e-3))
-        start = np.concatenate(
-            [[first[0] - np.exp(level)], first[1:], [level], np.zeros(domains), [alpha]]
-        )
         ridge = np.sqrt(self.config.ridge)
 
         def residuals(params: np.ndarray) -> np.ndarray:

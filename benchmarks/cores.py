@@ -25,7 +25,7 @@ from typing import Any
 from benchmarks.machine import describe_machine
 from benchmarks.publish import publish
 from benchmarks.training import RESULTS, measure_main_job
-from orchestrator.run.precision import cpu_model
+from orchestrator.machine.precision import cpu_model
 
 STARTUP_OVERRIDES = ("model=mini", "train=smoke", "tracking.experiment=startup")
 FIRST_STEP_TARGET_S = 5.0

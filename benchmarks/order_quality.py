@@ -23,7 +23,7 @@ import numpy as np
 
 from benchmarks.machine import describe_machine
 from benchmarks.publish import publish
-from orchestrator.run.precision import cpu_model
+from orchestrator.machine.precision import cpu_model
 from pipeline import Dataset, OrderVersion, Pipeline, WorkSource, load_tokenizer
 from pipeline.dataset import split_record_keys
 

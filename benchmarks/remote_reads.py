@@ -42,7 +42,7 @@ from benchmarks.object_store import ObjectStore, local_object_store
 from benchmarks.publish import publish
 from benchmarks.text_corpus import build_text_corpus
 from benchmarks.tokenizer_ratio import DEFAULT_WORK_DIR
-from orchestrator.run.precision import cpu_model
+from orchestrator.machine.precision import cpu_model
 from pipeline import Dataset, WorkSource, load_tokenizer
 from pipeline.io import RemoteRead
 

@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from orchestrator.run.precision import cpu_model
+    from orchestrator.machine.precision import cpu_model
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="zephon-bench-training-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -63,6 +63,7 @@ def build_pipeline(config: DemoConfig, dp_rank: int, dp_size: int) -> Pipeline:
 
 def run_rank(
     config: DemoConfig,
+    *,
     dp_rank: int,
     dp_size: int,
     first_step: int,
@@ -86,12 +87,25 @@ def run_rank(
 
 
 def run_layout(
-    config: DemoConfig, dp_size: int, first_step: int, last_step: int, state: dict | None = None
+    config: DemoConfig,
+    dp_size: int,
+    *,
+    first_step: int,
+    last_step: int,
+    state: dict | None = None,
 ) -> tuple[list[str], dict[str, Any]]:
     """Run every rank of ``dp_size`` in its own process; return global digests and merged state."""
     with ProcessPoolExecutor(max_workers=dp_size, mp_context=get_context("spawn")) as pool:
         futures = [
-            pool.submit(run_rank, config, rank, dp_size, first_step, last_step, state)
+            pool.submit(
+                run_rank,
+                config,
+                dp_rank=rank,
+                dp_size=dp_size,
+                first_step=first_step,
+                last_step=last_step,
+                state=state,
+            )
             for rank in range(dp_size)
         ]
         results = [f.result() for f in futures]
@@ -119,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     print(build_pipeline(config, 0, 2).explain(), "\n", flush=True)
 
     half = config.steps // 2
-    dp2, _ = run_layout(config, 2, 0, config.steps)
-    dp4, _ = run_layout(config, 4, 0, config.steps)
-    first, state = run_layout(config, 4, 0, half)
-    resumed, _ = run_layout(config, 1, half, config.steps, state)
+    dp2, _ = run_layout(config, 2, first_step=0, last_step=config.steps)
+    dp4, _ = run_layout(config, 4, first_step=0, last_step=config.steps)
+    first, state = run_layout(config, 4, first_step=0, last_step=half)
+    resumed, _ = run_layout(config, 1, first_step=half, last_step=config.steps, state=state)
     elastic = first + resumed
 
     print(f"{'step':>4}  {'dp=2':<18}{'dp=4':<18}{'dp=4 -> dp=1 @' + str(half):<20}same")

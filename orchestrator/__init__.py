@@ -1,27 +1,37 @@
 """Zephon's orchestrator: experiments in, trustworthy comparisons out.
 
 One folder per job, layered: a part imports only what is below or beside it (cli.py and
-service/ over run/, titan/, search/, guard/ and tracking/, over experiment/, errors.py
-and pipeline/). The public Python API is :mod:`orchestrator.run.api`, re-exported here
-and imported on first use (``import orchestrator.titan`` stays light).
+service/ over run/, titan/, search/, guard/ and tracking/, over evaluation/, experiment/,
+errors.py and pipeline/). The public Python API is re-exported here and imported on first
+use (``import orchestrator.titan`` stays light):
+
+    plan, run, resume       orchestrator.run.api
+    verify_elastic          orchestrator.run.elastic_check
+    compare                 orchestrator.guard.tracked.compare_tracked
+    sync                    orchestrator.tracking.folder_sync.sync
 
 Design: docs/design/orchestrator_layout.md
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-__all__ = ["compare", "plan", "resume", "run", "sync", "verify_elastic"]
+_PUBLIC = {
+    "plan": ("orchestrator.run.api", "plan"),
+    "run": ("orchestrator.run.api", "run"),
+    "resume": ("orchestrator.run.api", "resume"),
+    "verify_elastic": ("orchestrator.run.elastic_check", "verify_elastic"),
+    "compare": ("orchestrator.guard.tracked", "compare_tracked"),
+    "sync": ("orchestrator.tracking.folder_sync", "sync"),
+}
+"""Public name -> (module, attribute)."""
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "verify_elastic":
-        from orchestrator.run.elastic_check import verify_elastic
-
-        return verify_elastic
-    if name in __all__:
-        from orchestrator.run import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
+    module, attribute = _PUBLIC[name]
+    return getattr(importlib.import_module(module), attribute)

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.experiment.runfolder import RunFolder, write_json_atomic
+from orchestrator.guard.tracked import compare_tracked
+from orchestrator.machine.devices import Devices, discover
+from orchestrator.machine.precision import resolve_precision
 from orchestrator.run import api
-from orchestrator.run.devices import Devices, discover
 from orchestrator.run.elastic_check import verify_elastic
-from orchestrator.run.precision import resolve_precision
 from sweeps.config import local_corpus
 
 MIXES = (
@@ -213,7 +214,7 @@ def check_sweep(check: GpuCheck, details: dict[str, Any]) -> None:
 
 def check_guard(check: GpuCheck, details: dict[str, Any]) -> None:
     """The guard accepts the sweep's runs (same data contract, recipe and initial weights)."""
-    verdict = api.compare(experiment="gpu-check-sweep")
+    verdict = compare_tracked(experiment="gpu-check-sweep")
     details["accepted"] = verdict["accepted"]
     details["rows"] = [
         {"mixture": r["mixture"], "aggregate_bpb": r["aggregate_bpb"], "dp_sizes": r["dp_sizes"]}

@@ -15,7 +15,7 @@ How each command is checked (:func:`check_of`):
 * ``zephon-run ...`` and ``bash scripts/main.sh ...`` run as a dry run (``dry_run=true``),
   every job of a sweep planned; a search refuses dry runs, so its config is composed
   (``--cfg hydra``) and the search settings validated as the sweeper does.
-* The rest go through the CLI's own argument parser (``orchestrator.cli._parse_arguments``):
+* The rest go through the CLI's own argument parser (``orchestrator.cli.parse_arguments``):
   commands that need a trained run folder, a running job service, or serve forever.
 * ``bash scripts/test.sh`` and ``bash scripts/bench.sh`` are skipped, each for a reason
   named in :data:`SKIPPED_SCRIPTS`.
@@ -234,7 +234,7 @@ def unbracketed(words: list[str]) -> list[str]:
 
 def cli_subcommands() -> set[str]:
     """The ``zephon`` subcommands, from the CLI's own parser."""
-    parser = cli._build_parser()
+    parser = cli.build_parser()
     (choices,) = [a.choices for a in parser._actions if a.dest == "command"]
     return set(choices)
 
@@ -289,7 +289,7 @@ def check_of(command: DocCommand) -> Check:
     if subcommand in PARSED_ONLY:
         return Check("parse", arguments, PARSED_ONLY[subcommand])
     if subcommand in AS_PLAN:
-        parsed = cli._parse_arguments(arguments)
+        parsed = cli.parse_arguments(arguments)
         plan = ["plan", *(["-c", parsed.config] if parsed.config else []), *parsed.overrides]
         plan += [*(["--dp", str(parsed.dp)] if parsed.dp else []), "--json"]
         plan.append("resources.oversubscribe=true")  # the docs' dp is for their machine's devices
@@ -390,9 +390,9 @@ def test_a_documented_command_runs(command: DocCommand, work: Path) -> None:
     if check.how == "skip":
         pytest.skip(check.reason)
     if command.words[0] == "zephon":
-        cli._parse_arguments(list(command.words[1:]))
+        cli.parse_arguments(list(command.words[1:]))
     if check.how == "parse":
-        cli._parse_arguments(check.argv)
+        cli.parse_arguments(check.argv)
         return
     if check.how == "run":
         done = zephon_in_process(work, *check.argv)

@@ -28,9 +28,9 @@ from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 from torchtitan.trainer import Trainer
 
 from benchmarks.dp_spread.design import GLOBAL_BATCH, ROWS_FILE
+from orchestrator.evaluation.evaluator import HeldOutEvaluator
 from orchestrator.titan.configs import zephon_debug, zephon_mini
 from orchestrator.titan.dataloader import ZephonDataLoader, build_pipeline
-from orchestrator.titan.evaluator import HeldOutEvaluator
 from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, JsonlMetricsLogger
 from orchestrator.titan.trainer import ZephonTrainer
 from pipeline import load_tokenizer
@@ -95,8 +95,7 @@ class RepeatedHeldOutEvaluator(HeldOutEvaluator):
 
     @torch.no_grad()
     def validate(self, model_parts: list[torch.nn.Module], step: int) -> None:
-        assert self._attached is not None, "RepeatedHeldOutEvaluator.attach() was not called"
-        last_step = self._attached[4]
+        last_step = self.attachment.last_step
         for _ in range(self.config.repeats_at_last_step if step == last_step else 1):
             super().validate(model_parts, step)
 

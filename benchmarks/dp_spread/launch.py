@@ -19,8 +19,9 @@ from benchmarks.dp_spread.design import GLOBAL_BATCH, MODELS, REPO_ROOT
 from benchmarks.dp_spread.prepare import Prepared
 from orchestrator.errors import LaunchError
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.run.devices import discover
-from orchestrator.run.launch import Launch, launch_env, run_local, train_command
+from orchestrator.machine.devices import discover
+from orchestrator.run.launch import Launch, launch_env, run_local
+from orchestrator.run.trainer_command import train_command
 
 LAUNCH_TIMEOUT_S = 1200
 """Seconds one training may take before its process group is killed."""

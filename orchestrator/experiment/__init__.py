@@ -6,8 +6,14 @@ No torch, no MLflow, no subprocess: this package imports nothing of ``run/``,
 Design: docs/design/orchestrator_experiment.md.
 """
 
+from orchestrator.experiment.choices import (
+    DecayType,
+    DeviceKind,
+    DeviceRequest,
+    Launcher,
+    Precision,
+)
 from orchestrator.experiment.config import (
-    PRECISIONS,
     DataSection,
     EvalSection,
     ExperimentConfig,
@@ -35,14 +41,18 @@ from orchestrator.experiment.validation import (
 )
 
 __all__ = [
-    "PRECISIONS",
     "DataSection",
+    "DecayType",
+    "DeviceKind",
+    "DeviceRequest",
     "EvalSection",
     "ExperimentConfig",
     "Fingerprints",
+    "Launcher",
     "ModelSection",
     "PhaseOutline",
     "PhaseSection",
+    "Precision",
     "ResourcesSection",
     "TrackingSection",
     "TrainSection",

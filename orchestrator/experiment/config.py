@@ -10,7 +10,6 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.errors import ExperimentError
-
-PRECISIONS = ("auto", "float32", "bfloat16")
-
-
-class DecayType(StrEnum):
-    """How the learning rate decays (TorchTitan's ``lr_scheduler.decay_type``)."""
-
-    LINEAR = "linear"
-    SQRT = "sqrt"
-    COSINE = "cosine"
-
-
-"""Values of ``train.precision`` (resolved by ``orchestrator.run.precision``)."""
+from orchestrator.experiment.choices import DeviceRequest, Launcher, Precision
 
 
 @dataclass
@@ -121,10 +108,10 @@ class TrainSection:
     """Sequences per forward pass per rank (TorchTitan's local batch size)."""
     seed: int = 42
     """Model initialisation seed."""
-    precision: str = "auto"
+    precision: str = Precision.AUTO
     """``auto``, ``float32`` or ``bfloat16`` (TorchTitan's ``training.mixed_precision_param``);
     ``auto``: bfloat16 on CUDA and on CPUs measured fast at it, else float32
-    (:mod:`orchestrator.run.precision`). A plan records the resolved value."""
+    (:mod:`orchestrator.machine.precision`). A plan records the resolved value."""
     checkpoint_interval: int = 10
     """Steps between checkpoints (the last step is always saved)."""
     keep_checkpoints: int = 2
@@ -182,7 +169,7 @@ class ResourcesSection:
 
     dp: int | None = None
     """Data-parallel size; None: the largest divisor of lanes the free devices allow."""
-    device: str = "auto"
+    device: str = DeviceRequest.AUTO
     """``auto`` (CUDA if any GPU is free, else CPU), ``cuda`` or ``cpu``."""
     max_procs: int | None = None
     """Most processes on CPU, and the cores their threads share; None: the usable cores."""
@@ -190,7 +177,7 @@ class ResourcesSection:
     """CUDA GPUs this run may use (indexes); None: every free one."""
     oversubscribe: bool = False
     """Allow a requested dp above ``max_procs`` on CPU (slower, for tests on small machines)."""
-    launcher: str = "local"
+    launcher: str = Launcher.LOCAL
     """``local`` (torchrun on this machine), ``multinode`` (torchrun c10d) or ``slurm`` (submitit)."""
     nodes: int = 1
     """Nodes (multinode/slurm); dp = nodes x processes per node."""

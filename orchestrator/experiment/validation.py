@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment.config import (
-    PRECISIONS,
+from orchestrator.experiment.choices import (
     DecayType,
-    EvalSection,
-    ExperimentConfig,
-    TrainSection,
+    DeviceRequest,
+    Launcher,
+    Precision,
+    choice_problem,
 )
+from orchestrator.experiment.config import EvalSection, ExperimentConfig, TrainSection
 from orchestrator.experiment.phases import phase_problems
 from pipeline import OrderVersion
 
@@ -78,19 +79,16 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
     problems += _schedule_problems(t)
     if t.init_optimizer and t.init_from is None:
         problems.append("train.init_optimizer needs train.init_from (a checkpoint to restore)")
-    if t.precision not in PRECISIONS:
-        problems.append(f"train.precision={t.precision!r}: use one of {', '.join(PRECISIONS)}")
+    problems += choice_problem("train.precision", t.precision, Precision)
     problems += _owned_flags(config.model.args)
     if config.eval.enable and d.holdout_bytes == 0:
         problems.append("eval.enable needs held-out data: set data.holdout_bytes > 0")
     if config.eval.interval < 1:
         problems.append(f"eval.interval must be >= 1, got {config.eval.interval}")
     problems += _task_problems(config.eval)
-    if r.device not in ("auto", "cuda", "cpu"):
-        problems.append(f"resources.device={r.device!r}: use auto, cuda or cpu")
-    if r.launcher not in ("local", "multinode", "slurm"):
-        problems.append(f"resources.launcher={r.launcher!r}: use local, multinode or slurm")
-    if r.launcher == "multinode" and not r.rdzv_endpoint:
+    problems += choice_problem("resources.device", r.device, DeviceRequest)
+    problems += choice_problem("resources.launcher", r.launcher, Launcher)
+    if r.launcher == Launcher.MULTINODE and not r.rdzv_endpoint:
         problems.append("resources.launcher=multinode needs resources.rdzv_endpoint=HOST:PORT")
     if r.max_procs is not None and r.max_procs < 1:
         problems.append(f"resources.max_procs must be >= 1, got {r.max_procs}")
@@ -107,7 +105,7 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
 
 def _task_problems(eval_section: EvalSection) -> list[str]:
     """What is wrong with the downstream task settings (the task names are looked up
-    when the run is planned, :mod:`orchestrator.run.task_lookup`)."""
+    when the run is planned, :mod:`orchestrator.evaluation.task_lookup`)."""
     problems = []
     if eval_section.tasks and not eval_section.enable:
         problems.append("eval.tasks are scored by the evaluator: set eval.enable=true")
@@ -188,10 +186,8 @@ def _schedule_problems(t: TrainSection) -> list[str]:
         problems.append(f"train.warmup_steps must be in [0, train.steps], got {t.warmup_steps}")
     if t.decay_ratio is not None and not 0 < t.decay_ratio <= 1:
         problems.append(f"train.decay_ratio must be in (0, 1], got {t.decay_ratio}")
-    if t.decay_type is not None and t.decay_type not in {d.value for d in DecayType}:
-        problems.append(
-            f"train.decay_type={t.decay_type!r}: use one of {', '.join(d.value for d in DecayType)}"
-        )
+    if t.decay_type is not None:
+        problems += choice_problem("train.decay_type", t.decay_type, DecayType)
     if t.min_lr_factor is not None and not 0 <= t.min_lr_factor <= 1:
         problems.append(f"train.min_lr_factor must be in [0, 1], got {t.min_lr_factor}")
     return problems

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from orchestrator.evaluation import MetricScores
+
 SEED_SETTINGS = {
     "data.seed": "seed",
     "data.shuffle_seed": "shuffle.seed",
@@ -90,6 +92,8 @@ class RunSummary:
     """The run folder (for the command that finishes an unfinished run)."""
     documents: dict[int, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
     """Step -> dataset -> ``{"bits": [...], "bytes": [...]}`` per held-out document."""
+    held_out: dict[int, dict[str, MetricScores]] = field(default_factory=dict)
+    """Step -> held-out metric other than bits per byte -> its scores (``eval.jsonl``)."""
     task_items: dict[int, dict[str, dict[int, dict[str, float]]]] = field(default_factory=dict)
     """Step -> task -> item -> metric -> value (``zephon/tasks.jsonl``)."""
     task_higher_is_better: dict[str, dict[str, bool]] = field(default_factory=dict)

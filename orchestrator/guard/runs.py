@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.evaluation import DEFAULT_METRIC, EvalRecord, MetricScores
 from orchestrator.experiment.runfolder import read_jsonl
 from orchestrator.tracking.names import (
     ARTIFACT_DIR,
@@ -96,17 +97,25 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 shards_read.setdefault(str(name), {}).update(shards)
         evals: dict[int, dict[str, float]] = {}
         documents: dict[int, dict[str, dict[str, list[float]]]] = {}
+        held_out: dict[int, dict[str, MetricScores]] = {}
         higher_is_better: dict[str, dict[str, bool]] = {}
-        for record in evals_raw:
-            if "step" not in record:
+        for line in evals_raw:
+            if "step" not in line:
                 continue
-            scores = {str(k): float(v) for k, v in (record.get("bpb") or {}).items()}
-            if record.get("aggregate_bpb") is not None:
-                scores[AGGREGATE] = float(record["aggregate_bpb"])
-            evals[int(record["step"])] = scores
-            if record.get("documents"):
-                documents[int(record["step"])] = record["documents"]
-            for task, flags in (record.get("higher_is_better") or {}).items():
+            record = EvalRecord.from_json(line)
+            bpb = record.metrics[DEFAULT_METRIC]
+            evals[record.step] = dict(bpb.scores)
+            if bpb.aggregate is not None:  # else refused: the record is damaged
+                evals[record.step][AGGREGATE] = bpb.aggregate
+            if bpb.documents:
+                documents[record.step] = {
+                    domain: {"bits": docs.values, "bytes": docs.weights}
+                    for domain, docs in bpb.documents.items()
+                }
+            held_out[record.step] = {
+                name: scores for name, scores in record.metrics.items() if name != DEFAULT_METRIC
+            }
+            for task, flags in record.higher_is_better.items():
                 higher_is_better.setdefault(task, {}).update(flags)
         task_items: dict[int, dict[str, dict[int, dict[str, float]]]] = {}
         for line in tasks_raw:
@@ -124,6 +133,7 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 digests=digests,
                 evals=evals,
                 documents=documents,
+                held_out=held_out,
                 task_items=task_items,
                 task_higher_is_better=higher_is_better,
                 dp_sizes=_dp_sizes(tags, steps),

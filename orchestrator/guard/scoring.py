@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from orchestrator.evaluation import DEFAULT_METRIC
 from orchestrator.guard import decisions
 from orchestrator.guard.comparison import (
     HELD_OUT_SCORE,
@@ -24,6 +25,7 @@ from orchestrator.guard.comparison import (
     mixture_label,
     ordered_runs,
 )
+from orchestrator.guard.held_out_metrics import metric_choice, with_metric_scores
 from orchestrator.guard.rules import apply_rules, runs_by_arm
 from orchestrator.guard.tasks import task_choice, with_task_scores
 
@@ -142,8 +144,10 @@ def compare(
     and decide every pair of variants (:mod:`orchestrator.guard.decisions`): a difference
     counts only if its whole ``confidence`` interval is beyond ``threshold`` bits per byte.
     The aggregate (ranking and decisions) is the mean over the held-out domains
-    ``decide_on`` (default: all of them), or a task's score with ``["task:NAME[:METRIC]"]``
-    (:mod:`orchestrator.guard.tasks`). ``family`` corrects the pairs' decisions for their
+    ``decide_on`` (default: all of them) of bits per byte, or of another held-out metric
+    with ``["METRIC"]`` or ``["METRIC:DOMAIN", ...]``
+    (:mod:`orchestrator.guard.held_out_metrics`), or a task's score with
+    ``["task:NAME[:METRIC]"]`` (:mod:`orchestrator.guard.tasks`). ``family`` corrects the pairs' decisions for their
     number (:class:`~orchestrator.guard.decisions.Family`; Holm by default)."""
     decisions.check_options(threshold, confidence)
     outcome = apply_rules(runs)
@@ -163,13 +167,9 @@ def compare(
         runs, key, score = with_task_scores(runs, step, *task)
         chosen = [key]
     else:
-        unknown = sorted(set(decide_on or []) - set(domains))
-        if unknown:
-            raise ValueError(
-                f"cannot decide on held-out domain(s) {unknown}: the runs were scored on "
-                f"{', '.join(domains)}"
-            )
-        chosen = [d for d in domains if d in (decide_on or domains)]
+        metric, chosen = metric_choice(decide_on, domains)
+        if metric.name != DEFAULT_METRIC:
+            runs, chosen, score = with_metric_scores(runs, step, metric, chosen)
     first_run = ordered_runs(runs)[0]
     doc_bytes = {
         d: np.asarray(first_run.documents[step][d]["bytes"], dtype=np.float64) for d in chosen

@@ -16,14 +16,16 @@ from typing import Any, TextIO
 
 from orchestrator.errors import ExperimentError, LaunchError
 from orchestrator.experiment import (
+    DeviceKind,
     ExperimentConfig,
+    Launcher,
     ResourcesSection,
     load_experiment,
     split_step_problems,
 )
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.machine.devices import discover
 from orchestrator.run.api import resume, run
-from orchestrator.run.devices import discover
 
 
 def verify_elastic(
@@ -97,10 +99,10 @@ def side_by_side_halves(
 ) -> tuple[ResourcesSection, ResourcesSection] | None:
     """``r`` split into two halves of this node's free devices that each hold ``dp``
     processes (CPU: cores, CUDA: GPUs); None where the devices do not hold two."""
-    if r.nodes != 1 or r.launcher != "local":
+    if r.nodes != 1 or r.launcher != Launcher.LOCAL:
         return None
     devices = discover(r.device, r.gpu_ids)
-    if devices.kind == "cuda":
+    if devices.kind == DeviceKind.CUDA:
         ids = list(devices.gpu_ids)
         if len(ids) < 2 * dp:
             return None

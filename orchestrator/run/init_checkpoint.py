@@ -22,12 +22,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from orchestrator.errors import LaunchError
-from orchestrator.experiment import ExperimentConfig, write_data_spec
+from orchestrator.experiment import DeviceKind, ExperimentConfig, write_data_spec
 from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.machine.devices import Devices
 from orchestrator.run import interrupts
-from orchestrator.run.devices import Devices
-from orchestrator.run.launch import Launch, launch_env, run_local, train_command
-from orchestrator.run.recipe import Recipe, recipe_flags
+from orchestrator.run.launch import Launch, launch_env, run_local
+from orchestrator.run.recipe import Recipe
+from orchestrator.run.trainer_command import recipe_flags, train_command
 from pipeline.filelock import file_lock
 from pipeline.paths import zephon_home
 
@@ -114,7 +115,7 @@ def _create_seed_checkpoint(config: ExperimentConfig, build: Path) -> Path:
         *("--checkpoint.enable", "--checkpoint.create-seed-checkpoint"),
         "--checkpoint.last-save-model-only",
     ]
-    cpu = Devices("cpu", 1, "cpu")
+    cpu = Devices(DeviceKind.CPU, 1, "cpu")
     launch = Launch(
         [train_command(1, args)],
         launch_env(folder, cpu, 1, config.resources.max_procs),

@@ -14,10 +14,10 @@ import json
 import struct
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import ExperimentConfig
-from orchestrator.run.recipe import Recipe
 
 DCP_METADATA = ".metadata"
 OPTIMIZER_PREFIX = "optimizer."
@@ -57,16 +57,19 @@ def checkpoint_format(path: Path) -> CheckpointFormat:
     )
 
 
-def check_init_from(config: ExperimentConfig, recipe: Recipe, vocab_size: int) -> None:
-    """Check that ``config.train.init_from`` can initialise ``recipe``'s model: every tensor
-    the model needs, with its shape, and a vocabulary of at least ``vocab_size`` (the
+def check_init_from(
+    config: ExperimentConfig, parameter_shapes: dict[str, Any], vocab_size: int
+) -> None:
+    """Check that ``config.train.init_from`` can initialise the model whose parameter shapes
+    are ``parameter_shapes`` (:attr:`orchestrator.run.recipe.Recipe.parameter_shapes`): every
+    tensor the model needs, with its shape, and a vocabulary of at least ``vocab_size`` (the
     tokenizer's). Raises ``ExperimentError`` naming the first mismatched tensor."""
     t = config.train
     assert t.init_from is not None, "check_init_from needs train.init_from"
     path = Path(t.init_from)
     fmt = checkpoint_format(path)
     names = "hf" if fmt is CheckpointFormat.HF else "titan"
-    expected = recipe.parameter_shapes.get(names)
+    expected = parameter_shapes.get(names)
     if expected is None:
         raise ExperimentError(
             [
@@ -75,7 +78,9 @@ def check_init_from(config: ExperimentConfig, recipe: Recipe, vocab_size: int) -
             ]
         )
     found = _dcp_shapes(path) if fmt is CheckpointFormat.DCP else _safetensors_shapes(path)
-    problems = _shape_problems(path, found, expected, EMBEDDING[names], vocab_size)
+    problems = _shape_problems(
+        path, found=found, expected=expected, embedding=EMBEDDING[names], vocab_size=vocab_size
+    )
     if t.init_optimizer and fmt is CheckpointFormat.HF:
         problems.append(
             f"train.init_optimizer: {path} is a Hugging Face folder, which holds no optimizer "
@@ -109,6 +114,7 @@ def initial_load_flags(config: ExperimentConfig) -> list[str]:
 
 def _shape_problems(
     path: Path,
+    *,
     found: dict[str, list[int]],
     expected: dict[str, list[int]],
     embedding: str,

@@ -1,9 +1,8 @@
-"""Launching TorchTitan for an experiment: the command, the launchers, and the progress monitor.
+"""Starting a run's torchruns on this machine and watching them: their environment, their
+process groups, time-outs and interrupts.
 
-The launchers are local (one torchrun), multinode (a c10d rendezvous) and slurm
-(:mod:`orchestrator.run.slurm`). Commands are argument lists, never shell strings;
-torchrun's output goes to ``<run>/launch.log`` and a failed launch raises
-:class:`LaunchError` carrying the log tail.
+The commands come from :mod:`orchestrator.run.trainer_command`; Slurm launches go through
+:mod:`orchestrator.run.slurm`. torchrun's output goes to ``<run>/launch.log``.
 
 Design: docs/design/orchestrator_run.md
 """
@@ -13,26 +12,22 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TextIO, TypeAlias
+from typing import BinaryIO, TypeAlias
 
 import psutil
 
-from orchestrator.experiment import ExperimentConfig
+from orchestrator.experiment import DeviceKind
 from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.machine.devices import Devices, usable_cores
 from orchestrator.run import interrupts, warm_start
 from orchestrator.run.cpu_env import common_env, cpu_start_env
-from orchestrator.run.devices import Devices, usable_cores
-from orchestrator.run.init_from import initial_load_flags
-from orchestrator.run.recipe import recipe_flags
 
-TRAIN_MODULE = "orchestrator.titan.train"
 POLL_S = 1.0
 EXIT_POLL_S = 0.05
 """How often ``run_local`` looks whether its torchruns ended (ticks stay ``POLL_S`` apart)."""
@@ -41,176 +36,24 @@ Agent: TypeAlias = "subprocess.Popen[bytes] | warm_start.WarmProcess"
 """One started torchrun: a cold subprocess or a warm server's fork."""
 
 
-def trainer_args(
-    config: ExperimentConfig, folder: RunFolder, init_path: str | Path | None = None
-) -> list[str]:
-    """TorchTitan's flags for ``config`` (``zephon-train`` parses them): the recipe's
-    (:func:`orchestrator.run.recipe.recipe_flags`), then the run's own. The data config is
-    one file, ``folder``'s ``data.json`` (:mod:`orchestrator.experiment.dataspec`, written
-    before each launch); ``init_path`` is the initial checkpoint every run of the recipe
-    loads (:mod:`orchestrator.run.init_checkpoint`), unless the run folder has its own."""
-    t = config.train
-    args = [
-        *recipe_flags(config),
-        *("--dump-folder", str(folder.titan_dir.absolute())),
-        *("--dataloader.spec", str(folder.data_spec_path.absolute())),
-        *("--checkpoint.enable", "--checkpoint.interval", str(t.checkpoint_interval)),
-        *("--checkpoint.keep-latest-k", str(t.keep_checkpoints)),
-        *("--metrics.log-freq", "1"),
-        *("--comm.train-timeout-seconds", "600"),  # oversubscribed CPUs: a step can take seconds
-    ]
-    if init_path is not None:
-        args += ["--checkpoint.initial-load-path", str(Path(init_path).absolute())]
-        args += initial_load_flags(config)
-    e = config.eval
-    if e.enable:
-        args += ["--validator.enable", "--validator.freq", str(e.interval)]
-        if e.initial:
-            args += ["--validator.initial"]
-    if e.tasks:
-        args += ["--validator.tasks", ",".join(e.tasks)]  # TorchTitan parses lists as A,B,C
-        if e.task_dir is not None:
-            args += ["--validator.task-dir", e.task_dir]
-        if e.tasks_at_every_eval:
-            args += ["--validator.tasks-at-every-eval"]
-        if e.task_limit is not None:
-            args += ["--validator.task-limit", str(e.task_limit)]
-    return args
-
-
-def free_port() -> int:
-    """A TCP port free on the loopback interface now (for a rendezvous)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun_command(
-    config: ExperimentConfig,
-    folder: RunFolder,
-    dp: int,
-    *,
-    nodes: int = 1,
-    node_rank: int = 0,
-    rdzv_endpoint: str | None = None,
-    init_path: str | Path | None = None,
-) -> list[str]:
-    """The torchrun command of one node: ``dp // nodes`` processes (``init_path``: see
-    :func:`trainer_args`)."""
-    assert dp % nodes == 0, f"dp ({dp}) must be a multiple of nodes ({nodes})"
-    rendezvous = None
-    if nodes > 1 or rdzv_endpoint is not None:
-        rendezvous = c10d_rendezvous(nodes, node_rank, str(rdzv_endpoint), folder.name)
-    return train_command(dp // nodes, trainer_args(config, folder, init_path), rendezvous)
-
-
-def c10d_rendezvous(nodes: int, node_rank: int, endpoint: str, run_id: str) -> list[str]:
-    """torchrun's flags for node ``node_rank`` of ``nodes`` meeting at ``endpoint``
-    (``host:port``) under ``run_id``."""
-    return [
-        f"--nnodes={nodes}",
-        f"--node-rank={node_rank}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={endpoint}",
-        f"--rdzv-id={run_id}",
-    ]
-
-
-def train_command(
-    procs_per_node: int, args: list[str], rendezvous: list[str] | None = None
-) -> list[str]:
-    """torchrun of :data:`TRAIN_MODULE` with TorchTitan flags ``args`` on ``procs_per_node``
-    processes; ``rendezvous`` (torchrun's flags) defaults to one node on a free local port.
-
-    For launches whose flags do not come from an ``ExperimentConfig`` (benchmarks).
-    """
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        *(rendezvous or [f"--master-port={free_port()}"]),
-        f"--nproc-per-node={procs_per_node}",
-        "-m",
-        TRAIN_MODULE,
-        *args,
-    ]
-
-
 def launch_env(
     folder: RunFolder, devices: Devices, procs_per_node: int, cores: int | None = None
 ) -> dict[str, str]:
     """The environment of a launch: caches in the run folder, each process an equal share
     of ``cores`` (default: the usable cores) as threads."""
-    env = cpu_start_env() if devices.kind == "cpu" else common_env()
+    env = cpu_start_env() if devices.kind == DeviceKind.CPU else common_env()
     env.update(
         HF_HOME=str(folder.path.absolute() / ".hf"),
         TORCHINDUCTOR_CACHE_DIR=str(folder.path.absolute() / ".inductor"),
         OMP_NUM_THREADS=str(max(1, (cores or usable_cores()) // procs_per_node)),
     )
-    if devices.kind == "cuda":
+    if devices.kind == DeviceKind.CUDA:
         # gpu_ids index the GPUs torch sees: those CUDA_VISIBLE_DEVICES (a scheduler's, or
         # Slurm's) names, if set, else all.
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
         ids = [visible[i] if visible != [""] else str(i) for i in devices.gpu_ids]
         env["CUDA_VISIBLE_DEVICES"] = ",".join(ids[:procs_per_node])
     return env
-
-
-# -- progress ----------------------------------------------------------------------------------
-
-
-class Progress:
-    """Training progress from ``steps.jsonl``: a bar on a terminal, one line per ~10 s otherwise."""
-
-    def __init__(self, total_steps: int, stream: TextIO | None = None, label: str = "") -> None:
-        self.total = total_steps
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = self.stream.isatty()
-        self.label = label
-        self._start = time.monotonic()
-        self._first: tuple[int, float] | None = None
-        self._last_line = 0.0
-        self._shown = -1
-
-    def update(self, folder: RunFolder) -> None:
-        steps = folder.steps()
-        if not steps:
-            return
-        done = max(steps)
-        now = time.monotonic()
-        if self._first is None:
-            self._first = (done, now)
-        # Measured from the first step seen on: no rate until a whole interval is measured.
-        tokens = sum(r.get("tokens", 0) for s, r in steps.items() if s > self._first[0])
-        rate = tokens / (now - self._first[1]) if tokens and now > self._first[1] else None
-        loss = folder.metrics().get(done, {}).get("loss_metrics/global_avg_loss")
-        loss_text = f" loss {loss:.3f}" if isinstance(loss, float) else ""
-        if self.tty:
-            width = 24
-            filled = int(width * done / max(1, self.total))
-            rate_text = "" if rate is None else f" {rate:,.0f} tok/s"
-            self.stream.write(
-                f"\r{self.label}[{'#' * filled}{'.' * (width - filled)}] step {done}/{self.total}"
-                f"{rate_text}{loss_text}   "
-            )
-            self.stream.flush()
-        elif done != self._shown and (now - self._last_line >= 10 or done == self.total):
-            rate_text = "" if rate is None else f", {rate:,.0f} tokens/s"
-            self.stream.write(
-                f"{self.label}step {done}/{self.total}{rate_text}{loss_text}, "
-                f"{now - self._start:.0f} s\n"
-            )
-            self.stream.flush()
-            self._last_line = now
-        self._shown = done
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-# -- launchers ---------------------------------------------------------------------------------
 
 
 @dataclass

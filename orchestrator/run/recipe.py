@@ -21,16 +21,16 @@ from typing import Any
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import ExperimentConfig
-from orchestrator.run.base_schedule import base_learning_rate
+from orchestrator.run.trainer_command import recipe_flags, schedule_flags
 from pipeline import fingerprint, load_tokenizer
 from pipeline.paths import zephon_home
 
 RESOLVER = "orchestrator.titan.recipe"
-LR_FLAG = "--optimizer.param-groups.0.optimizer-kwargs.lr"
-"""The peak learning rate's flag (``train.lr``)."""
 RECIPE_PACKAGES = ("torch", "torchtitan", "zephon")
 """Packages whose versions are part of every recipe."""
-_TITAN_DIR = Path(__file__).resolve().parents[1] / "titan"
+TRAINER_SOURCES = ("titan/*.py", "evaluation/**/*.py")
+"""What the trainer process runs of Zephon (under ``orchestrator/``): part of every recipe."""
+_ORCHESTRATOR_DIR = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -60,37 +60,6 @@ class Recipe:
             "init_key": self.init_key,
             "parameters": self.parameters,
         }
-
-
-def recipe_flags(config: ExperimentConfig) -> list[str]:
-    """The TorchTitan flags that make ``config``'s recipe (the trainer gets them too)."""
-    d, t = config.data, config.train
-    assert t.precision != "auto", "plan() resolves train.precision before the recipe"
-    return [
-        *("--module", config.model.module, "--config", config.model.config),
-        *("--tokenizer.name", d.tokenizer, "--training.seq-len", str(d.seq_len)),
-        *("--training.local-batch-size", str(t.microbatch_size)),
-        *("--training.steps", str(t.steps), "--debug.seed", str(t.seed)),
-        *("--training.mixed-precision-param", t.precision),
-        *schedule_flags(config),
-        *config.model.args,
-    ]
-
-
-def schedule_flags(config: ExperimentConfig) -> list[str]:
-    """TorchTitan's flags for the learning rate and schedule fields ``config.train`` sets."""
-    t = config.train
-    lr = base_learning_rate(Path(t.init_from)) if t.lr_from_init and t.init_from else t.lr
-    flags = [] if lr is None else [LR_FLAG, repr(float(lr))]
-    for name, value in (
-        ("warmup-steps", t.warmup_steps),
-        ("decay-ratio", t.decay_ratio),
-        ("decay-type", t.decay_type),
-        ("min-lr-factor", t.min_lr_factor),
-    ):
-        if value is not None:
-            flags += [f"--lr-scheduler.{name}", str(value)]
-    return flags
 
 
 def recipe_of(config: ExperimentConfig) -> Recipe:
@@ -172,10 +141,10 @@ def _package_version(package: str) -> str | None:
 
 @functools.lru_cache(maxsize=16)
 def _source_digest(module: str) -> str:
-    """sha256 of the config module's source and of ``orchestrator/titan/*.py``; found
-    without importing anything (importing the module imports TorchTitan). Once per
-    process: an agent's hundreds of plans read the files once."""
-    files = sorted(_TITAN_DIR.glob("*.py"))
+    """sha256 of the config module's source and of :data:`TRAINER_SOURCES`; found without
+    importing anything (importing the module imports TorchTitan). Once per process: an
+    agent's hundreds of plans read the files once."""
+    files = sorted(f for pattern in TRAINER_SOURCES for f in _ORCHESTRATOR_DIR.glob(pattern))
     found = _module_file(module)
     if found is not None:
         files.append(found)

@@ -1,142 +1,31 @@
 """One segment of a run: launch its training, keep its tracking in step, record how it ended.
 
 A run trains in segments (its first launch, then one per resume); each appends to
-``run.json``'s ``segments`` its dp size, device, steps and exit status. Tracking is
-best-effort during a segment: the run folder is the record, MLflow mirrors it
-(:class:`SegmentTracking`), and a run whose tracking lagged says how to catch up.
+``run.json``'s ``segments`` its dp size, device, steps and exit status. Node k > 0 of a
+multi-node run trains the same segment beside node 0 and keeps no records.
 """
 
 from __future__ import annotations
 
 import shlex
-import shutil
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from orchestrator.errors import TrackingError
-from orchestrator.experiment import ExperimentConfig, write_data_spec
+from orchestrator.experiment import Launcher, write_data_spec
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
-from orchestrator.run import interrupts
-from orchestrator.run.devices import Devices
-from orchestrator.run.init_checkpoint import InitCheckpoint
-from orchestrator.run.launch import Launch, Progress, launch_env, run_local, trainer_args
-from orchestrator.run.launch import torchrun_command as build_torchrun_command
+from orchestrator.run import interrupts, slurm
+from orchestrator.run.launch import Launch, launch_env, run_local
+from orchestrator.run.plan import RunPlan
+from orchestrator.run.progress import Progress
+from orchestrator.run.result import RunResult, run_result, zephon_command
+from orchestrator.run.segment_tracking import SegmentTracking, TrackingState
+from orchestrator.run.trainer_command import trainer_args
+from orchestrator.tracking.uris import resolve_uri
 
 if TYPE_CHECKING:
     from orchestrator.tracking.tracker import Tracker
-
-SYNC_EVERY_S = 10.0
-"""Seconds between two syncs of a training run's records to its tracking server."""
-
-
-class TrackingState(StrEnum):
-    """Where a run's records stand with its tracking server."""
-
-    OFF = "off"
-    """Not tracked."""
-    SYNCED = "synced"
-    """MLflow holds everything the run folder holds."""
-    PENDING = "pending"
-    """The server was unreachable: ``zephon sync <folder>`` sends what it lacks."""
-
-
-@dataclass
-class RunResult:
-    """What a finished (or failed) run left: status, fingerprints, scores, tracking."""
-
-    run_name: str
-    folder: str
-    status: str
-    returncode: int
-    dp_sizes: list[int]
-    steps: int
-    data_fingerprint: str | None
-    contract_fingerprint: str
-    variant: str
-    recipe_fingerprint: str | None
-    eval: dict[str, Any] | None
-    mlflow_run_id: str | None
-    tracking: str
-    """``synced``, ``pending`` (run ``zephon sync``) or ``off`` (:class:`TrackingState`)."""
-    messages: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class SegmentTracking:
-    """A segment's tracking: its tracker (None once unreachable), its state, its messages."""
-
-    tracker: Tracker | None
-    state: TrackingState
-    messages: list[str] = field(default_factory=list)
-    last_sync: float = field(default_factory=time.monotonic)
-
-    @classmethod
-    def start(cls, tracker: Tracker | None, folder: RunFolder, offline_ok: bool) -> SegmentTracking:
-        """Open the run's MLflow run (tags and parent from the folder, as ``zephon sync``
-        does); an unreachable server leaves the records pending and training goes on."""
-        if tracker is None:
-            return cls(None, TrackingState.PENDING if offline_ok else TrackingState.OFF)
-        try:
-            tracker.start(folder)
-        except TrackingError as e:
-            message = f"tracking unavailable, training continues: {e}"
-            return cls(None, TrackingState.PENDING, [message])
-        return cls(tracker, TrackingState.SYNCED)
-
-    def sync_now_and_then(self, folder: RunFolder) -> None:
-        """Send the folder's new records if ``SYNC_EVERY_S`` passed since the last time."""
-        if self.tracker is None or time.monotonic() - self.last_sync < SYNC_EVERY_S:
-            return
-        self.last_sync = time.monotonic()
-        try:
-            self.tracker.sync(folder)
-            self.state = TrackingState.SYNCED
-        except TrackingError as e:
-            if self.state != TrackingState.PENDING:
-                self.messages.append(f"tracking unavailable, metrics kept in {folder.path}: {e}")
-            self.state = TrackingState.PENDING
-
-    def finish(self, folder: RunFolder, status: RunStatus) -> None:
-        """Send the rest and end the MLflow run with ``status``; say how to catch up if not."""
-        if self.tracker is not None:
-            try:
-                self.tracker.finish(folder, status)
-                self.state = TrackingState.SYNCED
-            except TrackingError as e:
-                self.state = TrackingState.PENDING
-                self.messages.append(f"tracking unavailable: {e}")
-        if self.state == TrackingState.PENDING:
-            self.messages.append(
-                f"metrics are kept in {folder.path}; send them with `zephon sync {folder.path}`"
-            )
-
-
-def launch_command(
-    config: ExperimentConfig, folder: RunFolder, dp: int, init_path: str | Path | None
-) -> list[str]:
-    """This machine's command for ``folder``: torchrun, or on Slurm one task's trainer."""
-    r = config.resources
-    if r.launcher == "slurm":
-        from orchestrator.run import slurm
-
-        return slurm.task_command(trainer_args(config, folder, init_path))
-    return build_torchrun_command(
-        config,
-        folder,
-        dp,
-        nodes=r.nodes,
-        node_rank=r.node_rank,
-        rdzv_endpoint=r.rdzv_endpoint if r.launcher == "multinode" else None,
-        init_path=init_path,
-    )
 
 
 def segment_status(code: int, finished: bool) -> RunStatus:
@@ -146,26 +35,19 @@ def segment_status(code: int, finished: bool) -> RunStatus:
     return RunStatus.SUCCEEDED if code == 0 and finished else RunStatus.FAILED
 
 
-def train_segment(
-    folder: RunFolder,
-    config: ExperimentConfig,
-    dp: int,
-    devices: Devices,
-    tracker: Tracker | None,
-    progress: TextIO | None,
-    init: InitCheckpoint | None,
-) -> RunResult:
-    """Launch one segment of ``folder``'s training on ``dp`` ranks (from the initial
-    checkpoint ``init`` unless the folder has its own) and track it."""
-    from orchestrator.tracking.uris import resolve_uri
-
+def train_segment(plan: RunPlan, *, tracker: Tracker | None, progress: TextIO | None) -> RunResult:
+    """Launch one segment of ``plan``'s training and track it; on a follower node, train
+    beside node 0 without records."""
+    if plan.is_follower:
+        return _train_beside_node_zero(plan, progress)
+    folder, config = plan.folder, plan.config
     start_step = folder.last_checkpoint_step() or 0
     segments = [
         *folder.state().get("segments", []),
         {
-            "dp_size": dp,
+            "dp_size": plan.dp,
             "start_step": start_step,
-            "device": devices.label,
+            "device": plan.devices.label,
             "started_at": time.time(),
         },
     ]
@@ -177,13 +59,26 @@ def train_segment(
         mlflow_experiment=config.tracking.experiment,
     )
     tracking = SegmentTracking.start(tracker, folder, config.tracking.offline_ok)
-    bar = Progress(config.train.steps, progress, label=f"{folder.name} dp={dp} ")
+    bar = Progress(config.train.steps, progress, label=f"{folder.name} dp={plan.dp} ")
 
     def on_tick(ticked: RunFolder) -> None:
         bar.update(ticked)
         tracking.sync_now_and_then(ticked)
 
-    code = _launch_segment(folder, config, dp, devices, init, on_tick, bar)
+    try:
+        if config.resources.launcher == Launcher.SLURM:
+            code = slurm.run_slurm(
+                folder,
+                trainer_args(plan),
+                alloc=slurm.allocation(config, plan.dp),
+                params=config.resources.slurm,
+                timeout_s=config.resources.timeout_s,
+                on_tick=on_tick,
+            )
+        else:
+            code = run_local(_local_launch(plan, on_tick))
+    finally:
+        bar.close()
     done = max(folder.steps(), default=0)
     status = segment_status(code, done >= config.train.steps)
     segments[-1].update(ended_at=time.time(), returncode=code, end_step=done)
@@ -206,71 +101,54 @@ def train_segment(
     return run_result(folder, code, tracking.state, messages)
 
 
-def _launch_segment(
-    folder: RunFolder,
-    config: ExperimentConfig,
-    dp: int,
-    devices: Devices,
-    init: InitCheckpoint | None,
-    on_tick: Callable[[RunFolder], None],
-    bar: Progress,
-) -> int:
-    """Run the segment's training here or on Slurm; its exit status."""
-    r = config.resources
-    init_path = None if init is None else init.path
-    try:
-        if r.launcher == "slurm":
-            from orchestrator.run import slurm
+def _local_launch(plan: RunPlan, on_tick: Callable[[RunFolder], None]) -> Launch:
+    """The torchrun of ``plan`` on this machine (node 0 keeps the run folder's records)."""
+    r = plan.config.resources
+    return Launch(
+        [plan.command],
+        launch_env(plan.folder, plan.devices, plan.dp // r.nodes, r.max_procs),
+        plan.folder,
+        timeout_s=r.timeout_s,
+        on_tick=on_tick,
+        leader=not plan.is_follower,
+        node_rank=r.node_rank,
+    )
 
-            return slurm.run_slurm(
-                folder,
-                trainer_args(config, folder, init_path),
-                slurm.allocation(config, dp),
-                r.slurm,
-                timeout_s=r.timeout_s,
-                on_tick=on_tick,
-            )
-        launch = Launch(
-            [launch_command(config, folder, dp, init_path)],
-            launch_env(folder, devices, dp // r.nodes, r.max_procs),
-            folder,
-            timeout_s=r.timeout_s,
-            on_tick=on_tick,
-        )
-        return run_local(launch)
+
+def _train_beside_node_zero(plan: RunPlan, progress: TextIO | None) -> RunResult:
+    """Train node ``node_rank`` > 0 of a multi-node run alongside node 0; keep no records.
+
+    Node 0 owns the run folder's records (``experiment.json``, ``run.json``, the digests,
+    tracking). On a file system the nodes share, this node trains in the same folder (its
+    ranks' checkpoint shards land beside node 0's, so the run can resume on any nodes);
+    otherwise in a local folder of the same name that holds its ranks' files and its log.
+    """
+    folder, r = plan.folder, plan.config.resources
+    folder.path.mkdir(parents=True, exist_ok=True)
+    write_data_spec(folder.data_spec_path, plan.config.data)  # the same bytes as node 0's
+    bar = Progress(plan.config.train.steps, progress, label=f"{folder.name} node {r.node_rank} ")
+    launch = _local_launch(plan, bar.update)
+    try:
+        code = run_local(launch)
     finally:
         bar.close()
-
-
-def zephon_command() -> list[str]:
-    """How to call the ``zephon`` CLI of this installation (for the commands Zephon prints)."""
-    beside = Path(sys.executable).parent / "zephon"
-    found = shutil.which("zephon")
-    if found and (not beside.exists() or Path(found).resolve() == beside.resolve()):
-        return ["zephon"]
-    return [str(beside)] if beside.exists() else [sys.executable, "-m", "orchestrator.cli"]
-
-
-def run_result(
-    folder: RunFolder, code: int, tracking: TrackingState, messages: list[str]
-) -> RunResult:
-    """The :class:`RunResult` of ``folder`` as it stands."""
-    state = folder.state()
-    experiment = folder.experiment()
-    evals = folder.evals()
+    status = segment_status(code, code == 0)
+    messages = [f"node {r.node_rank} of {r.nodes}: node 0 keeps this run's records and tracking"]
+    if status != RunStatus.SUCCEEDED:
+        messages.append(f"training {status} (exit status {code}); log {launch.log_path}")
     return RunResult(
         run_name=folder.name,
         folder=str(folder.path.absolute()),
-        status=state.get("status", "unknown"),
+        status=status,
         returncode=code,
-        dp_sizes=[s["dp_size"] for s in state.get("segments", [])],
+        dp_sizes=[plan.dp],
         steps=max(folder.steps(), default=0),
         data_fingerprint=folder.data_fingerprint(),
-        contract_fingerprint=experiment["contract_fingerprint"],
-        variant=experiment["variant"],
-        recipe_fingerprint=experiment.get("recipe_fingerprint"),
-        eval=evals[max(evals)] if evals else None,
-        mlflow_run_id=state.get("mlflow_run_id"),
-        tracking=str(tracking),
+        contract_fingerprint=plan.contract_fingerprint,
+        variant=plan.variant,
+        recipe_fingerprint=plan.recipe.fingerprint,
+        eval=None,
+        mlflow_run_id=None,
+        tracking=TrackingState.OFF,
         messages=messages,
     )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,11 +23,17 @@ import submitit
 from submitit.slurm.slurm import SlurmInfoWatcher
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment import ExperimentConfig, dp_problems
+from orchestrator.experiment import (
+    DeviceKind,
+    DeviceRequest,
+    ExperimentConfig,
+    dp_problems,
+)
 from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.machine.devices import Devices, discover
 from orchestrator.run import interrupts
-from orchestrator.run.devices import Devices, discover
-from orchestrator.run.launch import POLL_S, TRAIN_MODULE, launch_env, parent_death_signal
+from orchestrator.run.launch import POLL_S, launch_env, parent_death_signal
+from orchestrator.run.trainer_command import slurm_task_command
 
 OWNED_PARAMETERS = ("nodes", "tasks_per_node", "ntasks_per_node", "slurm_ntasks_per_node")
 """submitit parameters Zephon sets from ``resources`` (``nodes`` and ``dp``)."""
@@ -52,8 +57,8 @@ class SlurmAllocation:
 
     nodes: int
     tasks_per_node: int
-    kind: str
-    """``cuda`` (a GPU per task) or ``cpu``."""
+    kind: DeviceKind
+    """A GPU per task, or CPU."""
 
     @property
     def dp(self) -> int:
@@ -93,16 +98,17 @@ def allocation(config: ExperimentConfig, requested_dp: int | None = None) -> Slu
         problems += dp_problems(config, dp)
     if problems:
         raise ExperimentError(problems)
-    gpus = r.device == "cuda" or any(k in params for k in GPU_PARAMETERS)
-    return SlurmAllocation(r.nodes, dp // r.nodes, "cuda" if gpus else "cpu")
+    gpus = r.device == DeviceRequest.CUDA or any(k in params for k in GPU_PARAMETERS)
+    kind = DeviceKind.CUDA if gpus else DeviceKind.CPU
+    return SlurmAllocation(r.nodes, dp // r.nodes, kind)
 
 
 def run_slurm(
     folder: RunFolder,
     trainer_args: list[str],
+    *,
     alloc: SlurmAllocation,
     params: dict[str, Any],
-    *,
     timeout_s: float | None = None,
     on_tick: Callable[[RunFolder], None] | None = None,
 ) -> int:
@@ -114,7 +120,7 @@ def run_slurm(
     use_squeue_without_accounting()
     executor = submitit.AutoExecutor(folder=folder.path / "submitit", cluster="slurm")
     settings = {k: v for k, v in params.items() if k not in OWNED_PARAMETERS}
-    if alloc.kind == "cuda" and not any(k in params for k in GPU_PARAMETERS):
+    if alloc.kind == DeviceKind.CUDA and not any(k in params for k in GPU_PARAMETERS):
         settings["gpus_per_node"] = alloc.tasks_per_node
     executor.update_parameters(**settings, nodes=alloc.nodes, tasks_per_node=alloc.tasks_per_node)
     task = SlurmTask(trainer_args, str(folder.path.absolute()), alloc.kind)
@@ -197,7 +203,7 @@ class SlurmTask(submitit.helpers.Checkpointable):
     task, which resumes from the run folder's last checkpoint.
     """
 
-    def __init__(self, trainer_args: list[str], folder: str, kind: str) -> None:
+    def __init__(self, trainer_args: list[str], folder: str, kind: DeviceKind) -> None:
         self.trainer_args = trainer_args
         self.folder = folder
         self.kind = kind
@@ -206,9 +212,9 @@ class SlurmTask(submitit.helpers.Checkpointable):
         job = submitit.JobEnvironment()
         folder = RunFolder(self.folder)
         local_tasks = job.num_tasks // job.num_nodes
-        devices = discover("cuda" if self.kind == "cuda" else "cpu")
+        devices = discover(self.kind)
         env = launch_env(folder, devices, local_tasks)  # the job's cores on this node
-        if devices.kind == "cuda":
+        if devices.kind == DeviceKind.CUDA:
             env["LOCAL_RANK"] = str(_gpu_index(devices, job.local_rank, local_tasks))
         else:
             env["LOCAL_RANK"] = str(job.local_rank)
@@ -220,7 +226,7 @@ class SlurmTask(submitit.helpers.Checkpointable):
             MASTER_ADDR=node_address(job.hostnames[0]),
             MASTER_PORT=str(self._rendezvous_port(job)),
         )
-        command = task_command(self.trainer_args)
+        command = slurm_task_command(self.trainer_args)
         with folder.log_path.open("ab") as log:
             return subprocess.run(
                 command,
@@ -255,11 +261,6 @@ class SlurmTask(submitit.helpers.Checkpointable):
                 )
             time.sleep(0.2)
         return int(published.read_text())
-
-
-def task_command(trainer_args: list[str]) -> list[str]:
-    """What each Slurm task runs: the trainer itself (the job is the launcher)."""
-    return [sys.executable, "-m", TRAIN_MODULE, *trainer_args]
 
 
 def _gpu_index(devices: Devices, local_rank: int, local_tasks: int) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import json
 import os
 import select
@@ -27,19 +28,20 @@ from typing import Any
 
 import setproctitle
 
+from orchestrator.run.trainer_command import TRAIN_MODULE
+
 WARM_START_ENV = "ZEPHON_WARM_START"
+"""``0`` turns warm starts off (every launch is a cold ``torchrun``)."""
 WARM_LOG_LINE = "[zephon] starting torchrun from the warm server"
 """What a warm launch writes to its run's ``launch.log`` before its torchrun starts."""
-"""``0`` turns warm starts off (every launch is a cold ``torchrun``)."""
-TRAIN_MODULE = "orchestrator.titan.train"
 PRELOAD_MODULES = (
     "torch.distributed.run",
-    TRAIN_MODULE,
     "torchtitan.train",
     "orchestrator.titan.configs",
     "orchestrator.titan.trainer",
 )
-"""What the server imports once (after ``cpu_compat.apply()``); every launch forks from it."""
+"""What the server imports once, after the trainer (:data:`TRAIN_MODULE`) has prepared
+TorchTitan for this machine; every launch forks from it."""
 START_ENV_PREFIXES = (
     "MALLOC_",
     "OMP_WAIT_POLICY",
@@ -309,11 +311,11 @@ def serve() -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from orchestrator.titan import cpu_compat
-
-    cpu_compat.apply()
+    # The trainer the server launches prepares TorchTitan for this machine before anything
+    # imports TorchTitan, as its own main() does; reached by name, as torchrun reaches it.
+    importlib.import_module(TRAIN_MODULE).prepare_machine()
     for module in PRELOAD_MODULES:
-        __import__(module)
+        importlib.import_module(module)
     _write_reply({"ready": True})
     stdin = sys.stdin.fileno()
     pending = b""

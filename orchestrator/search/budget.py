@@ -4,16 +4,15 @@ often in one run's token budget."""
 from __future__ import annotations
 
 from orchestrator.experiment.config import ExperimentConfig
+from orchestrator.experiment.fingerprints import build_pipeline
 from orchestrator.search.propose import REPETITION_EPOCHS, Bounds
+from pipeline import load_tokenizer
 
 
 def dataset_tokens(config: ExperimentConfig) -> dict[str, float]:
     """Estimated tokens per dataset of ``config``: its text bytes (order v2: estimated from
     the shards' sizes) times the tokens per byte the plan measures with the run's own
     tokenizer (the calibration the contract records)."""
-    from orchestrator.experiment.fingerprints import build_pipeline
-    from pipeline import load_tokenizer
-
     pipeline = build_pipeline(
         config.data, dp_size=1, dp_rank=0, microbatch_size=config.train.microbatch_size
     )

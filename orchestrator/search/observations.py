@@ -323,8 +323,16 @@ def read_tables(
     records = [
         RunRecord(
             run_id,
-            _parse_numbers(mixture_header[1:], cells, mixtures_csv, run_id, problems),
-            _parse_numbers(score_header[1:], score_table[run_id], scores_csv, run_id, problems),
+            _parse_numbers(
+                mixture_header[1:], cells, path=mixtures_csv, run_id=run_id, problems=problems
+            ),
+            _parse_numbers(
+                score_header[1:],
+                score_table[run_id],
+                path=scores_csv,
+                run_id=run_id,
+                problems=problems,
+            ),
         )
         for run_id, cells in mixture_table.items()
     ]
@@ -350,7 +358,11 @@ def read_mixtures(path: str | Path, domains: Sequence[str]) -> tuple[list[str], 
             [f"{path}: columns {unknown} are not domains of the fit ({', '.join(domains)})"]
         )
     records = [
-        RunRecord(run_id, _parse_numbers(header[1:], cells, path, run_id, problems), {})
+        RunRecord(
+            run_id,
+            _parse_numbers(header[1:], cells, path=path, run_id=run_id, problems=problems),
+            {},
+        )
         for run_id, cells in rows.items()
     ]
     if problems:
@@ -396,7 +408,12 @@ def _read_table(
 
 
 def _parse_numbers(
-    columns: Sequence[str], cells: Sequence[str], path: str | Path, run_id: str, problems: list[str]
+    columns: Sequence[str],
+    cells: Sequence[str],
+    *,
+    path: str | Path,
+    run_id: str,
+    problems: list[str],
 ) -> dict[str, float]:
     """``{column: float(cell)}``; a cell that is not a number is noted in ``problems``."""
     values = {}

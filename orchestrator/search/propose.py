@@ -146,7 +146,13 @@ def propose(
     if prior is not None and prior_shares.sum() <= 0:
         raise SearchError([f"prior {dict(prior)} gives no domain a share"])
     pool = grid.admit(
-        _candidate_pool(rng, observations, lower, upper, prior_shares / prior_shares.sum())
+        _candidate_pool(
+            rng,
+            observations,
+            lower=lower,
+            upper=upper,
+            prior=prior_shares / prior_shares.sum(),
+        )
     )
     if not len(pool):
         raise SearchError([f"no mixture at {decimals} decimals lies within the bounds; widen them"])
@@ -158,7 +164,11 @@ def propose(
         pick = _find_lowest_untaken(refit.predict, pool, taken, grid)
         if pick is None:
             break  # fewer distinct admissible mixtures than asked for
-        local = grid.admit(_draw_around(rng, pick, lower, upper, LOCAL_DRAWS, concentration=300.0))
+        local = grid.admit(
+            _draw_around(
+                rng, pick, lower=lower, upper=upper, draws=LOCAL_DRAWS, concentration=300.0
+            )
+        )
         refined = _find_lowest_untaken(refit.predict, np.vstack([pick[None], local]), taken, grid)
         best = refined if refined is not None else pick
         chosen.append(best)
@@ -166,9 +176,9 @@ def propose(
     if not chosen:
         raise SearchError(["every admissible mixture was already observed; widen the bounds"])
     proposals = result.predictions(np.stack(chosen))
-    recommended = result.predictions(_recommend_mixture(result, rng, pool, np.stack(chosen), grid))[
-        0
-    ]
+    recommended = result.predictions(
+        _recommend_mixture(result, rng, pool=pool, chosen=np.stack(chosen), grid=grid)
+    )[0]
     best_mixture, best_mean = observations.best_observed()
     best_observed = Prediction(
         dict(zip(domains, map(float, best_mixture), strict=True)), best_mean, (best_mean, best_mean)
@@ -197,6 +207,7 @@ def canonical_within_bounds(
 def _recommend_mixture(
     result: FitResult,
     rng: np.random.Generator,
+    *,
     pool: np.ndarray,
     chosen: np.ndarray,
     grid: _CanonicalGrid,
@@ -205,7 +216,11 @@ def _recommend_mixture(
     the observed mixtures and the proposals, refined by draws around the pool's best."""
     lower, upper = grid.lower, grid.upper
     pool_best = pool[int(np.argmin(result.predict(pool)))]
-    local = grid.admit(_draw_around(rng, pool_best, lower, upper, LOCAL_DRAWS, concentration=300.0))
+    local = grid.admit(
+        _draw_around(
+            rng, pool_best, lower=lower, upper=upper, draws=LOCAL_DRAWS, concentration=300.0
+        )
+    )
     observed = grid.admit(result.observations.mixtures)
     everything = np.vstack([pool, observed, chosen, local])
     return everything[[int(np.argmin(result.predict(everything)))]]
@@ -309,6 +324,7 @@ def _find_lowest_untaken(
 def _candidate_pool(
     rng: np.random.Generator,
     observations: Observations,
+    *,
     lower: np.ndarray,
     upper: np.ndarray,
     prior: np.ndarray,
@@ -322,8 +338,13 @@ def _candidate_pool(
     means = [objective[rows].mean() for rows in groups]
     top = [observations.mixtures[groups[g][0]] for g in np.argsort(means)[:5]]
     per_top = POOL_SIZE // 4 // len(top)
-    near_best = [_draw_around(rng, m, lower, upper, per_top, concentration=60.0) for m in top]
-    near_prior = _draw_around(rng, prior, lower, upper, POOL_SIZE // 4, concentration=20.0)
+    near_best = [
+        _draw_around(rng, m, lower=lower, upper=upper, draws=per_top, concentration=60.0)
+        for m in top
+    ]
+    near_prior = _draw_around(
+        rng, prior, lower=lower, upper=upper, draws=POOL_SIZE // 4, concentration=20.0
+    )
     corners = np.eye(domains)
     raw = np.vstack([uniform, *near_best, near_prior, corners])
     return np.stack([_into_bounds(row, lower, upper) for row in raw])
@@ -332,6 +353,7 @@ def _candidate_pool(
 def _draw_around(
     rng: np.random.Generator,
     centre: np.ndarray,
+    *,
     lower: np.ndarray,
     upper: np.ndarray,
     draws: int,

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from orchestrator import guard
 from orchestrator.errors import SearchError
+from orchestrator.experiment import load_experiment
 from orchestrator.experiment.config import ExperimentConfig
+from orchestrator.guard.comparison import RunSummary
 from orchestrator.search.observations import Observations
-
-if TYPE_CHECKING:
-    from orchestrator.guard.comparison import RunSummary
+from orchestrator.tracking.names import ARTIFACT_DIR, ARTIFACT_EXPERIMENT
+from orchestrator.tracking.reading import training_run_ids
+from orchestrator.tracking.tracker import Tracker
+from orchestrator.tracking.uris import resolve_uri
 
 
 def observations_from_runs(
@@ -34,11 +39,6 @@ def observations_from_runs(
     the objective (default all, as the guard's aggregate). Replicates (seeds, dp sizes) are
     separate observations.
     """
-    from orchestrator import guard
-    from orchestrator.tracking.reading import training_run_ids
-    from orchestrator.tracking.tracker import Tracker
-    from orchestrator.tracking.uris import resolve_uri
-
     if not run_ids and not sweep and not experiment:
         raise SearchError(["name the runs: run ids, a sweep or an experiment"])
     uri = resolve_uri(tracking_uri, Path.cwd())
@@ -71,8 +71,6 @@ def _observations_of_one_size(
 ) -> Observations:
     """The runs of one model size (``size`` parameters; None: not told) as observations,
     once the guard accepts them."""
-    from orchestrator import guard
-
     try:
         comparison = guard.compare(runs, decide_on=targets)
     except ValueError as e:  # an unknown held-out domain
@@ -104,14 +102,6 @@ def _observations_of_one_size(
 def run_experiment(run_id: str, tracking_uri: str | None = None) -> ExperimentConfig:
     """The experiment a run trained (its ``zephon/experiment.json`` artifact): the data and
     schedule a repetition cap is computed from. :class:`SearchError` if it is not there."""
-    import json
-    import tempfile
-
-    from orchestrator.experiment import load_experiment
-    from orchestrator.tracking.names import ARTIFACT_DIR, ARTIFACT_EXPERIMENT
-    from orchestrator.tracking.tracker import Tracker
-    from orchestrator.tracking.uris import resolve_uri
-
     uri = resolve_uri(tracking_uri, Path.cwd())
     with tempfile.TemporaryDirectory(prefix="zephon-search-") as folder:
         try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from orchestrator.errors import NoFit
-from orchestrator.run.devices import Devices
+from orchestrator.machine.devices import Devices
 
 T = TypeVar("T")
 

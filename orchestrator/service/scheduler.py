@@ -26,7 +26,7 @@ import psutil
 from orchestrator.errors import ExperimentError, TransitionError
 from orchestrator.experiment import ExperimentConfig, divisors, dp_problems
 from orchestrator.experiment.runfolder import RunStatus
-from orchestrator.run.devices import discover
+from orchestrator.machine.devices import discover
 from orchestrator.service import attempt
 from orchestrator.service.admission import AdmittedJob, admit, admit_job
 from orchestrator.service.client import ServiceConfig

@@ -17,10 +17,10 @@ from torchtitan.models.llama3.config_registry import llama3_debugmodel
 from torchtitan.models.llama3.model import Llama3Model
 from torchtitan.trainer import Trainer
 
+from orchestrator.evaluation.evaluator import HeldOutEvaluator
 from orchestrator.experiment import DataSection
-from orchestrator.run.precision import resolve_precision
+from orchestrator.machine.precision import resolve_precision
 from orchestrator.titan.dataloader import ZephonDataLoader
-from orchestrator.titan.evaluator import HeldOutEvaluator
 from orchestrator.titan.tokenizer import ZephonTokenizer
 from orchestrator.titan.trainer import ZephonTrainer
 
@@ -45,7 +45,7 @@ def zephon_debug() -> ZephonTrainer.Config:
     sequences, for CPU runs and CI. Set ``--dataloader.spec`` (the data: ``zephon run``
     writes it); the default data section has 4 lanes (dp 1, 2 or 4) and 8 sequences of 128
     tokens per step, here 2 per micro-batch;
-    precision as ``train.precision=auto`` resolves it (:mod:`orchestrator.run.precision`).
+    precision as ``train.precision=auto`` resolves it (:mod:`orchestrator.machine.precision`).
     ``partial_dtensor``: the default ``spmd_types`` backend fails with dp > 1 on torch 2.13.
     """
     return _on_short_sequences(llama3_debugmodel())

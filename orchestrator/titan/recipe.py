@@ -52,6 +52,7 @@ def resolve(flags: list[str]) -> dict[str, Any]:
     """``{"recipe": ..., "init": ...}`` of the TorchTitan config ``flags`` give (see
     docs/design/orchestrator_titan.md). Raises ``ValueError`` with TorchTitan's message for
     a flag it refuses."""
+    # deferred: cpu_compat imports torch, and must patch TorchTitan before it is imported
     from orchestrator.titan import cpu_compat
 
     cpu_compat.apply()

@@ -18,9 +18,16 @@ from orchestrator.titan import cpu_compat
 DEFAULT_MODULE = "orchestrator.titan.configs"
 
 
+def prepare_machine() -> list[str]:
+    """Prepare TorchTitan for this machine (:func:`cpu_compat.apply`) before it is imported:
+    what :func:`main` does first, and the warm server (:mod:`orchestrator.run.warm_start`)
+    before its own imports. The patches applied, by name."""
+    return cpu_compat.apply()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse TorchTitan's CLI (``argv``, default ``sys.argv[1:]``) and train."""
-    cpu_compat.apply()
+    prepare_machine()
     from torchtitan.train import main as torchtitan_main  # only ever after apply()
 
     _threads_from_environment()

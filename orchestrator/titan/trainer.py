@@ -25,6 +25,7 @@ from torchtitan.distributed import ParallelDims
 from torchtitan.models.common.decoder import Decoder
 from torchtitan.trainer import Trainer
 
+from orchestrator.evaluation.evaluator import HeldOutEvaluator
 from orchestrator.titan.collectives import DataParallelGroup
 from orchestrator.titan.dataloader import (
     TrainerLink,
@@ -32,7 +33,6 @@ from orchestrator.titan.dataloader import (
     build_pipeline,
     check_checkpoint,
 )
-from orchestrator.titan.evaluator import HeldOutEvaluator
 from orchestrator.titan.runlog import (
     METRICS_FILE,
     RUN_SUBDIR,

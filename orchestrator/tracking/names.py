@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from orchestrator.evaluation.metrics import DEFAULT_METRIC
+
 # -- tags --------------------------------------------------------------------------------------
 TAG_KIND = "zephon.kind"
 """``run`` (one training run), ``comparison`` (a guard verdict) or ``sweep`` (a sweep's parent)."""
@@ -76,8 +78,9 @@ METRIC_LOSS = "loss"
 METRIC_TOKENS_PER_S = "tokens_per_s"
 METRIC_DATA_WAIT = "data_wait_s"
 METRIC_EVAL_PREFIX = "eval/"
-"""``eval/<domain>_bpb`` per held-out domain and ``eval/aggregate_bpb`` (their mean)."""
-METRIC_EVAL_AGGREGATE = "eval/aggregate_bpb"
+"""``eval/<domain>_<metric>`` per held-out domain and metric (``eval/code_bpb``), and
+``eval/aggregate_<metric>`` (the mean over the domains)."""
+METRIC_EVAL_AGGREGATE = f"{METRIC_EVAL_PREFIX}aggregate_{DEFAULT_METRIC}"
 METRIC_TASK_PREFIX = "task/"
 """``task/<task>/<metric>`` per downstream task metric (``eval.tasks``)."""
 
@@ -90,9 +93,14 @@ ARTIFACT_EVAL = "zephon/eval.jsonl"
 ARTIFACT_TASKS = "zephon/tasks.jsonl"
 
 
-def eval_metric(domain: str) -> str:
-    """MLflow metric name of a domain's held-out bits per byte."""
-    return f"{METRIC_EVAL_PREFIX}{domain}_bpb"
+def eval_metric(domain: str, metric: str = DEFAULT_METRIC) -> str:
+    """MLflow metric name of a domain's held-out ``metric`` (default: bits per byte)."""
+    return f"{METRIC_EVAL_PREFIX}{domain}_{metric}"
+
+
+def eval_aggregate_metric(metric: str = DEFAULT_METRIC) -> str:
+    """MLflow metric name of a held-out ``metric``'s mean over the domains."""
+    return f"{METRIC_EVAL_PREFIX}aggregate_{metric}"
 
 
 def task_metric(task: str, metric: str) -> str:

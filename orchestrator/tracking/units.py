@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.evaluation.record import EvalRecord
 from orchestrator.tracking.names import (
     METRIC_DATA_WAIT,
-    METRIC_EVAL_AGGREGATE,
     METRIC_LOSS,
     METRIC_TOKENS_PER_S,
+    eval_aggregate_metric,
     eval_metric,
     metric_key,
     task_metric,
@@ -95,23 +96,26 @@ def eval_units(evals: dict[int, dict[str, Any]], sent: int | None) -> list[Unit]
     """One unit per eval step after ``sent`` of ``eval.jsonl``: bits per byte per dataset
     and their aggregate (the mean of the datasets' if the eval recorded none)."""
     return [
-        Unit(EVAL_CURSOR, step, _eval_scores(evals[step]))
+        Unit(EVAL_CURSOR, step, _eval_scores(step, evals[step]))
         for step in sorted(evals)
         if sent is None or step > sent
     ]
 
 
-def _eval_scores(record: dict[str, Any]) -> dict[str, float]:
-    """The metrics of one ``eval.jsonl`` record: bits per byte, and the tasks' metrics."""
-    bpb = {str(d): as_number(x) for d, x in (record.get("bpb") or {}).items()}
-    values = {eval_metric(d): x for d, x in bpb.items() if x is not None}
-    aggregate = as_number(record.get("aggregate_bpb"))
-    if aggregate is None and values:
-        aggregate = math.fsum(values.values()) / len(values)
-    if aggregate is not None:
-        values[METRIC_EVAL_AGGREGATE] = aggregate
-    for task, scores in (record.get("tasks") or {}).items():
-        for metric, raw in scores.items():
+def _eval_scores(step: int, line: dict[str, Any]) -> dict[str, float]:
+    """The metrics of one ``eval.jsonl`` line: each held-out metric per domain and its
+    aggregate (the mean of the domains' if the line has none), and the tasks' metrics."""
+    record = EvalRecord.from_json({**line, "step": step})
+    values = {}
+    for metric, scores in record.metrics.items():
+        values.update({eval_metric(d, metric): x for d, x in scores.scores.items()})
+        aggregate = scores.aggregate
+        if aggregate is None and scores.scores:
+            aggregate = math.fsum(scores.scores.values()) / len(scores.scores)
+        if aggregate is not None:
+            values[eval_aggregate_metric(metric)] = aggregate
+    for task, task_scores in record.tasks.items():
+        for metric, raw in task_scores.items():
             if (value := as_number(raw)) is not None:
                 values[task_metric(task, metric)] = value
     return values

@@ -40,6 +40,7 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.errors import ExperimentError
+from orchestrator.evaluation import EvalRecord
 from orchestrator.experiment import DataSection, write_data_spec
 from orchestrator.experiment.runfolder import EVAL_FILE, RunFolder
 from orchestrator.run import api
@@ -275,6 +276,37 @@ def test_compare_accepts_two_variants_on_two_dp_sizes(
         assert row["aggregate_bpb"] == pytest.approx(sum(scores) / len(scores))
     artifacts = {a.path for a in client.list_artifacts(verdict["comparison_run_id"])}
     assert {"comparison.json", "comparison.md", "comparison.png"} <= artifacts
+
+
+def test_every_run_records_next_token_accuracy_and_compare_decides_on_it(
+    work: Path, runs: dict[str, api.RunResult], domains: dict[str, list[Path]]
+) -> None:
+    """The second held-out metric comes from the same logits: per domain, per document, in
+    MLflow, and the guard decides on it with --decide-on accuracy."""
+    a2, a1 = runs["a-dp2"], runs["a-dp1"]
+    for result in (a2, a1):
+        record = EvalRecord.from_json(RunFolder(result.folder).evals()[STEPS])
+        accuracy = record.metrics["accuracy"]
+        assert set(accuracy.scores) == set(domains)
+        assert all(0.0 <= x <= 1.0 for x in accuracy.scores.values())
+        tokens = {d: sum(docs.weights) for d, docs in accuracy.documents.items()}
+        assert tokens == record.tokens  # weighted by the scored tokens
+    first, second = (EvalRecord.from_json(RunFolder(r.folder).evals()[STEPS]) for r in (a2, a1))
+    for domain in domains:  # same data on dp 2 and dp 1: about the same model, same documents
+        assert first.metrics["accuracy"].scores[domain] == pytest.approx(
+            second.metrics["accuracy"].scores[domain], abs=0.05
+        )
+    client = MlflowClient(tracking_uri=resolve_uri(None, work))
+    logged = client.get_run(a2.mlflow_run_id).data.metrics
+    assert logged[eval_metric("code", "accuracy")] == pytest.approx(
+        first.metrics["accuracy"].scores["code"]
+    )
+    ids = [runs[n].mlflow_run_id for n in ("a-dp2", "a-dp1", "b-dp2", "b-dp1")]
+    cli = zephon_in_process(work, "compare", *ids, "--decide-on", "accuracy", "--json")
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    verdict = json.loads(cli.stdout)
+    assert verdict["decided_on"] == [f"accuracy:{d}" for d in sorted(domains)]
+    assert "next-token accuracy" in verdict["score"] and len(verdict["pairs"]) == 1
 
 
 def refusals(work: Path, *runs: api.RunResult) -> list[dict[str, Any]]:

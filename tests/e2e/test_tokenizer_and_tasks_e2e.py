@@ -23,6 +23,7 @@ from orchestrator.errors import ExperimentError
 from orchestrator.experiment import DataSection
 from orchestrator.experiment.fingerprints import build_pipeline
 from orchestrator.experiment.runfolder import RUN_SUBDIR, TASKS_FILE, RunFolder, read_jsonl
+from orchestrator.guard.tracked import compare_tracked
 from orchestrator.run import api
 from orchestrator.tracking.names import task_metric
 from orchestrator.tracking.uris import resolve_uri
@@ -96,7 +97,7 @@ def compare(work: Path, runs: dict[str, api.RunResult], decide_on: list[str]) ->
     cwd = os.getcwd()
     os.chdir(work)
     try:
-        return api.compare([r.mlflow_run_id or "" for r in runs.values()], decide_on=decide_on)
+        return compare_tracked([r.mlflow_run_id or "" for r in runs.values()], decide_on=decide_on)
     finally:
         os.chdir(cwd)
 

@@ -8,14 +8,12 @@ from orchestrator import cli
 
 
 def test_resume_overrides_may_follow_its_options() -> None:
-    args = cli._parse_arguments(
+    args = cli.parse_arguments(
         ["resume", "runs/a", "--dp", "1", "resources.launcher=local", "resources.nodes=1"]
     )
     assert args.folder == "runs/a" and args.dp == 1
     assert args.overrides == ["resources.launcher=local", "resources.nodes=1"]
-    args = cli._parse_arguments(
-        ["run", "-c", "x.yaml", "train.steps=4", "--dp", "2", "data.seed=3"]
-    )
+    args = cli.parse_arguments(["run", "-c", "x.yaml", "train.steps=4", "--dp", "2", "data.seed=3"])
     assert args.overrides == ["train.steps=4", "data.seed=3"]
 
 
@@ -29,5 +27,5 @@ def test_resume_overrides_may_follow_its_options() -> None:
 )
 def test_anything_else_is_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        cli._parse_arguments(argv)
+        cli.parse_arguments(argv)
     assert exit_.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import pytest
 
 import orchestrator.errors as errors
 from orchestrator import cli
+from orchestrator.cli import dispatch
 from orchestrator.experiment.runfolder import RunFolder
 from pipeline import ConfigError, DataError, StageError, StateError, TokenizerError, ZephonError
 from sweeps.mixes import MixError
@@ -73,7 +74,7 @@ def test_an_unexpected_error_still_prints_one_json_object(
     def broken(_: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setitem(cli.COMMANDS, "sync", broken)
+    monkeypatch.setitem(dispatch.COMMANDS, "sync", broken)
     code = cli.main(["sync", "anywhere", "--json"])
     out, err = capsys.readouterr()
     assert code == 1 and json.loads(out)["error"] == {

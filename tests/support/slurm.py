@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-from orchestrator.run.launch import free_port
+from orchestrator.run.trainer_command import free_port
 
 PACKAGES = ("slurm-wlm", "munge")
 NODES = ("n1", "n2")

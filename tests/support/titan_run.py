@@ -19,9 +19,10 @@ from typing import Any
 from demo.local_corpus import build_local_corpus
 from orchestrator.experiment import DataSection, write_data_spec
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.run.devices import discover
-from orchestrator.run.launch import Launch, c10d_rendezvous, free_port, run_local, train_command
+from orchestrator.machine.devices import discover
+from orchestrator.run.launch import Launch, run_local
 from orchestrator.run.launch import launch_env as launch_env_of_run
+from orchestrator.run.trainer_command import c10d_rendezvous, free_port, train_command
 from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
 from pipeline import Dataset, WorkSource
 from tests.support import REPO
@@ -158,7 +159,11 @@ def launch(
     else:
         endpoint = f"127.0.0.1:{free_port()}"
         commands = [
-            train_command(nproc, flags, c10d_rendezvous(nodes, node, endpoint, folder.name))
+            train_command(
+                nproc,
+                flags,
+                c10d_rendezvous(nodes, node, endpoint=endpoint, run_id=folder.name),
+            )
             for node in range(nodes)
         ]
     run_folder = RunFolder(folder)

@@ -108,10 +108,10 @@ class ScaledMixingLaw(MixtureModel):
         parameters = [
             self._fit_target(
                 start,
-                observations.mixtures,
-                relative,
-                (observations.scores[:, column] - mean) / scale,
-                weights,
+                mixtures=observations.mixtures,
+                relative=relative,
+                target=(observations.scores[:, column] - mean) / scale,
+                weights=weights,
                 free_alpha=len(sizes) >= 3,
             )
             for column, (start, (mean, scale)) in enumerate(zip(starts, scales, strict=True))
@@ -127,11 +127,11 @@ class ScaledMixingLaw(MixtureModel):
     def _fit_target(
         self,
         start: np.ndarray,
+        *,
         mixtures: np.ndarray,
         relative: np.ndarray,
         target: np.ndarray,
         weights: np.ndarray,
-        *,
         free_alpha: bool,
     ) -> np.ndarray:
         domains = mixtures.shape[1]

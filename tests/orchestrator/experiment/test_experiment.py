@@ -17,9 +17,9 @@ from orchestrator.experiment import (
     load_experiment,
     validate,
 )
+from orchestrator.machine.devices import Devices, choose_dp
+from orchestrator.machine.precision import resolve_precision
 from orchestrator.run import api
-from orchestrator.run.devices import Devices, choose_dp
-from orchestrator.run.precision import resolve_precision
 from tests.support import REPO
 
 
@@ -72,7 +72,7 @@ def test_every_problem_is_reported_at_once(base: dict) -> None:
         ("data.mixture.code=-1", "must be finite and >= 0"),
         ("data.mixture.code=nan", "must be finite and >= 0"),
         ("data.holdout_bytes=0", "eval.enable needs held-out data"),
-        ("resources.launcher=kubernetes", "use local, multinode or slurm"),
+        ("resources.launcher=kubernetes", "use one of local, multinode, slurm"),
         ("resources.launcher=multinode", "needs resources.rdzv_endpoint"),
         ("train.steps=0", "train.steps must be >= 1"),
         ("train.precision=fp16", "use one of auto, float32, bfloat16"),

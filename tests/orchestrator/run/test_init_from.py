@@ -57,7 +57,7 @@ def write_hf(folder: Path, shapes: dict[str, list[int]]) -> Path:
 
 def test_a_dcp_checkpoint_of_the_model_passes(tmp_path: Path) -> None:
     path = write_dcp(tmp_path / "step-4", TITAN)
-    check_init_from(config_from(path), recipe(), VOCAB)
+    check_init_from(config_from(path), recipe().parameter_shapes, VOCAB)
     assert checkpoint_format(path) is CheckpointFormat.DCP
     assert initial_load_flags(config_from(path)) == []
 
@@ -69,14 +69,14 @@ def test_a_mismatched_tensor_is_named_with_both_shapes(tmp_path: Path) -> None:
         match=r"layers\.0\.w\.weight has shape \[8, 16\] but "
         r"the model needs \[8, 8\]",
     ):
-        check_init_from(config_from(path), recipe(), VOCAB)
+        check_init_from(config_from(path), recipe().parameter_shapes, VOCAB)
 
 
 def test_a_missing_tensor_is_named(tmp_path: Path) -> None:
     shapes = {k: v for k, v in TITAN.items() if k != "norm.weight"}
     path = write_dcp(tmp_path / "step-4", shapes)
     with pytest.raises(ExperimentError, match=r"no tensor norm\.weight \(shape \[8\]\)"):
-        check_init_from(config_from(path), recipe(), VOCAB)
+        check_init_from(config_from(path), recipe().parameter_shapes, VOCAB)
 
 
 def test_a_vocabulary_smaller_than_the_tokenizer_is_refused(tmp_path: Path) -> None:
@@ -86,23 +86,23 @@ def test_a_vocabulary_smaller_than_the_tokenizer_is_refused(tmp_path: Path) -> N
         match=r"vocabulary has 50 rows .* fewer than the "
         r"tokenizer's 100 tokens; use the tokenizer",
     ):
-        check_init_from(config_from(path), recipe(), VOCAB)
+        check_init_from(config_from(path), recipe().parameter_shapes, VOCAB)
 
 
 def test_missing_and_unknown_folders_say_what_to_give(tmp_path: Path) -> None:
     with pytest.raises(ExperimentError, match=r"no such folder; give a TorchTitan checkpoint"):
-        check_init_from(config_from(tmp_path / "nowhere"), recipe(), VOCAB)
+        check_init_from(config_from(tmp_path / "nowhere"), recipe().parameter_shapes, VOCAB)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ExperimentError, match=r"neither a DCP checkpoint"):
-        check_init_from(config_from(tmp_path / "empty"), recipe(), VOCAB)
+        check_init_from(config_from(tmp_path / "empty"), recipe().parameter_shapes, VOCAB)
 
 
 def test_the_optimizer_is_restored_only_from_a_full_dcp_checkpoint(tmp_path: Path) -> None:
     model_only = write_dcp(tmp_path / "model-only", TITAN)
     with pytest.raises(ExperimentError, match=r"holds no optimizer state"):
-        check_init_from(config_from(model_only, optimizer=True), recipe(), VOCAB)
+        check_init_from(config_from(model_only, optimizer=True), recipe().parameter_shapes, VOCAB)
     full = write_dcp(tmp_path / "full", TITAN, optimizer=True)
-    check_init_from(config_from(full, optimizer=True), recipe(), VOCAB)
+    check_init_from(config_from(full, optimizer=True), recipe().parameter_shapes, VOCAB)
     flags = initial_load_flags(config_from(full, optimizer=True))
     # The run keeps its own data order, schedule and step: only weights and moments load.
     assert flags == [
@@ -116,15 +116,15 @@ def test_the_optimizer_is_restored_only_from_a_full_dcp_checkpoint(tmp_path: Pat
 
 def test_a_hugging_face_folder_is_checked_by_its_hugging_face_names(tmp_path: Path) -> None:
     path = write_hf(tmp_path / "hf", HF)
-    check_init_from(config_from(path), recipe(), VOCAB)
+    check_init_from(config_from(path), recipe().parameter_shapes, VOCAB)
     assert initial_load_flags(config_from(path)) == ["--checkpoint.initial-load-in-hf"]
     with pytest.raises(ExperimentError, match=r"no TorchTitan state-dict adapter"):
-        check_init_from(config_from(path), recipe(hf=None), VOCAB)
+        check_init_from(config_from(path), recipe(hf=None).parameter_shapes, VOCAB)
     with pytest.raises(ExperimentError, match=r"holds no optimizer state"):
-        check_init_from(config_from(path, optimizer=True), recipe(), VOCAB)
+        check_init_from(config_from(path, optimizer=True), recipe().parameter_shapes, VOCAB)
     bad = write_hf(tmp_path / "bad", {**HF, "model.embed_tokens.weight": [VOCAB, 4]})
     with pytest.raises(ExperimentError, match=r"model\.embed_tokens\.weight has shape"):
-        check_init_from(config_from(bad), recipe(), VOCAB)
+        check_init_from(config_from(bad), recipe().parameter_shapes, VOCAB)
 
 
 def test_the_digest_follows_content_not_path_and_is_remembered(

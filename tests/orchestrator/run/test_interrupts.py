@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.machine.devices import Devices
 from orchestrator.run import interrupts
-from orchestrator.run.devices import Devices
 from orchestrator.run.launch import Launch, run_local
 from orchestrator.service.pool import DevicePool
 from tests.support import REPO

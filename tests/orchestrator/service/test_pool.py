@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.errors import NoFit
-from orchestrator.run.devices import Devices
+from orchestrator.machine.devices import Devices
 from orchestrator.service.pool import DevicePool, Lease
 
 GPUS = Devices("cuda", 4, "H100", (0, 1, 2, 3))

@@ -29,7 +29,7 @@ from orchestrator.experiment.runfolder import (
     STEPS_FILE,
     RunFolder,
 )
-from orchestrator.run.launch import free_port
+from orchestrator.run.trainer_command import free_port
 from orchestrator.tracking import provenance
 from orchestrator.tracking.names import (
     METRIC_DATA_WAIT,

@@ -25,8 +25,8 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import get_metric_aggregation
 from torchtitan.components.loss import IGNORE_INDEX
 
-from orchestrator.run.task_lookup import folder_hint, task_manager
-from orchestrator.titan.row_scores import score_output
+from orchestrator.evaluation.row_scores import score_output
+from orchestrator.evaluation.task_lookup import folder_hint, task_manager
 from pipeline import ConfigError, Tokenizer
 
 _PAIR_WEIGHTS = {"word_perplexity": "words", "byte_perplexity": "bytes", "bits_per_byte": "bytes"}

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from orchestrator.run import devices
+from orchestrator.machine import devices
 from tests.support import REPO
 
 
 def test_without_visible_gpus_discovery_gives_the_cores_and_never_imports_torch() -> None:
     probe = (
-        "import sys; from orchestrator.run.devices import discover, usable_cores; d = discover();"
+        "import sys; from orchestrator.machine.devices import discover, usable_cores; d = discover();"
         "print(d.kind, d.count == usable_cores(), 'torch' in sys.modules)"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}

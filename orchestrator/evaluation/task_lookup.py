@@ -1,5 +1,5 @@
 """Looking up lm-evaluation-harness task names, so an unknown task is refused when a run is
-planned, not after it has trained (:mod:`orchestrator.titan.lm_eval_adapter` runs them)."""
+planned, not after it has trained (:mod:`orchestrator.evaluation.lm_eval_adapter` runs them)."""
 
 from __future__ import annotations
 

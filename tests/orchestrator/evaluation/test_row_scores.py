@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from orchestrator.titan.row_scores import SOFTMAX_CHUNK_POSITIONS, RowScores, score_output
+from orchestrator.evaluation.row_scores import SOFTMAX_CHUNK_POSITIONS, RowScores, score_output
 from pipeline import IGNORE_INDEX
 
 VOCAB, WIDTH = 300, 16

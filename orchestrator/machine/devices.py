@@ -16,7 +16,13 @@ import sys
 from dataclasses import dataclass
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment import ExperimentConfig, divisors, dp_problems
+from orchestrator.experiment import (
+    DeviceKind,
+    DeviceRequest,
+    ExperimentConfig,
+    divisors,
+    dp_problems,
+)
 
 BUSY_MEMORY_FRACTION = 0.10
 
@@ -25,8 +31,7 @@ BUSY_MEMORY_FRACTION = 0.10
 class Devices:
     """Free devices of one kind on this machine."""
 
-    kind: str
-    """``cuda`` or ``cpu``."""
+    kind: DeviceKind
     count: int
     """Free GPUs, or usable cores."""
     name: str
@@ -36,7 +41,7 @@ class Devices:
 
     @property
     def label(self) -> str:
-        return "cpu" if self.kind == "cpu" else f"cuda:{self.name}"
+        return "cpu" if self.kind == DeviceKind.CPU else f"cuda:{self.name}"
 
 
 def usable_cores() -> int:
@@ -51,22 +56,24 @@ def usable_cores() -> int:
     return min(cores, int(allocated)) if allocated else cores
 
 
-def discover(device: str = "auto", gpu_ids: list[int] | None = None) -> Devices:
+def discover(device: str = DeviceRequest.AUTO, gpu_ids: list[int] | None = None) -> Devices:
     """Free devices now: CUDA GPUs if ``device`` allows and any is free, else CPU cores.
 
     ``gpu_ids`` restricts the GPUs to those indexes (a scheduler's lease).
     """
-    if device in ("auto", "cuda"):
+    if device in (DeviceRequest.AUTO, DeviceRequest.CUDA):
         gpus = [i for i in _free_gpus() if gpu_ids is None or i in gpu_ids]
         if gpus:
             import torch
 
-            return Devices("cuda", len(gpus), torch.cuda.get_device_name(gpus[0]), tuple(gpus))
-        if device == "cuda":
+            return Devices(
+                DeviceKind.CUDA, len(gpus), torch.cuda.get_device_name(gpus[0]), tuple(gpus)
+            )
+        if device == DeviceRequest.CUDA:
             raise ExperimentError(
                 ["resources.device=cuda but no free CUDA GPU is visible; use device=auto or cpu"]
             )
-    return Devices("cpu", usable_cores(), "cpu")
+    return Devices(DeviceKind.CPU, usable_cores(), "cpu")
 
 
 def _free_gpus() -> list[int]:
@@ -87,17 +94,17 @@ def _free_gpus() -> list[int]:
 def choose_dp(config: ExperimentConfig, devices: Devices, requested: int | None = None) -> int:
     """The dp size for ``config`` on ``devices`` (module docstring); ExperimentError if none fits."""
     r = config.resources
-    per_node = devices.count if devices.kind == "cuda" else (r.max_procs or devices.count)
+    per_node = devices.count if devices.kind == DeviceKind.CUDA else (r.max_procs or devices.count)
     capacity = per_node * max(1, r.nodes)
     requested = r.dp if requested is None else requested
     if requested is not None:
         problems = dp_problems(config, requested)
-        over = requested > capacity and not (devices.kind == "cpu" and r.oversubscribe)
+        over = requested > capacity and not (devices.kind == DeviceKind.CPU and r.oversubscribe)
         if over:
             problems.append(
                 f"dp={requested} needs {requested} {devices.kind} devices but {capacity} are free; "
                 "pick a smaller dp"
-                + (" or set resources.oversubscribe=true" if devices.kind == "cpu" else "")
+                + (" or set resources.oversubscribe=true" if devices.kind == DeviceKind.CPU else "")
             )
         if problems:
             raise ExperimentError(problems)

@@ -5,7 +5,7 @@ measured no slower than a float32 one, float32 on the others; the measurement is
 per CPU model and torch version in ``$ZEPHON_HOME/precision.json``. Runs in different
 precisions are not replicates of each other.
 
-Design: docs/design/orchestrator_run.md
+Design: docs/design/orchestrator_run.md (precision)
 """
 
 from __future__ import annotations
@@ -19,27 +19,28 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.experiment.choices import DeviceKind, Precision, choice_problem
 from pipeline.filelock import file_lock
 from pipeline.paths import zephon_home
 
-PRECISIONS = ("auto", "float32", "bfloat16")
-"""Values of ``train.precision``."""
 SHAPE = (256, 256, 1024)
 """(m, k, n) of the measured matmul: the size of the debug model's layers."""
 REPEATS = 3
 CACHE_FILE = "precision.json"
 
 
-def resolve_precision(requested: str, device_kind: str) -> str:
+def resolve_precision(requested: str, device_kind: str) -> Precision:
     """``float32`` or ``bfloat16`` for ``requested`` on ``device_kind`` (the rule:
     docs/design/orchestrator_run.md)."""
-    if requested not in PRECISIONS:
-        raise ValueError(f"train.precision={requested!r}: use one of {', '.join(PRECISIONS)}")
-    if requested != "auto":
-        return requested
-    if device_kind == "cuda":
-        return "bfloat16"
-    return "bfloat16" if cpu_bfloat16_measurement()["bfloat16_fast"] else "float32"
+    problem = choice_problem("train.precision", requested, Precision)
+    if problem:
+        raise ValueError(problem[0])
+    if requested != Precision.AUTO:
+        return Precision(requested)
+    if device_kind == DeviceKind.CUDA:
+        return Precision.BFLOAT16
+    fast = cpu_bfloat16_measurement()["bfloat16_fast"]
+    return Precision.BFLOAT16 if fast else Precision.FLOAT32
 
 
 def cpu_bfloat16_measurement() -> dict[str, Any]:

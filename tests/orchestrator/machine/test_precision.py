@@ -1,4 +1,4 @@
-"""The training precision rule (orchestrator/run/precision.py): forced values pass, CUDA keeps
+"""The training precision rule (orchestrator/machine/precision.py): forced values pass, CUDA keeps
 TorchTitan's bfloat16, a CPU gets bfloat16 only when it measured bfloat16 matmuls no slower
 than float32, and the measurement is made once per machine and shared."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.run import precision
-from orchestrator.run.precision import cpu_bfloat16_measurement, resolve_precision
+from orchestrator.machine import precision
+from orchestrator.machine.precision import cpu_bfloat16_measurement, resolve_precision
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 import torch
 from lm_eval.api.instance import Instance
 
-from orchestrator.titan.lm_eval_adapter import (
+from orchestrator.evaluation.lm_eval_adapter import (
     TaskScores,
     ZephonLM,
     model_row_scorer,

@@ -1,8 +1,10 @@
-"""``HeldOutEvaluator``: bits per byte on each dataset's held-out documents, inside TorchTitan,
-and the downstream tasks of ``eval.tasks`` (:mod:`orchestrator.titan.lm_eval_adapter`).
+"""``HeldOutEvaluator``: every held-out metric (:data:`~orchestrator.evaluation.metrics.METRICS`:
+bits per byte, next-token accuracy) on each dataset's held-out documents, inside TorchTitan,
+and the downstream tasks of ``eval.tasks`` (:mod:`orchestrator.evaluation.lm_eval_adapter`).
 
-Rank 0 appends each evaluation to ``<dump_folder>/zephon/eval.jsonl`` (per-document bits,
-so variants are compared document by document) and the tasks' items to ``tasks.jsonl``.
+Rank 0 appends each evaluation to ``<dump_folder>/zephon/eval.jsonl`` as an
+:class:`~orchestrator.evaluation.record.EvalRecord` (per-document values, so variants are
+compared document by document) and the tasks' items to ``tasks.jsonl``.
 
 Design: docs/design/orchestrator_titan.md, "The held-out evaluator".
 """
@@ -13,6 +15,7 @@ import functools
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,12 +28,14 @@ from torchtitan.components.metrics import BaseLogger
 from torchtitan.components.validate import BaseValidator, Validator
 from torchtitan.tools import utils
 
+from orchestrator.evaluation.metrics import METRICS, DocumentWeight, HeldOutMetric
+from orchestrator.evaluation.record import DocumentScores, EvalRecord, MetricScores
+from orchestrator.evaluation.row_scores import RowScores, score_output
 from orchestrator.experiment.runfolder import EVAL_FILE, TASKS_FILE
-from orchestrator.titan.row_scores import score_output
 from pipeline import ConfigError, Tokenizer, WorkSource
 
 if TYPE_CHECKING:
-    from orchestrator.titan.lm_eval_adapter import TaskScores
+    from orchestrator.evaluation.lm_eval_adapter import TaskScores
 
 
 @dataclass
@@ -47,6 +52,20 @@ class _HeldOutRows:
     """Document -> index of its dataset in ``names``."""
     document_bytes: np.ndarray
     """UTF-8 bytes of each held-out document."""
+
+
+@dataclass(frozen=True)
+class _Attachment:
+    """What the trainer connects the evaluator to (:meth:`HeldOutEvaluator.attach`)."""
+
+    source: WorkSource
+    tokenizer: Tokenizer
+    metrics: BaseLogger
+    run_dir: Path
+    last_step: int
+    group: Any
+    """The dp process group (None: the default group)."""
+    is_rank0: bool
 
 
 class HeldOutEvaluator(Validator):
@@ -88,12 +107,13 @@ class HeldOutEvaluator(Validator):
             raise ConfigError(
                 f"--validator.rows-per-forward must be >= 1, got {config.rows_per_forward}"
             )
-        self._rows: list[_HeldOutRows] | None = None
-        self._attached: tuple[WorkSource, Tokenizer, BaseLogger, Path, int, Any] | None = None
+        self._rows: _HeldOutRows | None = None
+        self._attached: _Attachment | None = None
 
     def attach(
         self,
         source: WorkSource,
+        *,
         tokenizer: Tokenizer,
         metrics: BaseLogger,
         run_dir: Path,
@@ -106,36 +126,44 @@ class HeldOutEvaluator(Validator):
             raise ConfigError(
                 "--validator.enable needs held-out data: set holdout_bytes > 0 in the data spec"
             )
-        self._attached = (source, tokenizer, metrics, run_dir, last_step, group)
-        self._is_rank0 = is_rank0
+        self._attached = _Attachment(
+            source, tokenizer, metrics, run_dir, last_step, group, is_rank0
+        )
+
+    @property
+    def attachment(self) -> _Attachment:
+        """What :meth:`attach` connected; AssertionError before it was called."""
+        assert self._attached is not None, "HeldOutEvaluator.attach() was not called"
+        return self._attached
 
     def should_validate(self, step: int) -> bool:
-        assert self._attached is not None, "HeldOutEvaluator.attach() was not called"
-        return step % self.config.freq == 0 or step == self._attached[4]
+        return step % self.config.freq == 0 or step == self.attachment.last_step
 
     @torch.no_grad()
     def validate(self, model_parts: list[torch.nn.Module], step: int) -> None:
-        assert self._attached is not None, "HeldOutEvaluator.attach() was not called"
-        _, _, metrics, run_dir, _, _ = self._attached
         started = time.perf_counter()
         rows = self._held_out_rows()
         model_parts[0].eval()
-        nll, _ = self.score_rows(model_parts, rows.inputs, rows.labels, with_greedy=False)
+        scores = self._score_all(model_parts, rows.inputs, rows.labels, with_greedy=False)
         tasks = self._score_tasks(model_parts, step)
         model_parts[0].train()
-        self._record_scores(rows, nll, step, time.perf_counter() - started, metrics, run_dir, tasks)
+        if self.attachment.is_rank0:
+            self._record(
+                rows, scores, step=step, seconds=time.perf_counter() - started, tasks=tasks
+            )
 
     def _score_tasks(self, model_parts: list[torch.nn.Module], step: int) -> TaskScores | None:
         """The downstream tasks' scores at ``step``, or None when none are due."""
-        assert self._attached is not None
         config = self.config
-        if not config.tasks or not (config.tasks_at_every_eval or step == self._attached[4]):
+        if not config.tasks or not (
+            config.tasks_at_every_eval or step == self.attachment.last_step
+        ):
             return None
-        # Imported here: lm-eval takes ~2 s to import, which only runs with tasks pay.
-        from orchestrator.titan.lm_eval_adapter import ZephonLM, run_tasks
+        # deferred: lm-eval takes ~2 s to import, which only runs with tasks pay
+        from orchestrator.evaluation.lm_eval_adapter import ZephonLM, run_tasks
 
         lm = ZephonLM(
-            self._attached[1], self.seq_len, functools.partial(self.score_rows, model_parts)
+            self.attachment.tokenizer, self.seq_len, functools.partial(self.score_rows, model_parts)
         )
         task_dir = Path(config.task_dir) if config.task_dir else None
         return run_tasks(lm, list(config.tasks), task_dir, limit=config.task_limit or None)
@@ -149,13 +177,29 @@ class HeldOutEvaluator(Validator):
         with_greedy: bool = True,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Every row's negative log-likelihood (nats, summed over its labels) and whether each
-        of its labels is the model's argmax (all False unless ``with_greedy``): rows dealt
-        round-robin to the dp ranks, padded so every rank makes the same forward calls (FSDP
-        needs it), results all-reduced. Every rank must call it with the same rows (a
-        :class:`RowScorer` once ``model_parts`` is bound)."""
+        of its labels is the model's argmax (all False unless ``with_greedy``): a
+        :class:`~orchestrator.evaluation.lm_eval_adapter.RowScorer` once ``model_parts`` is
+        bound. Every rank must call it with the same rows (:meth:`_score_all`)."""
+        scores = self._score_all(model_parts, inputs, labels, with_greedy=with_greedy, metrics=())
+        assert scores.greedy is not None
+        return scores.nll, scores.greedy
+
+    def _score_all(
+        self,
+        model_parts: list[torch.nn.Module],
+        inputs: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        with_greedy: bool,
+        metrics: Sequence[HeldOutMetric] = METRICS,
+    ) -> RowScores:
+        """Every row's scores (:func:`~orchestrator.evaluation.row_scores.score_output`, the
+        held-out ``metrics`` included): rows dealt round-robin to the dp ranks, padded so
+        every rank makes the same forward calls (FSDP needs it), results all-reduced."""
         model = model_parts[0]
         device = utils.device_type
-        scores = np.zeros((2, len(inputs)), dtype=np.float64)  # nll, greedy
+        # One row per score: nll, greedy, then each metric's sum.
+        scores = np.zeros((2 + len(metrics), len(inputs)), dtype=np.float64)
         mine, rank_inputs, rank_labels = self._rank_rows(inputs, labels)
         n = self.config.rows_per_forward
         for start in range(0, len(rank_inputs), n):
@@ -168,66 +212,83 @@ class HeldOutEvaluator(Validator):
             )
             with self.validation_context():
                 row_scores = score_output(
-                    model, model(inputs_, **extra), labels_, with_greedy=with_greedy
+                    model,
+                    model(inputs_, **extra),
+                    labels_,
+                    with_greedy=with_greedy,
+                    metrics=metrics,
                 )
             batch_rows = mine[start : start + n].numpy()
             real = batch_rows >= 0  # padding rows are -1
             scores[0, batch_rows[real]] = row_scores.nll[real]
             if row_scores.greedy is not None:
                 scores[1, batch_rows[real]] = row_scores.greedy[real]
-        group = self._attached[5] if self._attached is not None else None
+            for m, metric in enumerate(metrics):
+                scores[2 + m, batch_rows[real]] = row_scores.metric_sums[metric.name][real]
+        group = self._attached.group if self._attached is not None else None
         if group is not None or self.dp_world_size > 1:
             reduced = torch.from_numpy(scores).to(device)
             dist.all_reduce(reduced, group=group)
             scores = reduced.cpu().numpy()
-        return scores[0], scores[1] > 0.5
+        return RowScores(
+            nll=scores[0],
+            greedy=scores[1] > 0.5 if with_greedy else None,
+            metric_sums={metric.name: scores[2 + m] for m, metric in enumerate(metrics)},
+        )
 
-    def _record_scores(
+    def _record(
         self,
         rows: _HeldOutRows,
-        nll: np.ndarray,
+        scores: RowScores,
+        *,
         step: int,
         seconds: float,
-        metrics: BaseLogger,
-        run_dir: Path,
         tasks: TaskScores | None,
     ) -> None:
-        """Per-document bits, per-dataset bits per byte (design doc) and the tasks'
-        scores (per item in ``tasks.jsonl``), written by rank 0."""
-        if not self._is_rank0:
-            return
-        bits = np.zeros(len(rows.document_bytes))
-        np.add.at(bits, rows.row_document, nll / math.log(2))
-        tokens = np.zeros(len(rows.document_bytes), dtype=np.int64)
+        """Write the evaluation (rank 0): the :class:`EvalRecord` to ``eval.jsonl``, the tasks'
+        items to ``tasks.jsonl``, each domain's score per metric to the metric loggers."""
+        run_dir = self.attachment.run_dir
+        documents = len(rows.document_bytes)
+        tokens = np.zeros(documents, dtype=np.int64)
         np.add.at(tokens, rows.row_document, (rows.labels != IGNORE_INDEX).sum(dim=1).numpy())
-        documents, bpb, counted = {}, {}, {}
-        for d, name in enumerate(rows.names):
-            of_d = rows.document_dataset == d
-            documents[name] = {
-                "bits": [float(b) for b in bits[of_d]],
-                "bytes": [int(b) for b in rows.document_bytes[of_d]],
-            }
-            bpb[name] = float(bits[of_d].sum()) / max(1, int(rows.document_bytes[of_d].sum()))
-            counted[name] = int(tokens[of_d].sum())
-        aggregate = sum(bpb.values()) / len(bpb)
-        record = {
-            "step": step,
-            "bpb": bpb,
-            "aggregate_bpb": aggregate,
-            "tokens": counted,
-            "bytes": {name: sum(documents[name]["bytes"]) for name in rows.names},
-            "seconds": round(seconds, 3),
-            "documents": documents,
-        }
+        weights = {DocumentWeight.BYTES: rows.document_bytes, DocumentWeight.TOKENS: tokens}
+        by_metric = {}
+        for metric in METRICS:
+            values = np.zeros(documents)
+            np.add.at(values, rows.row_document, scores.metric_sums[metric.name])
+            by_metric[metric.name] = MetricScores.of_documents(
+                {
+                    name: DocumentScores(
+                        [float(v) for v in values[rows.document_dataset == d]],
+                        [float(w) for w in weights[metric.per][rows.document_dataset == d]],
+                    )
+                    for d, name in enumerate(rows.names)
+                }
+            )
+        record = EvalRecord(
+            step=step,
+            metrics=by_metric,
+            tokens={
+                n: int(tokens[rows.document_dataset == d].sum()) for d, n in enumerate(rows.names)
+            },
+            bytes={
+                n: int(rows.document_bytes[rows.document_dataset == d].sum())
+                for d, n in enumerate(rows.names)
+            },
+            seconds=seconds,
+            tasks={} if tasks is None else tasks.metrics,
+            higher_is_better={} if tasks is None else tasks.higher_is_better,
+        )
         if tasks is not None:
-            record["tasks"] = tasks.metrics
-            record["higher_is_better"] = tasks.higher_is_better
             with (run_dir / TASKS_FILE).open("a") as f:
                 f.writelines(json.dumps(line) + "\n" for line in tasks.to_records(step))
         with (run_dir / EVAL_FILE).open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        scores = {f"eval/{name}_bpb": v for name, v in bpb.items()}
-        metrics.log({**scores, "eval/aggregate_bpb": aggregate, "eval/seconds": seconds}, step)
+            f.write(json.dumps(record.to_json()) + "\n")
+        logged: dict[str, float] = {"eval/seconds": seconds}
+        for name, metric_scores in by_metric.items():
+            logged.update({f"eval/{d}_{name}": v for d, v in metric_scores.scores.items()})
+            logged[f"eval/aggregate_{name}"] = metric_scores.aggregate
+        self.attachment.metrics.log(logged, step)
 
     def _rank_rows(
         self, all_inputs: torch.Tensor, all_labels: torch.Tensor
@@ -247,8 +308,7 @@ class HeldOutEvaluator(Validator):
         """Tokenize the held-out documents once and cut them into windows (design doc)."""
         if self._rows is not None:
             return self._rows
-        assert self._attached is not None
-        source, tokenizer, *_ = self._attached
+        source, tokenizer = self.attachment.source, self.attachment.tokenizer
         window = self.seq_len + 1
         inputs, labels, row_document, document_dataset, document_bytes = [], [], [], [], []
         for d, _ in enumerate(source.datasets):

@@ -1,0 +1,105 @@
+"""The job service's commands: ``serve``, ``submit``, ``status``/``wait``/``cancel``/``logs``,
+``jobs``, ``datasets``, ``attempt`` (the scheduler's) and ``mcp``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from orchestrator.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TIMED_OUT
+from orchestrator.experiment.runfolder import RunStatus
+from orchestrator.machine.devices import Devices
+from orchestrator.service import attempt
+from orchestrator.service import client as service
+from orchestrator.service.client import ServiceConfig, load_service
+from orchestrator.service.pool import Lease
+from orchestrator.service.scheduler import Scheduler
+from pipeline import ConfigError
+
+
+def command_serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    service = ServiceConfig(
+        root=args.root,
+        data_roots=tuple(args.data_root),
+        device=args.device,
+        capacity=args.capacity,
+        extra_processes=args.extra_processes,
+        max_queued_per_submitter=args.max_queued,
+    )
+    scheduler = Scheduler(service)
+    signal.signal(signal.SIGTERM, lambda *_: scheduler.stop())
+    try:
+        scheduler.serve(until_idle=args.until_idle)
+    except KeyboardInterrupt:
+        scheduler.stop()
+    return EXIT_OK, {"root": str(service.path), "counts": scheduler.queue.counts()}
+
+
+def command_submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    if (args.config is None) == (args.spec is None):
+        raise ConfigError("give the experiment with -c FILE or --spec JSON (one of them)")
+    if args.spec is not None:
+        try:
+            spec = json.loads(args.spec)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--spec is not valid JSON: {e}") from None
+    else:
+        spec = OmegaConf.to_container(OmegaConf.load(args.config))
+    return EXIT_OK, service.submit(
+        service.load_service(args.root),
+        spec,
+        key=args.key,
+        kind=args.kind,
+    )
+
+
+def command_job(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    svc = service.load_service(args.root)
+    if args.command == "status":
+        return EXIT_OK, service.status(svc, args.job_id)
+    if args.command == "cancel":
+        return EXIT_OK, service.cancel(svc, args.job_id)
+    if args.command == "logs":
+        return EXIT_OK, service.logs(svc, args.job_id, tail=args.tail)
+    report = service.wait(svc, args.job_id, timeout_s=args.timeout)
+    state = report["job"]["state"]
+    code = (
+        EXIT_TIMED_OUT if report["timed_out"] else EXIT_OK if state == "succeeded" else EXIT_FAILED
+    )
+    return code, report
+
+
+def command_jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    return EXIT_OK, service.list_jobs(
+        service.load_service(args.root),
+        states=args.state,
+        submitter=args.submitter,
+        kind=args.kind,
+        limit=args.limit,
+    )
+
+
+def command_datasets(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    return EXIT_OK, service.list_datasets(service.load_service(args.root))
+
+
+def command_attempt(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    gpus = tuple(int(i) for i in args.gpu_ids.split(",") if i)
+    lease = Lease(Devices(args.device, args.devices, args.device, gpus), args.dp)
+    result = attempt.run(load_service(args.root), args.job_id, lease)
+    code = {RunStatus.SUCCEEDED: EXIT_OK, RunStatus.INTERRUPTED: EXIT_INTERRUPTED}.get(
+        result["status"]
+    )
+    return (EXIT_FAILED if code is None else code), result
+
+
+def command_mcp(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    # deferred: the MCP SDK takes about half a second to import; only `zephon mcp` needs it
+    from orchestrator.service.mcp_server import serve_stdio
+
+    serve_stdio(args.root)
+    return EXIT_OK, {}

@@ -1,0 +1,82 @@
+"""A training segment's tracking: best effort while it trains, the run folder being the record.
+
+MLflow mirrors the run folder (:class:`SegmentTracking`); a server that is unreachable leaves
+the records pending, and the run says how to catch up (``zephon sync``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from orchestrator.errors import TrackingError
+from orchestrator.experiment.runfolder import RunFolder, RunStatus
+
+if TYPE_CHECKING:
+    from orchestrator.tracking.tracker import Tracker
+
+SYNC_EVERY_S = 10.0
+"""Seconds between two syncs of a training run's records to its tracking server."""
+
+
+class TrackingState(StrEnum):
+    """Where a run's records stand with its tracking server."""
+
+    OFF = "off"
+    """Not tracked."""
+    SYNCED = "synced"
+    """MLflow holds everything the run folder holds."""
+    PENDING = "pending"
+    """The server was unreachable: ``zephon sync <folder>`` sends what it lacks."""
+
+
+@dataclass
+class SegmentTracking:
+    """A segment's tracking: its tracker (None once unreachable), its state, its messages."""
+
+    tracker: Tracker | None
+    state: TrackingState
+    messages: list[str] = field(default_factory=list)
+    last_sync: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def start(cls, tracker: Tracker | None, folder: RunFolder, offline_ok: bool) -> SegmentTracking:
+        """Open the run's MLflow run (tags and parent from the folder, as ``zephon sync``
+        does); an unreachable server leaves the records pending and training goes on."""
+        if tracker is None:
+            return cls(None, TrackingState.PENDING if offline_ok else TrackingState.OFF)
+        try:
+            tracker.start(folder)
+        except TrackingError as e:
+            message = f"tracking unavailable, training continues: {e}"
+            return cls(None, TrackingState.PENDING, [message])
+        return cls(tracker, TrackingState.SYNCED)
+
+    def sync_now_and_then(self, folder: RunFolder) -> None:
+        """Send the folder's new records if ``SYNC_EVERY_S`` passed since the last time."""
+        if self.tracker is None or time.monotonic() - self.last_sync < SYNC_EVERY_S:
+            return
+        self.last_sync = time.monotonic()
+        try:
+            self.tracker.sync(folder)
+            self.state = TrackingState.SYNCED
+        except TrackingError as e:
+            if self.state != TrackingState.PENDING:
+                self.messages.append(f"tracking unavailable, metrics kept in {folder.path}: {e}")
+            self.state = TrackingState.PENDING
+
+    def finish(self, folder: RunFolder, status: RunStatus) -> None:
+        """Send the rest and end the MLflow run with ``status``; say how to catch up if not."""
+        if self.tracker is not None:
+            try:
+                self.tracker.finish(folder, status)
+                self.state = TrackingState.SYNCED
+            except TrackingError as e:
+                self.state = TrackingState.PENDING
+                self.messages.append(f"tracking unavailable: {e}")
+        if self.state == TrackingState.PENDING:
+            self.messages.append(
+                f"metrics are kept in {folder.path}; send them with `zephon sync {folder.path}`"
+            )

@@ -1,0 +1,24 @@
+"""A run's plan: the pure parts (plans of real experiments are made in tests/orchestrator/experiment)."""
+
+from __future__ import annotations
+
+from orchestrator.experiment import load_experiment
+from orchestrator.run import plan as plan_module
+
+
+def test_the_nodes_of_a_multinode_run_derive_one_name() -> None:
+    base = {
+        "data": {"datasets": {"a": ["a.jsonl"]}},
+        "resources": {"launcher": "multinode", "nodes": 2, "dp": 2, "rdzv_endpoint": "h:1"},
+    }
+    variant = "v" * 64
+
+    def name(*overrides: str) -> str:
+        return plan_module._default_run_name(load_experiment(base, list(overrides)), variant)
+
+    node0 = name("resources.node_rank=0", "resources.max_procs=1")
+    assert node0 == name("resources.node_rank=1", "resources.max_procs=4")  # its own cores
+    assert node0 != name("resources.node_rank=1", "resources.rdzv_endpoint=h:2")
+    assert node0 != name("resources.node_rank=1", "train.steps=7")
+    one_machine = "resources.launcher=local"
+    assert name(one_machine) != name(one_machine)  # a new name every time

@@ -25,9 +25,9 @@ from omegaconf import DictConfig, open_dict
 
 from orchestrator.errors import NoFit
 from orchestrator.experiment import divisors, dp_problems
+from orchestrator.machine.devices import discover
 from orchestrator.run import interrupts, warm_start
 from orchestrator.run.cpu_env import cpu_start_env
-from orchestrator.run.devices import discover
 from orchestrator.service.pool import DevicePool, Lease
 from pipeline.errors import ConfigError
 from sweeps.config import experiment_from

@@ -25,7 +25,7 @@ from orchestrator.run.trainer_command import recipe_flags, schedule_flags
 from pipeline import fingerprint, load_tokenizer
 from pipeline.paths import zephon_home
 
-RESOLVER = "orchestrator.titan.recipe"
+RESOLVER = "orchestrator.titan.recipe_resolver"
 RECIPE_PACKAGES = ("torch", "torchtitan", "zephon")
 """Packages whose versions are part of every recipe."""
 TRAINER_SOURCES = ("titan/*.py", "evaluation/**/*.py")

@@ -1,4 +1,4 @@
-"""A run's recipe as TorchTitan resolves it: ``python -m orchestrator.titan.recipe FLAGS...``.
+"""A run's recipe as TorchTitan resolves it: ``python -m orchestrator.titan.recipe_resolver FLAGS...``.
 
 The recipe is everything that decides the training arithmetic apart from the data, read
 from TorchTitan's own config parser on the trainer's flags; ``init`` is its part that

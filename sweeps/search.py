@@ -20,6 +20,7 @@ from hydra.core.utils import JobReturn
 
 from orchestrator.errors import ExperimentError, SweepFailed
 from orchestrator.experiment.runfolder import RunStatus
+from orchestrator.guard.tracked import compare_tracked
 from orchestrator.search import Bounds, Observations, Proposal, fit, initial_design, propose
 from orchestrator.search.budget import dataset_tokens, token_budget
 from orchestrator.search.confirmation import confirmation_confidence
@@ -176,7 +177,6 @@ class MixSearch:
         self, state: SearchState, record: SearchRound, jobs: list[Job], accepted: list[str]
     ) -> None:
         """Launch the round's jobs, then the guard on every accepted run plus these."""
-        from orchestrator.run import api
 
         results = self.sweeper.launch(self.opened, jobs, record.first_job)
         self.results += results
@@ -186,7 +186,7 @@ class MixSearch:
             state.save()
             self._fail_search([f"job {o['job']} {o['status']}: {o['error']}" for o in failed])
         parent = self.opened.parent
-        verdict = api.compare(
+        verdict = compare_tracked(
             [*accepted, *(o["mlflow_run_id"] for o in record.outcomes)],
             tracking_uri=parent.uri,
             experiment=parent.experiment,
@@ -221,7 +221,6 @@ class MixSearch:
     ) -> dict[str, Any] | None:
         """The recommended mixture against the best initial and the token-proportional mix,
         decided by the guard into the parent run (None: they are one mixture)."""
-        from orchestrator.run import api
 
         observations = self._read_observations(accepted)
         last = state.rounds[-1]
@@ -259,7 +258,7 @@ class MixSearch:
             for j in wanted
         ]
         parent = self.opened.parent
-        return api.compare(
+        return compare_tracked(
             run_ids,
             tracking_uri=parent.uri,
             experiment=parent.experiment,

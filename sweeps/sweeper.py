@@ -33,6 +33,7 @@ from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.guard.comparison import SEED_SETTINGS
 from orchestrator.guard.decisions import family_of
 from orchestrator.guard.ladder import ladder, ladder_markdown
+from orchestrator.guard.tracked import compare_tracked
 from orchestrator.run import interrupts
 from sweeps.config import experiment_from
 from sweeps.mixes import MixSpace, describe, mix_label, override_strings, variants
@@ -536,7 +537,6 @@ class _ParentRun:
         other sweeps, logged into the parent run (one combination) or into child comparison
         runs of it (several: a sweep that also crosses e.g. ``train.steps`` never ranks runs
         of different recipes). Seed replicates of a combination are compared together."""
-        from orchestrator.run import api
 
         groups: dict[str, list[str]] = {}
         for o in outcomes:
@@ -546,7 +546,7 @@ class _ParentRun:
             return None
         try:
             if len(groups) == 1:
-                return api.compare(
+                return compare_tracked(
                     next(iter(groups.values())),
                     tracking_uri=self.uri,
                     experiment=self.experiment,
@@ -555,7 +555,7 @@ class _ParentRun:
                     family=family,
                 )
             verdicts = {
-                combination: api.compare(
+                combination: compare_tracked(
                     run_ids,
                     tracking_uri=self.uri,
                     experiment=self.experiment,

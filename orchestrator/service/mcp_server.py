@@ -16,6 +16,7 @@ from mcp.server.fastmcp import FastMCP
 from pydantic import WithJsonSchema
 
 from orchestrator.experiment.schema import experiment_json_schema
+from orchestrator.guard.tracked import compare_tracked
 from orchestrator.search import Bounds, Observations
 from orchestrator.search import fit as fit_models
 from orchestrator.search import propose as propose_mixtures
@@ -141,11 +142,10 @@ def build_server(root: str) -> FastMCP:
         to rank and decide on, default all; ``family``: holm (default), bh or none, the
         correction of the decisions for the number of pairs), or a refusal naming the
         diverging step or the differing contract fields."""
-        from orchestrator.run import api
 
         if not run_ids and not sweep and not experiment:
             raise ValueError("name the runs: run_ids, sweep or experiment")
-        return api.compare(
+        return compare_tracked(
             run_ids,
             sweep=sweep,
             experiment=experiment,

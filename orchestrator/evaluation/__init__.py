@@ -5,7 +5,7 @@ with task_lookup.py checking task names at plan time).
 Importing this package imports no torch: the guard, tracking and the CLI use the record and
 the metric names; only the trainer imports the scorers.
 
-Design: docs/design/orchestrator_titan.md, "The held-out evaluator".
+Design: docs/design/orchestrator_evaluation.md.
 """
 
 from orchestrator.evaluation.metrics import (

@@ -6,7 +6,7 @@ Rank 0 appends each evaluation to ``<dump_folder>/zephon/eval.jsonl`` as an
 :class:`~orchestrator.evaluation.record.EvalRecord` (per-document values, so variants are
 compared document by document) and the tasks' items to ``tasks.jsonl``.
 
-Design: docs/design/orchestrator_titan.md, "The held-out evaluator".
+Design: docs/design/orchestrator_evaluation.md.
 """
 
 from __future__ import annotations

@@ -537,5 +537,5 @@ def compare(
         **comparison.to_json(),
         "comparison_run_id": comparison_run,
         "tracking_uri": uri,
-        "markdown": comparison.to_markdown(),
+        "markdown": guard.comparison_markdown(comparison),
     }

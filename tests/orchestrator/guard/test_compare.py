@@ -20,6 +20,7 @@ from orchestrator.guard import (
     RunSummary,
     check,
     compare,
+    comparison_markdown,
     load_runs,
     log_comparison,
     mixture_label,
@@ -216,7 +217,7 @@ def test_accepted_rows_means_and_spread(tmp_path: Path) -> None:
     assert json.loads(json.dumps(payload)) == payload
     assert payload["verdict"] == "accepted" and len(payload["rows"]) == 2
 
-    md = result.to_markdown()
+    md = comparison_markdown(result)
     assert "accepted" in md and "eval step 10" in md
     assert "all data fingerprints agreed" in md and "every run finished its schedule" in md
     assert f"recipe `{runs[0].recipe_fingerprint[:12]}`" in md
@@ -293,7 +294,7 @@ def test_one_replicate_has_zero_spread() -> None:
     assert result.accepted
     assert all(r.aggregate_std == 0.0 and r.aggregate_range == 0.0 for r in result.rows)
     assert [r.runs for r in result.rows] == [["a"], ["b"]]
-    assert "no variant had two replicates" in result.to_markdown()
+    assert "no variant had two replicates" in comparison_markdown(result)
 
 
 def test_plot_refuses_refused_comparison(tmp_path: Path) -> None:
@@ -315,7 +316,7 @@ def test_seed_tampered_names_seed_and_both_values() -> None:
     assert "seed: 0 (run a) vs 1 (run b)" in refusal.message
     assert "re-run run b with seed=0" in refusal.message
     assert refusal.runs == ["id-run-a", "id-run-b"]
-    assert "refused" in result.to_markdown() and "seed" in result.to_markdown()
+    assert "refused" in comparison_markdown(result) and "seed" in comparison_markdown(result)
 
 
 def test_dataset_fingerprint_tampered_names_dotted_field() -> None:
@@ -494,7 +495,7 @@ def test_all_refusals_collected() -> None:
     assert "global_batch_size" in by_code[RefusalCode.CONTRACT_MISMATCH].detail["fields"]
     assert "c has no per-step batch digests" in by_code[RefusalCode.NO_DATA].message
     assert "d has no held-out eval scores" in by_code[RefusalCode.NO_COMMON_EVAL].message
-    md = result.to_markdown()
+    md = comparison_markdown(result)
     assert "4 reasons" in md and all(c in md for c in by_code)
 
 
@@ -781,7 +782,7 @@ def test_paired_seeds_are_accepted_and_decided_over_seeds() -> None:
     assert pair["seeds"] == 2 and "2 seeds" in pair["method"]
     # two seeds: t with about one degree of freedom, so a wide interval
     assert pair["interval"][1] - pair["interval"][0] > 0.1
-    md = result.to_markdown()
+    md = comparison_markdown(result)
     assert "2 seed blocks, each run by every variant" in md
 
 
@@ -856,7 +857,7 @@ def test_decide_on_some_domains_ranks_and_decides_their_mean() -> None:
     assert best.mixture == mixture_label(MIX_B)
     assert best.aggregate_bpb == pytest.approx((0.9 - 0.1 + 1.0 - 0.1) / 2)
     assert result.pairs[0]["decision"] == "a_better"
-    assert "mean over code, docs only" in result.to_markdown()
+    assert "mean over code, docs only" in comparison_markdown(result)
     with pytest.raises(ValueError, match=r"cannot decide on held-out domain\(s\) \['web'\]"):
         compare(runs, decide_on=["web"])
 
@@ -929,11 +930,11 @@ def test_the_table_shows_what_training_gained_over_the_initial_model() -> None:
     for row in result.rows:
         assert row.initial_bpb == dict.fromkeys(DOMAINS, 4.0)
         assert row.gain(DOMAINS[0]) == pytest.approx(1 - row.bpb[DOMAINS[0]] / 4.0)
-    markdown = result.to_markdown()
+    markdown = comparison_markdown(result)
     assert "### What training gained (step 0 -> step 10)" in markdown
     top = result.rows[0]
     assert f"4.000 -> {top.bpb[DOMAINS[0]]:.3f} (-{top.gain(DOMAINS[0]):.0%})" in markdown
     # without a step-0 score on every run, no gains are claimed
     partial = compare([scored[0], *runs[1:]])
     assert all(not row.initial_bpb for row in partial.rows)
-    assert "What training gained" not in partial.to_markdown()
+    assert "What training gained" not in comparison_markdown(partial)

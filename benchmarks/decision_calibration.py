@@ -193,9 +193,12 @@ def simulate_seed_counts(
             a = draw_scores(model, rng, seeds=seeds)
             twin = draw_scores(model, rng, seeds=seeds)
             b = draw_scores(model, rng, seeds=seeds, effect=model.effect)
-            counts["aa_now"] += decide_pair("a", "t", a, twin, doc_bytes).decision != CANNOT_TELL
+            counts["aa_now"] += (
+                decide_pair("a", "t", a_scores=a, b_scores=twin, doc_bytes=doc_bytes).decision
+                != CANNOT_TELL
+            )
             counts["aa_before"] += welch_decides(a, twin, doc_bytes)
-            decided = decide_pair("a", "b", a, b, doc_bytes).decision
+            decided = decide_pair("a", "b", a_scores=a, b_scores=b, doc_bytes=doc_bytes).decision
             counts["ab_now"] += (
                 decided == "a_better" if _b_is_worse(model) else decided == "b_better"
             )
@@ -221,7 +224,7 @@ def simulate_sweeps(model: NoiseModel, *, sweeps: int = SWEEPS, seed: int = 1) -
         }
         order = sorted(scores)
         for family in Family:
-            pairs = decide_all(order, scores, doc_bytes, family=family)
+            pairs = decide_all(order, scores, doc_bytes=doc_bytes, family=family)
             named[family] += any(p.decision != CANNOT_TELL for p in pairs)
         before += any(
             welch_decides(scores[a], scores[b], doc_bytes)

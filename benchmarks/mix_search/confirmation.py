@@ -118,7 +118,12 @@ def confirm(
             confirmations.append(Confirmation(name, SAME_MIXTURE, true_difference))
             continue
         decision = decide_pair(
-            "recommended", name, bits[0], bits[arm], document_bytes(), confidence=confidence
+            "recommended",
+            name,
+            a_scores=bits[0],
+            b_scores=bits[arm],
+            doc_bytes=document_bytes(),
+            confidence=confidence,
         )
         confirmations.append(
             Confirmation(

@@ -1,8 +1,9 @@
 """The comparison guard: a table of scores only for runs that differ in their data mixture.
 
-runs.py loads the runs from MLflow, rules.py refuses with reasons (:class:`RefusalCode`),
-scoring.py compares the variants (each pair decided by decisions.py), and the verdict goes
-back to MLflow with its Markdown report and plot. The rules: ``docs/design/guard.md``.
+runs.py loads the runs from MLflow, rules/ refuses with reasons (:class:`RefusalCode`),
+scoring.py compares the variants (each pair decided by decisions/), and the verdict goes
+back to MLflow with its Markdown report (report.py) and plot. The rules:
+``docs/design/guard.md``.
 
 Design: docs/design/orchestrator_guard.md
 """
@@ -19,6 +20,7 @@ from orchestrator.guard.comparison import (
     mixture_label,
 )
 from orchestrator.guard.plot import plot
+from orchestrator.guard.report import comparison_markdown
 from orchestrator.guard.rules import check
 from orchestrator.guard.runs import comparison_name, load_runs, log_comparison
 from orchestrator.guard.scoring import compare
@@ -34,6 +36,7 @@ __all__ = [
     "RunSummary",
     "check",
     "compare",
+    "comparison_markdown",
     "comparison_name",
     "load_runs",
     "log_comparison",

@@ -271,10 +271,3 @@ class Comparison:
             "score": self.score,
             "best": best_row.variant if best_row else None,
         }
-
-    def to_markdown(self) -> str:
-        """A readable report: the table and decisions if accepted, the reasons if refused
-        (:func:`orchestrator.guard.report.comparison_markdown`)."""
-        from orchestrator.guard.report import comparison_markdown  # report imports this module
-
-        return comparison_markdown(self)

@@ -22,6 +22,7 @@ def plot(comparison: Comparison, runs: list[RunSummary], path: Path) -> Path:
     """
     if not comparison.accepted or comparison.eval_step is None:
         raise ValueError("plot() needs an accepted comparison; this one was refused")
+    # deferred: matplotlib takes ~1 s to import, and only an accepted comparison is drawn
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from orchestrator.guard.comparison import HELD_OUT_SCORE, SHORT
-
-if TYPE_CHECKING:
-    from orchestrator.guard.comparison import Comparison, ComparisonRow
+from orchestrator.guard.comparison import HELD_OUT_SCORE, SHORT, Comparison, ComparisonRow
+from orchestrator.guard.decisions import Family
 
 _NUMERIC_COLUMNS = ("rank", "n", "seeds", "± docs", "vs best", "dp range", "std")
 """Table columns aligned right (besides the ``... bpb`` ones)."""
@@ -142,7 +138,7 @@ def _decisions_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
-FAMILY_COLUMN = {"holm": "Holm p", "bh": "BH q", "none": "adjusted"}
+FAMILY_COLUMN = {Family.HOLM: "Holm p", Family.BH: "BH q", Family.NONE: "adjusted"}
 """The adjusted p-value column's heading per family correction."""
 
 
@@ -150,12 +146,12 @@ def _family_sentence(comparison: Comparison) -> str:
     """Which correction the decisions follow, and over how many pairs."""
     k = len(comparison.pairs)
     level = f"{1 - comparison.confidence:.2g}"
-    if comparison.family == "holm":
+    if comparison.family == Family.HOLM:
         return (
             f"Decisions corrected for {k} pairs by Holm's method: the chance that any of them "
             f"is wrong is at most {level} (a best mixture is claimed at that family level)."
         )
-    if comparison.family == "bh":
+    if comparison.family == Family.BH:
         return (
             f"Decisions corrected for {k} pairs by Benjamini-Hochberg: at most {level} of the "
             "decisions made are expected to be wrong."

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 from orchestrator.guard.comparison import AGGREGATE, Comparison, RunSummary, ordered_runs
 from orchestrator.guard.plot import plot
+from orchestrator.guard.report import comparison_markdown
 
 
 def _dp_sizes(tags: dict[str, str], steps: list[dict[str, Any]]) -> list[int]:
@@ -193,7 +194,7 @@ def log_comparison(
     """
     ids = [r.run_id for r in ordered_runs(runs)]
     name = comparison_name(ids)
-    markdown = comparison.to_markdown()
+    markdown = comparison_markdown(comparison)
     tags = {
         TAG_VERDICT: "accepted" if comparison.accepted else "refused",
         TAG_COMPARED: ",".join(ids),

@@ -185,7 +185,7 @@ def compare(
     decided = decisions.decide_all(
         order,
         {v.arm: v.document_bits for v in variants},
-        doc_bytes,
+        doc_bytes=doc_bytes,
         threshold=threshold,
         confidence=confidence,
         family=family,

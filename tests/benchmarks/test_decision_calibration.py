@@ -18,7 +18,7 @@ from benchmarks.decision_calibration import (
 )
 from benchmarks.decisions import to_markdown
 from orchestrator.guard.comparison import RunSummary
-from tests.orchestrator.guard.test_compare import make_run
+from tests.support.guard_runs import make_run
 
 DOMAINS = ["code", "docs"]
 KNOWN = NoiseModel(

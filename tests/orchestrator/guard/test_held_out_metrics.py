@@ -11,7 +11,7 @@ from orchestrator.evaluation import DocumentScores, MetricScores, held_out_metri
 from orchestrator.guard import compare
 from orchestrator.guard.comparison import RunSummary
 from orchestrator.guard.held_out_metrics import metric_choice
-from tests.orchestrator.guard.test_compare import DOMAINS, MIX_A, MIX_B, seeded
+from tests.support.guard_runs import DOMAINS, MIX_A, MIX_B, seeded
 
 STEP = 10
 DOCS = 120

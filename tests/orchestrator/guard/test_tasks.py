@@ -11,7 +11,7 @@ import pytest
 from orchestrator.guard import compare
 from orchestrator.guard.comparison import RunSummary
 from orchestrator.guard.tasks import task_choice
-from tests.orchestrator.guard.test_compare import MIX_A, MIX_B, seeded
+from tests.support.guard_runs import MIX_A, MIX_B, seeded
 
 STEP = 10
 ITEMS = 200

@@ -111,7 +111,7 @@ def test_zephon_runs_of_two_sizes_are_checked_size_by_size_and_carry_their_size(
     """A ladder's runs: the guard accepts each size's runs on their own (their recipes
     differ between sizes), and every observation carries its size's parameter count."""
     from orchestrator.search.runs import observations_by_size
-    from tests.orchestrator.guard.test_compare import four_runs, make_recipe
+    from tests.support.guard_runs import four_runs, make_recipe
 
     small = [dataclasses.replace(r, parameters=150_000) for r in four_runs()]
     large_recipe = make_recipe(**{"model_spec.model.dim": 128})

@@ -1,0 +1,63 @@
+"""The family of a comparison's pairs (orchestrator.guard.decisions.family): Holm and
+Benjamini-Hochberg, and the seed term pooled over the variants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orchestrator.guard.decisions import (
+    CANNOT_TELL,
+    Family,
+    adjusted_p_values,
+    decide_all,
+    decide_pair,
+    family_of,
+)
+from tests.support.decision_scores import equal_variants
+
+
+def test_holm_and_bh_adjust_as_defined() -> None:
+    p = [0.01, 0.04, 0.03, 0.005]
+    assert adjusted_p_values(p, Family.HOLM) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert adjusted_p_values(p, Family.BH) == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    assert adjusted_p_values(p, Family.NONE) == p
+    with pytest.raises(ValueError, match="use one of holm, bh, none"):
+        family_of("bonferroni")
+
+
+def test_six_equal_mixtures_name_a_winner_rarely_under_holm() -> None:
+    """15 pairs decided each at 5% name some winner far more often than 5%; under Holm,
+    at most about 5% of such sweeps name one."""
+    rng = np.random.default_rng(6)
+    trials = 300
+    named = dict.fromkeys(Family, 0)
+    for _ in range(trials):
+        doc_bytes, scores = equal_variants(rng, variants=6, seeds=3, run_sd=0.02)
+        order = sorted(scores)
+        for family in Family:
+            pairs = decide_all(order, scores, doc_bytes=doc_bytes, family=family)
+            named[family] += any(p.decision != CANNOT_TELL for p in pairs)
+    assert named[Family.HOLM] / trials <= 0.07, named
+    assert named[Family.BH] <= named[Family.NONE] and named[Family.HOLM] <= named[Family.BH]
+    assert named[Family.NONE] / trials >= 0.12, named
+
+
+def test_the_seed_term_is_pooled_over_three_or_more_variants() -> None:
+    """Three variants under two seeds: each pair's seed term has (3-1)(2-1) = 2 degrees of
+    freedom from the variants x seeds table instead of its own 1, and equal mixtures are
+    still decided at most at the stated rate."""
+    rng = np.random.default_rng(12)
+    trials = 700
+    decided = 0
+    for _ in range(trials):
+        doc_bytes, scores = equal_variants(rng, variants=3, seeds=2, run_sd=0.05)
+        pairs = decide_all(sorted(scores), scores, doc_bytes=doc_bytes, family=Family.NONE)
+        decided += sum(p.decision != CANNOT_TELL for p in pairs)
+    assert decided / (3 * trials) <= 0.065, decided / (3 * trials)
+    assert "the seed term on 2 df pooled over 3 variants" in pairs[0].method
+    doc_bytes, scores = equal_variants(rng, variants=2, seeds=2, run_sd=0.05)
+    (alone,) = decide_all(["v0", "v1"], scores, doc_bytes=doc_bytes, family=Family.NONE)
+    assert alone == decide_pair(
+        "v0", "v1", a_scores=scores["v0"], b_scores=scores["v1"], doc_bytes=doc_bytes
+    )

@@ -5,7 +5,7 @@ the next round's mixtures proposed, until the stop signal or ``rounds`` rounds; 
 recommended mixture is confirmed by the guard. The state file
 ``<runs_root>/<sweep>.search.json`` lets ``hydra.sweeper.resume`` continue a search.
 
-Design: docs/design/sweeps_search.md
+Design: docs/design/search.md
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class SearchingMixSweeper(MixSweeper):
 
 
 class MixSearch:
-    """The searching mode of :class:`~sweeps.sweeper.MixSweeper` (docs/design/sweeps_search.md)."""
+    """The searching mode of :class:`~sweeps.sweeper.MixSweeper` (docs/design/search.md)."""
 
     def __init__(self, sweeper: MixSweeper) -> None:
         self.sweeper = sweeper
@@ -73,7 +73,7 @@ class MixSearch:
         self.results: list[JobReturn] = []
 
     def sweep(self, arguments: list[str]) -> list[JobReturn]:
-        """Steps 1-4 of docs/design/sweeps_search.md."""
+        """Steps 1-4 of docs/design/search.md."""
         sweeper, spec = self.sweeper, self.spec
         assert sweeper.config is not None and sweeper.hydra_context is not None
         combinations = sweeper.combinations(arguments)

@@ -5,7 +5,7 @@ scoring.py compares the variants (each pair decided by decisions/), and the verd
 back to MLflow with its Markdown report (report.py) and plot. The rules:
 ``docs/design/guard.md``.
 
-Design: docs/design/orchestrator_guard.md
+Design: docs/design/guard.md
 """
 
 from orchestrator.guard.comparison import (

@@ -5,7 +5,7 @@
 Pure computation: no MLflow, no subprocess; only ``runs.py`` reads runs, through the
 guard. Lower scores are better; the objective is the mean of the target scores.
 
-Design: docs/design/orchestrator_search.md
+Design: docs/design/search.md
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Each proposal is the minimum of another refit, so a batch spreads where the fit 
 unsure. Stop when no proposal's optimistic gain over the best run exceeds ``min_gain``
 (by default the replicate noise), and a fit that ranks poorly says stop only on flat runs.
 
-Design: docs/design/orchestrator_search.md
+Design: docs/design/search.md
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def propose(
     prior: Mapping[str, float] | None = None,
 ) -> Proposal:
     """The next ``count`` mixtures for the fit ``result`` (the rule:
-    docs/design/orchestrator_search.md).
+    docs/design/search.md).
 
     ``prior``: the reference mix (e.g. token-proportional) that candidates are also drawn
     around; default uniform. Deterministic for a given ``seed``.

@@ -30,7 +30,7 @@ from orchestrator.errors import (
 )
 from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.run import interrupts
-from orchestrator.service.queue import KINDS
+from orchestrator.service.job import KINDS
 from pipeline import ConfigError, ZephonError
 
 

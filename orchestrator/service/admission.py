@@ -25,6 +25,7 @@ from orchestrator.experiment import (
     split_step_problems,
     validate,
 )
+from orchestrator.service.job import JobKind
 from pipeline.tokenizer.loader import tokenizer_file_location
 
 
@@ -91,10 +92,10 @@ def verify_request(
     }
 
 
-def admit_job(kind: str, spec: Any, rules: Rules) -> AdmittedJob:
+def admit_job(kind: JobKind, spec: Any, rules: Rules) -> AdmittedJob:
     """:func:`admit` for a job of ``kind`` (``run``, ``plan`` or ``verify``); ExperimentError
     listing every reason if the service may not run it."""
-    if kind != "verify":
+    if kind != JobKind.VERIFY:
         return AdmittedJob(admit(spec, rules))
     if not isinstance(spec, dict) or set(spec) - set(VERIFY_KEYS) or "experiment" not in spec:
         raise ExperimentError(

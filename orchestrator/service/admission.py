@@ -13,7 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from orchestrator.service.job import JobKind
 from pipeline.tokenizer.loader import tokenizer_file_location
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Limits:
     """Largest values a submitted experiment may ask for."""
 
@@ -52,6 +52,7 @@ class Rules:
     """Folders dataset and tokenizer files must lie under."""
     runs_root: str
     """Where the service keeps run folders."""
+    _: KW_ONLY
     tracking_uri: str
     """The service's MLflow tracking URI."""
     limits: Limits = field(default_factory=Limits)

@@ -14,7 +14,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ class ServiceConfig:
 
     root: str = DEFAULT_ROOT
     """Folder holding service.json, queue.db, jobs/, runs/ and mlflow.db."""
+    _: KW_ONLY
     data_roots: tuple[str, ...] = ()
     """Folders dataset files must lie under; empty: ``<root>/data``."""
     tracking_uri: str | None = None
@@ -78,8 +79,8 @@ class ServiceConfig:
         return Rules(
             tuple(str(Path(r).expanduser().absolute()) for r in roots),
             str(self.runs_root),
-            uri,
-            self.limits,
+            tracking_uri=uri,
+            limits=self.limits,
         )
 
     def queue(self) -> JobQueue:

@@ -73,7 +73,7 @@ def to_kind(value: Any) -> JobKind:
         raise QueueError(f"unknown job kind {value!r}; use one of {', '.join(KINDS)}") from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Job:
     """One submitted experiment, as stored in the queue."""
 

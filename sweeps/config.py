@@ -19,7 +19,10 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from demo.local_corpus import build_local_corpus
+from demo.local_tokenizer import build_local_tokenizer
 from orchestrator.experiment import ExperimentConfig, load_experiment
+from pipeline import canonical_tokenizer_spec
 from pipeline.paths import zephon_home
 
 
@@ -80,8 +83,6 @@ ConfigStore.instance().store(name=SCHEMA_NAME, node=_schema_node())
 def local_corpus(mb_per_domain: float) -> dict[str, list[str]]:
     """``${zephon_local_corpus:MB}``: build (or reuse) the local corpus under
     ``$ZEPHON_HOME/corpus-<MB>mb`` and return ``{domain: [shard paths]}``."""
-    from demo.local_corpus import build_local_corpus
-
     size = float(mb_per_domain)
     folder = zephon_home() / f"corpus-{size:g}mb"
     built = build_local_corpus(folder, max_bytes_per_domain=int(size * 1e6))
@@ -91,9 +92,6 @@ def local_corpus(mb_per_domain: float) -> dict[str, list[str]]:
 def local_tokenizer(mb_per_domain: float, vocab_size: int) -> str:
     """``${zephon_local_tokenizer:MB,VOCAB}``: a byte-level BPE of ``VOCAB`` tokens learned
     from the local corpus of :func:`local_corpus` (built once, under ``$ZEPHON_HOME``)."""
-    from demo.local_tokenizer import build_local_tokenizer
-    from pipeline import canonical_tokenizer_spec
-
     corpus = {name: [Path(p) for p in paths] for name, paths in local_corpus(mb_per_domain).items()}
     folder = zephon_home() / f"corpus-{float(mb_per_domain):g}mb-bpe{int(vocab_size)}"
     # the spec a plan records (the tokenizer file), so the plan is the composed experiment

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job
+from hydra.core.utils import (
+    JobReturn,
+    JobStatus,
+    configure_log,
+    filter_overrides,
+    run_job,
+    setup_globals,
+)
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
@@ -92,8 +99,6 @@ class ZephonLauncher(Launcher):
     ) -> Sequence[JobReturn]:
         """Run every job (docs/design/sweeps_sweeper.md); returns one JobReturn per job, in
         order."""
-        from hydra.core.utils import setup_globals
-
         assert self.config is not None and self.hydra_context is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)

@@ -37,7 +37,7 @@ _DIRICHLET_ATTEMPTS_PER_DRAW = 1000
 """Draws allowed per requested Dirichlet mix before giving up."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MixSpace:
     """The data-mix variants a sweep asks for (the algorithms: docs/design/sweeps_mixes.md)."""
 

@@ -10,11 +10,10 @@ Design: docs/design/search.md
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hydra.core.utils import JobReturn
 
@@ -25,14 +24,16 @@ from orchestrator.search import Bounds, Observations, Proposal, fit, initial_des
 from orchestrator.search.budget import dataset_tokens, token_budget
 from orchestrator.search.confirmation import confirmation_confidence
 from orchestrator.search.observations import MIN_DISTINCT_MIXTURES
+from orchestrator.search.runs import observations_from_runs
+from orchestrator.tracking.mlflow_status import MlflowStatus
+from orchestrator.tracking.tracker import Tracker
 from sweeps.config import experiment_from
+from sweeps.jobs import Job, job_outcome
 from sweeps.mixes import mix_label, variants
 from sweeps.search_report import plot_search, report_lines, trajectory
 from sweeps.search_state import SearchRound, SearchSpec, SearchState
-from sweeps.sweeper import SWEEP_FILE, MixSweeper, job_outcome, sweep_report
-
-if TYPE_CHECKING:
-    from sweeps.sweeper import Job, MixSweeper
+from sweeps.summary import sweep_report, write_summary
+from sweeps.sweeper import MixSweeper
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class MixSearch:
         sweeper.validate_jobs(design_jobs)
         opened = sweeper.open_sweep(sweeper.description(design_jobs), len(design_jobs))
         if opened.parent.run_id is None:
-            opened.parent.finish("FAILED")
+            opened.parent.finish(MlflowStatus.FAILED)
             raise ExperimentError(
                 [
                     "a search reads its runs' scores from MLflow: the tracking store must be reachable"
@@ -145,7 +146,7 @@ class MixSearch:
             if number < len(state.rounds):
                 record = state.rounds[number]
             else:
-                record = SearchRound(number, mixtures, next_job, predicted)
+                record = SearchRound(number, mixtures, first_job=next_job, predicted=predicted)
                 state.rounds.append(record)
                 state.save()  # the proposals are fixed before anything of the round runs
             jobs = self.sweeper.jobs_for(self.other, record.mixtures)
@@ -177,7 +178,6 @@ class MixSearch:
         self, state: SearchState, record: SearchRound, jobs: list[Job], accepted: list[str]
     ) -> None:
         """Launch the round's jobs, then the guard on every accepted run plus these."""
-
         results = self.sweeper.launch(self.opened, jobs, record.first_job)
         self.results += results
         record.outcomes = [job_outcome(job, r) for job, r in zip(jobs, results, strict=True)]
@@ -207,8 +207,6 @@ class MixSearch:
         return proposal_from_inputs(inputs, self._read_observations(inputs["run_ids"]))
 
     def _read_observations(self, run_ids: list[str]) -> Observations:
-        from orchestrator.search.runs import observations_from_runs
-
         parent = self.opened.parent
         return observations_from_runs(
             run_ids, tracking_uri=parent.uri, experiment=parent.experiment
@@ -221,7 +219,6 @@ class MixSearch:
     ) -> dict[str, Any] | None:
         """The recommended mixture against the best initial and the token-proportional mix,
         decided by the guard into the parent run (None: they are one mixture)."""
-
         observations = self._read_observations(accepted)
         last = state.rounds[-1]
         assert last.proposal is not None
@@ -239,7 +236,9 @@ class MixSearch:
         record = state.confirmation
         if record is None:
             last_jobs = self.sweeper.jobs_for(self.other, last.mixtures)
-            record = SearchRound(-1, [j.mixture for j in missing], last.first_job + len(last_jobs))
+            record = SearchRound(
+                -1, [j.mixture for j in missing], first_job=last.first_job + len(last_jobs)
+            )
             state.confirmation = record
             state.save()
         if missing and not record.outcomes:
@@ -286,8 +285,6 @@ class MixSearch:
 
     def _finish_search(self, state: SearchState, verdict: dict[str, Any] | None) -> list[JobReturn]:
         """Trajectory, plots and state into the parent run; sweep.json; the report."""
-        from orchestrator.tracking.tracker import Tracker
-
         parent, folder = self.opened.parent, self.opened.folder
         accepted = [o["mlflow_run_id"] for r in state.rounds for o in r.outcomes]
         observations = self._read_observations(accepted)
@@ -313,14 +310,14 @@ class MixSearch:
             },
             "comparison": verdict,
         }
-        (folder / SWEEP_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        write_summary(summary, folder)
         print("\n".join(report_lines(state, points, self.space.decimals)))
         print(sweep_report(summary, folder, self.space.decimals))
         if verdict is not None and not verdict.get("accepted", False):
             self._fail_search([r["message"] for r in verdict.get("refusals", [])])
-        parent.finish(status="FINISHED")
+        parent.finish(MlflowStatus.FINISHED)
         return self.results
 
     def _fail_search(self, reasons: list[str]) -> None:
-        self.opened.parent.finish(status="FAILED")
+        self.opened.parent.finish(MlflowStatus.FAILED)
         raise SweepFailed(f"{self.opened.name}: " + "\n".join(reasons))

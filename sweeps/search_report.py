@@ -13,7 +13,7 @@ TRAJECTORY_PLOT = "search_trajectory.png"
 PREDICTIONS_PLOT = "search_predictions.png"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrajectoryPoint:
     """Where the search stood after one round."""
 
@@ -99,6 +99,7 @@ def trajectory(
 def plot_search(points: list[TrajectoryPoint], folder: Path) -> list[Path]:
     """The trajectory (best observed so far and the recommendation's prediction per round)
     and predicted vs observed for every proposed mixture, as PNG files in ``folder``."""
+    # deferred: ~0.4 s, and Hydra imports this module (its plugin) in every zephon-run
     import matplotlib
 
     matplotlib.use("Agg")  # files only: sweeps run without a display

@@ -4,14 +4,14 @@ far, kept in a file so that a continued search picks up where it was."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ExperimentError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SearchSpec:
     """``hydra.sweeper.mix.search``: how long to search and how many runs a round."""
 
@@ -64,6 +64,7 @@ class SearchRound:
     number: int
     """0: the initial design; -1: the confirmation."""
     mixtures: list[dict[str, float]]
+    _: KW_ONLY
     first_job: int
     """The job number (run folder ``<sweep>-<number>``) of the round's first job."""
     predicted: list[float | None] = field(default_factory=list)

@@ -10,7 +10,6 @@ Design: docs/design/sweeps_sweeper.md
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import shlex
@@ -20,8 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
@@ -32,18 +33,19 @@ from orchestrator.experiment import validate
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.guard.comparison import SEED_SETTINGS
 from orchestrator.guard.decisions import family_of
-from orchestrator.guard.ladder import ladder, ladder_markdown
-from orchestrator.guard.tracked import compare_tracked
 from orchestrator.run import interrupts
+from orchestrator.run.slurm import use_squeue_without_accounting
+from orchestrator.tracking.mlflow_status import MlflowStatus
 from sweeps.config import experiment_from
+from sweeps.jobs import Job, job_outcome, run_name
 from sweeps.mixes import MixSpace, describe, mix_label, override_strings, variants
+from sweeps.parent_run import ParentRun
+from sweeps.summary import sweep_report, write_summary
 
 log = logging.getLogger(__name__)
 
-SWEEP_FILE = "sweep.json"
 
-
-@dataclass
+@dataclass(kw_only=True)
 class MixSweeperConf:
     """``hydra/sweeper=zephon_mix``; set fields as ``hydra.sweeper.<field>=...``."""
 
@@ -76,17 +78,6 @@ class MixSweeperConf:
     the rest start; the same parent and child MLflow runs."""
 
 
-@dataclass
-class Job:
-    """One job of the sweep: its overrides and what they mean."""
-
-    overrides: list[str]
-    mixture: dict[str, float]
-    dp: int | None
-    other: list[str]
-    seed: int | None = None
-
-
 class MixSweeper(Sweeper):
     """Hydra sweeper over data mixes (docs/design/sweeps_sweeper.md)."""
 
@@ -94,6 +85,7 @@ class MixSweeper(Sweeper):
         self,
         mix: DictConfig | dict[str, Any],
         replicate_dp: list[int],
+        *,
         replicate_seeds: list[int] | None = None,
         params: dict[str, str] | None = None,
         compare: bool = True,
@@ -118,16 +110,12 @@ class MixSweeper(Sweeper):
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
-        from hydra.core.plugins import Plugins
-
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
         if type(self.launcher).__name__ == "SlurmLauncher":  # hydra-submitit-launcher's
-            from orchestrator.run.slurm import use_squeue_without_accounting
-
             use_squeue_without_accounting()  # else a job Slurm cancels is waited on for ever
 
     # -- planning -------------------------------------------------------------------------
@@ -148,8 +136,6 @@ class MixSweeper(Sweeper):
         """The ordinary overrides crossed like Hydra's basic sweeper (``[[]]``: none), after
         refusing those the sweeper sets itself and bad replicate lists."""
         assert self.config is not None and self.hydra_context is not None
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
         loader = self.hydra_context.config_loader
         parsed = OverridesParser.create(config_loader=loader).parse_overrides(
             [*(f"{k}={v}" for k, v in self.params.items()), *arguments]
@@ -216,7 +202,7 @@ class MixSweeper(Sweeper):
                         overrides += [f"{key}={seed}" for key in SEED_SETTINGS]
                     if dp is not None:
                         overrides.append(f"resources.dp={dp}")
-                    jobs.append(Job(overrides, mixture, dp, list(other), seed))
+                    jobs.append(Job(overrides, mixture, dp=dp, other=list(other), seed=seed))
         return jobs
 
     def check_phase(self, phases: list[Any]) -> None:
@@ -278,10 +264,10 @@ class MixSweeper(Sweeper):
             "jobs": outcomes,
             "comparison": verdict,
         }
-        (opened.folder / SWEEP_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        write_summary(summary, opened.folder)
         failed = [o for o in outcomes if o["status"] != RunStatus.SUCCEEDED]
         refused = verdict is not None and not verdict.get("accepted", False)
-        parent.finish(status="FAILED" if failed or refused else "FINISHED")
+        parent.finish(MlflowStatus.FAILED if failed or refused else MlflowStatus.FINISHED)
         print(sweep_report(summary, opened.folder, self.space.decimals))
         if failed or refused:
             reasons = [f"job {o['job']} {o['status']}: {o['error']}" for o in failed]
@@ -301,11 +287,11 @@ class MixSweeper(Sweeper):
         name = self.resume or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         base = experiment_from(self.config)
         if self.config.get("dry_run"):  # plans only: nothing to track
-            parent = _ParentRun(uri="", experiment=base.tracking.experiment, run_id=None)
+            parent = ParentRun(uri="", experiment=base.tracking.experiment, run_id=None)
         elif self.resume:
-            parent = _ParentRun.reopen(base, name, description)
+            parent = ParentRun.reopen(base, name, description)
         else:
-            parent = _ParentRun.start(base, name, description)
+            parent = ParentRun.start(base, name, description)
         log.info("%s: %d jobs, parent MLflow run %s", name, jobs, parent.run_id)
         return OpenSweep(sweep_dir, name, base.runs_root, parent)
 
@@ -321,7 +307,7 @@ class MixSweeper(Sweeper):
             [
                 *job.overrides,
                 f"sweep.name={name}",
-                f"run_name={_run_name(name, number)}",
+                f"run_name={run_name(name, number)}",
                 *([f"sweep.parent_run_id={parent.run_id}"] if parent.run_id else []),
                 *(["resume=true"] if self.resume else []),
             ]
@@ -338,7 +324,7 @@ class MixSweeper(Sweeper):
                     raise
                 # e.g. a job that Slurm cancelled, reported by hydra-submitit-launcher: the
                 # other jobs' runs are kept, and the sweep continues like an interrupted one
-                parent.finish(status="FAILED")
+                parent.finish(MlflowStatus.FAILED)
                 said = " ".join(str(error).splitlines()[:2])  # submitit: the job, its state
                 raise SweepFailed(
                     "\n".join(
@@ -348,7 +334,7 @@ class MixSweeper(Sweeper):
                         ]
                     )
                 ) from None
-            parent.finish(status="KILLED")
+            parent.finish(MlflowStatus.KILLED)
             raise interrupts.Interrupted(
                 self._report_unfinished(name, opened.runs_root, last)
             ) from None
@@ -358,9 +344,9 @@ class MixSweeper(Sweeper):
         """Report lines of an interrupted sweep: jobs never started, and the command that
         continues the whole sweep (interrupted jobs are noted by their runs)."""
         lines = [
-            f"{_run_name(name, number)}: not started"
+            f"{run_name(name, number)}: not started"
             for number in range(jobs)
-            if not RunFolder(Path(runs_root, _run_name(name, number))).exists()
+            if not RunFolder(Path(runs_root, run_name(name, number))).exists()
         ]
         # `python -m sweeps.app` leaves the module's file in argv[0]: repeat the interpreter's
         argv = sys.orig_argv if sys.argv[0].endswith(".py") else sys.argv
@@ -400,16 +386,7 @@ class OpenSweep:
     """The sweep's name: its parent run's name and its run folders' prefix."""
     runs_root: str
     """Where the jobs' run folders are."""
-    parent: _ParentRun
-
-
-def _seed_label(seed: int | None) -> str:
-    return "" if seed is None else f"seed={seed} "
-
-
-def _run_name(sweep: str, number: int) -> str:
-    """The run folder name of job ``number``: stable, so that a resumed sweep finds it."""
-    return f"{sweep}-{number:03d}"
+    parent: ParentRun
 
 
 def _to_untyped_data(space: MixSpace) -> dict[str, Any]:
@@ -424,230 +401,3 @@ def _to_plain_dict(node: DictConfig) -> dict[str, Any]:
     container = OmegaConf.to_container(node, resolve=True)
     assert isinstance(container, dict)
     return {str(k): v for k, v in container.items()}
-
-
-def job_outcome(job: Job, result: JobReturn) -> dict[str, Any]:
-    """What one job left, as plain data for sweep.json and the report."""
-    outcome: dict[str, Any] = {
-        "job": int(result.hydra_cfg.hydra.job.num) if result.hydra_cfg else None,
-        "overrides": job.overrides,
-        "mixture": job.mixture,
-        "dp": job.dp,
-        "seed": job.seed,
-        "other": job.other,
-    }
-    if result.status == JobStatus.COMPLETED and isinstance(result.return_value, dict):
-        value = result.return_value
-        outcome.update(status=value.get("status", RunStatus.SUCCEEDED), error=None)
-        for key in (
-            "run_name",
-            "mlflow_run_id",
-            "variant",
-            "recipe_fingerprint",
-            "data_fingerprint",
-            "dp_sizes",
-            "eval",
-            "folder",
-        ):
-            outcome[key] = value.get(key)
-        if "dp_size" in value:  # a dry run's plan
-            outcome["dp_sizes"] = [value["dp_size"]]
-    else:
-        error = result._return_value
-        # an exception without a message (a bare assert) still says what it was
-        outcome.update(status=RunStatus.FAILED, error=str(error) or repr(error))
-    return outcome
-
-
-@dataclass
-class _ParentRun:
-    """The sweep's parent MLflow run (None id: tracking is off and allowed to be)."""
-
-    uri: str
-    experiment: str
-    run_id: str | None
-
-    @classmethod
-    def start(cls, base: Any, name: str, params: dict[str, Any]) -> _ParentRun:
-        """Create the parent run; TrackingUnavailable unless ``tracking.offline_ok``."""
-        from orchestrator.tracking.names import TAG_SWEEP
-        from orchestrator.tracking.tracker import Tracker
-        from orchestrator.tracking.uris import reachable_uri, resolve_uri
-
-        t = base.tracking
-        uri = reachable_uri(t.uri, t.offline_ok, Path.cwd())
-        if uri is None:
-            log.warning("tracking unavailable: the sweep has no parent run; compare later")
-            return cls(resolve_uri(t.uri, Path.cwd()), t.experiment, None)
-        run_id = Tracker(uri, t.experiment).new_run(
-            name, kind="sweep", tags={TAG_SWEEP: name}, params=params
-        )
-        return cls(uri, t.experiment, run_id)
-
-    @classmethod
-    def reopen(cls, base: Any, name: str, params: dict[str, Any]) -> _ParentRun:
-        """The parent run of the sweep ``name``, RUNNING again; ExperimentError if there is
-        none, or if it was started with other jobs (``params`` differ)."""
-        from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
-        from orchestrator.tracking.store import param_value
-        from orchestrator.tracking.tracker import Tracker
-        from orchestrator.tracking.uris import reachable_uri
-
-        t = base.tracking
-        uri = reachable_uri(t.uri, t.offline_ok, Path.cwd())
-        if uri is None:
-            raise ExperimentError(
-                [f"hydra.sweeper.resume={name}: the tracking store is unreachable"]
-            )
-        tracker = Tracker(uri, t.experiment)
-        found = tracker.find_runs(f"tags.{TAG_KIND} = 'sweep' and tags.`{TAG_SWEEP}` = '{name}'")
-        if not found:
-            raise ExperimentError(
-                [
-                    f"hydra.sweeper.resume={name}: no such sweep in MLflow experiment "
-                    f"{t.experiment!r} of {uri}; a sweep's name is its parent run's name"
-                ]
-            )
-        then = found[0].data.params
-        now = {key: param_value(value) for key, value in params.items()}
-        differing = [
-            f"{key}: {then.get(key)} then, {now.get(key)} now"
-            for key in sorted(now.keys() | then.keys())
-            if now.get(key) != then.get(key)
-        ]
-        if differing:
-            raise ExperimentError(
-                [
-                    f"hydra.sweeper.resume={name}: the sweep was started with other jobs "
-                    f"({'; '.join(differing)}); continue it with the arguments it was started with"
-                ]
-            )
-        tracker.reopen_run(found[0].info.run_id)
-        return cls(uri, t.experiment, found[0].info.run_id)
-
-    def compare(
-        self,
-        outcomes: list[dict[str, Any]],
-        sweep_dir: Path,
-        *,
-        family: str = "holm",
-        models: list[str] | None = None,
-    ) -> dict[str, Any] | None:
-        """The guard over the sweep's tracked runs, one comparison per combination of the
-        other sweeps, logged into the parent run (one combination) or into child comparison
-        runs of it (several: a sweep that also crosses e.g. ``train.steps`` never ranks runs
-        of different recipes). Seed replicates of a combination are compared together."""
-
-        groups: dict[str, list[str]] = {}
-        for o in outcomes:
-            if o.get("mlflow_run_id"):
-                groups.setdefault(" ".join(o["other"]), []).append(o["mlflow_run_id"])
-        if self.run_id is None or not groups:
-            return None
-        try:
-            if len(groups) == 1:
-                return compare_tracked(
-                    next(iter(groups.values())),
-                    tracking_uri=self.uri,
-                    experiment=self.experiment,
-                    into_run_id=self.run_id,
-                    workdir=sweep_dir / "comparison",
-                    family=family,
-                )
-            verdicts = {
-                combination: compare_tracked(
-                    run_ids,
-                    tracking_uri=self.uri,
-                    experiment=self.experiment,
-                    parent_run_id=self.run_id,
-                    workdir=sweep_dir / "comparison" / str(number),
-                    family=family,
-                )
-                for number, (combination, run_ids) in enumerate(groups.items())
-            }
-        except Exception as e:  # the sweep's runs are kept; the verdict can be redone later
-            log.exception("comparison failed")
-            return {"accepted": False, "refusals": [], "error": f"comparison failed: {e}"}
-        return self._per_combination(verdicts, models or [])
-
-    def _per_combination(
-        self, verdicts: dict[str, dict[str, Any]], models: list[str]
-    ) -> dict[str, Any]:
-        """One verdict of the per-combination comparisons, tagged on the parent run; with
-        model sizes, each setting's sizes side by side (:func:`ladders`)."""
-        from orchestrator.tracking.names import TAG_NOTE, TAG_VERDICT
-        from orchestrator.tracking.tracker import Tracker
-
-        sections = [
-            f"### {combination or 'The base settings'}: compared on its own\n\n"
-            f"{verdict.get('markdown', '')}"
-            for combination, verdict in verdicts.items()
-        ]
-        found = ladders(verdicts, models)
-        sections += [ladder_markdown(result) for result in found.values()]
-        accepted = all(v.get("accepted") for v in verdicts.values())
-        markdown = "\n".join(sections)
-        assert self.run_id is not None
-        Tracker(self.uri, self.experiment).tag_run(
-            self.run_id, {TAG_VERDICT: "accepted" if accepted else "refused", TAG_NOTE: markdown}
-        )
-        return {
-            "accepted": accepted,
-            "refusals": [r for v in verdicts.values() for r in v.get("refusals", [])],
-            "markdown": markdown,
-            "comparisons": verdicts,
-            **({"ladders": found} if found else {}),
-        }
-
-    def finish(self, status: str) -> None:
-        """End the parent run: ``FINISHED``, ``FAILED`` or ``KILLED`` (interrupted)."""
-        if self.run_id is None:
-            return
-        from orchestrator.tracking.tracker import Tracker
-
-        Tracker(self.uri, self.experiment).end_run(self.run_id, status)
-
-
-def ladders(verdicts: dict[str, dict[str, Any]], models: list[str]) -> dict[str, dict[str, Any]]:
-    """Per setting of the other sweeps (a combination without its ``model=...``), the
-    :func:`~orchestrator.guard.ladder.ladder` of its sizes' verdicts, in ``models`` order;
-    {} without two or more model sizes."""
-    if len(models) < 2:
-        return {}
-    grouped: dict[str, dict[str, dict[str, Any]]] = {}
-    for combination, verdict in verdicts.items():
-        words = combination.split(" ")
-        size = next(w.removeprefix("model=") for w in words if w.startswith("model="))
-        rest = " ".join(w for w in words if not w.startswith("model="))
-        grouped.setdefault(rest, {})[size] = verdict
-    return {
-        rest: ladder({m: by_size[m] for m in models if m in by_size})
-        for rest, by_size in grouped.items()
-    }
-
-
-def sweep_report(summary: dict[str, Any], sweep_dir: Path, decimals: int) -> str:
-    """What the user reads at the end of a sweep: the table (or why not) and where to look."""
-    verdict = summary["comparison"] or {}
-    lines = [
-        f"== {summary['sweep']}: {len(summary['jobs'])} jobs, summary in {sweep_dir / SWEEP_FILE}"
-    ]
-    lines += [
-        f"  job {o['job']}: {o['status']:9} {mix_label(o['mixture'], decimals)} "
-        f"{_seed_label(o.get('seed'))}"
-        f"dp={o.get('dp_sizes')} {o.get('run_name') or ''}"
-        for o in summary["jobs"]
-    ]
-    if verdict.get("markdown"):
-        lines += ["", verdict["markdown"]]
-    elif verdict.get("error"):
-        lines += ["", verdict["error"]]
-    uri = summary["tracking_uri"] or ""
-    if uri.startswith("sqlite:"):
-        lines.append(
-            f"Look at it: mlflow ui --backend-store-uri {uri}  (parent run "
-            f"{summary['parent_run_id']})"
-        )
-    elif uri:
-        lines.append(f"Look at it: {uri} (parent run {summary['parent_run_id']})")
-    return "\n".join(lines)

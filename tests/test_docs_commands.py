@@ -53,7 +53,7 @@ from orchestrator.experiment import ExperimentConfig, load_experiment
 from orchestrator.run.recipe import recipe_of
 from sweeps.mixes import MixSpace
 from sweeps.search_state import SearchSpec
-from sweeps.sweeper import SWEEP_FILE
+from sweeps.summary import SWEEP_FILE
 from tests.support import REPO
 from tests.support.cli import zephon_in_process
 

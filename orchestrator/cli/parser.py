@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from orchestrator.service.queue import KINDS
+from orchestrator.service.job import KINDS
 
 
 def build_parser() -> argparse.ArgumentParser:

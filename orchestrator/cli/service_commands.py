@@ -16,6 +16,7 @@ from orchestrator.machine.devices import Devices
 from orchestrator.service import attempt
 from orchestrator.service import client as service
 from orchestrator.service.client import ServiceConfig, load_service
+from orchestrator.service.job import JobState
 from orchestrator.service.pool import Lease
 from orchestrator.service.scheduler import Scheduler
 from pipeline import ConfigError
@@ -68,7 +69,11 @@ def command_job(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     report = service.wait(svc, args.job_id, timeout_s=args.timeout)
     state = report["job"]["state"]
     code = (
-        EXIT_TIMED_OUT if report["timed_out"] else EXIT_OK if state == "succeeded" else EXIT_FAILED
+        EXIT_TIMED_OUT
+        if report["timed_out"]
+        else EXIT_OK
+        if state == JobState.SUCCEEDED
+        else EXIT_FAILED
     )
     return code, report
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.evaluation import DEFAULT_METRIC, EvalRecord, MetricScores
 from orchestrator.experiment.runfolder import read_jsonl
+from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.names import (
     ARTIFACT_DIR,
     ARTIFACT_EVAL,
@@ -221,8 +222,8 @@ def log_comparison(
         tracker.attach_files(run_id, files)
     except BaseException:
         if not into_run_id:
-            tracker.end_run(run_id, "FAILED")
+            tracker.end_run(run_id, MlflowStatus.FAILED)
         raise
     if not into_run_id:
-        tracker.end_run(run_id, "FINISHED")
+        tracker.end_run(run_id, MlflowStatus.FINISHED)
     return run_id

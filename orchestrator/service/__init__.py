@@ -1,9 +1,9 @@
 """The job service for agents: many submitters, one durable queue, a scheduler, MCP.
 
-client.py submits and reads jobs (admission.py checks them first), queue.py keeps them in
-SQLite, scheduler.py (``zephon serve``) runs each attempt as its own process (attempt.py)
-on devices pool.py leases, mcp_server.py offers the client functions as MCP tools. The
-service root folder is the trust boundary: whoever can write it can submit.
+client.py submits and reads jobs (admission.py checks them first; job.py says what a job
+is), queue.py keeps them in SQLite (queue_database.py), scheduler.py (``zephon serve``)
+runs each attempt as its own process (attempt.py) on devices pool.py leases, mcp_server.py
+offers the client functions as MCP tools. The service root folder is the trust boundary: whoever can write it can submit.
 
 Design: docs/design/orchestrator_service.md
 """

@@ -13,7 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,11 @@ from orchestrator.experiment import (
     split_step_problems,
     validate,
 )
+from orchestrator.service.job import JobKind
 from pipeline.tokenizer.loader import tokenizer_file_location
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Limits:
     """Largest values a submitted experiment may ask for."""
 
@@ -51,6 +52,7 @@ class Rules:
     """Folders dataset and tokenizer files must lie under."""
     runs_root: str
     """Where the service keeps run folders."""
+    _: KW_ONLY
     tracking_uri: str
     """The service's MLflow tracking URI."""
     limits: Limits = field(default_factory=Limits)
@@ -91,10 +93,10 @@ def verify_request(
     }
 
 
-def admit_job(kind: str, spec: Any, rules: Rules) -> AdmittedJob:
+def admit_job(kind: JobKind, spec: Any, rules: Rules) -> AdmittedJob:
     """:func:`admit` for a job of ``kind`` (``run``, ``plan`` or ``verify``); ExperimentError
     listing every reason if the service may not run it."""
-    if kind != "verify":
+    if kind != JobKind.VERIFY:
         return AdmittedJob(admit(spec, rules))
     if not isinstance(spec, dict) or set(spec) - set(VERIFY_KEYS) or "experiment" not in spec:
         raise ExperimentError(

@@ -10,13 +10,15 @@ Design: docs/design/orchestrator_service.md
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from typing import Any
 
 from orchestrator.errors import LaunchError
 from orchestrator.experiment import ExperimentConfig
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
-from orchestrator.run import interrupts
+from orchestrator.run import api, interrupts
+from orchestrator.run.elastic_check import verify_elastic
 from orchestrator.service.admission import admit_job
 from orchestrator.service.client import ServiceConfig
 from orchestrator.service.pool import Lease
@@ -25,8 +27,6 @@ from orchestrator.service.pool import Lease
 def command(service: ServiceConfig, job_id: str, lease: Lease) -> list[str]:
     """The argument list of an attempt of ``job_id`` on ``lease`` (its design:
     docs/design/orchestrator_service.md)."""
-    import sys
-
     devices = lease.devices
     gpus = ["--gpu-ids", ",".join(map(str, devices.gpu_ids))] if devices.gpu_ids else []
     return [
@@ -64,9 +64,6 @@ def on_lease(config: ExperimentConfig, lease: Lease) -> ExperimentConfig:
 def run(service: ServiceConfig, job_id: str, lease: Lease) -> dict[str, Any]:
     """Run one attempt of ``job_id`` on ``lease`` (its design: docs/design/orchestrator_service.md);
     its result object."""
-    from orchestrator.run import api
-    from orchestrator.run.elastic_check import verify_elastic
-
     job = service.queue().get(job_id)
     admitted = admit_job(job.kind, job.spec, service.rules())
     config = on_lease(admitted.config, lease)

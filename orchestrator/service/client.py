@@ -14,13 +14,16 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from orchestrator.errors import QueueError
 from orchestrator.service.admission import Limits, Rules, admit_job
-from orchestrator.service.queue import FINAL, JobQueue
+from orchestrator.service.job import FINAL, JobKind, JobState, to_kind
+from orchestrator.service.queue import JobQueue
 from pipeline.errors import ConfigError
 from pipeline.formats import COMPRESSIONS, detect_format
 
@@ -34,6 +37,7 @@ class ServiceConfig:
 
     root: str = DEFAULT_ROOT
     """Folder holding service.json, queue.db, jobs/, runs/ and mlflow.db."""
+    _: KW_ONLY
     data_roots: tuple[str, ...] = ()
     """Folders dataset files must lie under; empty: ``<root>/data``."""
     tracking_uri: str | None = None
@@ -75,8 +79,8 @@ class ServiceConfig:
         return Rules(
             tuple(str(Path(r).expanduser().absolute()) for r in roots),
             str(self.runs_root),
-            uri,
-            self.limits,
+            tracking_uri=uri,
+            limits=self.limits,
         )
 
     def queue(self) -> JobQueue:
@@ -105,12 +109,12 @@ def load_service(root: str | Path = DEFAULT_ROOT) -> ServiceConfig:
 def caller() -> str:
     """Who is calling: the name of the OS user running this process (its real uid's, not
     ``$USER``, which the caller sets)."""
-    import psutil
-
     return psutil.Process().username()
 
 
-def submit(service: ServiceConfig, spec: Any, *, key: str, kind: str = "run") -> dict[str, Any]:
+def submit(
+    service: ServiceConfig, spec: Any, *, key: str, kind: JobKind | str = JobKind.RUN
+) -> dict[str, Any]:
     """Queue ``spec`` once per ``key`` as a job of :func:`caller`: a retry returns the same job.
 
     ``kind``: ``run`` (an experiment), ``plan`` (its dry run) or ``verify`` (an elasticity
@@ -119,7 +123,8 @@ def submit(service: ServiceConfig, spec: Any, *, key: str, kind: str = "run") ->
     ExperimentError listing every reason, and nothing is queued; QueueFull when the
     caller already has its limit of pending jobs.
     """
-    admit_job(kind, spec, service.rules())  # the queue refuses an unknown kind
+    kind = to_kind(kind)
+    admit_job(kind, spec, service.rules())
     job, created = service.queue().submit(spec, key=key, submitter=caller(), kind=kind)
     return {"job": job.to_dict(), "created": created}
 
@@ -130,7 +135,7 @@ def status(service: ServiceConfig, job_id: str) -> dict[str, Any]:
     job = queue.get(job_id)
     return {
         "job": job.to_dict(),
-        "events": [asdict(e) for e in queue.events(job_id)],
+        "events": [e.to_dict() for e in queue.events(job_id)],
     }
 
 
@@ -181,9 +186,9 @@ def logs(service: ServiceConfig, job_id: str, *, tail: int = 50) -> dict[str, An
 def list_jobs(
     service: ServiceConfig,
     *,
-    states: list[str] | None = None,
+    states: list[JobState | str] | None = None,
     submitter: str | None = None,
-    kind: str | None = None,
+    kind: JobKind | str | None = None,
     limit: int = 100,
 ) -> dict[str, Any]:
     """Jobs, oldest first, filtered; with the count per state of the whole queue."""

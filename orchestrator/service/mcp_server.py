@@ -24,6 +24,7 @@ from orchestrator.search.observations import observations_from_records, records_
 from orchestrator.search.runs import observations_from_runs
 from orchestrator.service import client as service
 from orchestrator.service.admission import verify_request
+from orchestrator.service.job import JobKind, JobState
 
 INSTRUCTIONS = """``zephon mcp``: Zephon's tools for LLM agents over the Model Context Protocol (stdio).
 
@@ -81,7 +82,7 @@ def build_server(root: str) -> FastMCP:
         return service.load_service(root)
 
     @mcp.tool()
-    def submit(spec: ExperimentSpec, key: str, kind: str = "run") -> dict[str, Any]:
+    def submit(spec: ExperimentSpec, key: str, kind: JobKind = JobKind.RUN) -> dict[str, Any]:
         """Queue an experiment (a Zephon experiment as a JSON object: data, train, eval, ...;
         data.datasets from list_datasets; leave runs_root, data.cache_dir, tracking.uri and
         model.args out, the service sets them). A retry with the same key returns the same
@@ -119,9 +120,9 @@ def build_server(root: str) -> FastMCP:
 
     @mcp.tool()
     def list_jobs(
-        states: list[str] | None = None,
+        states: list[JobState] | None = None,
         submitter: str | None = None,
-        kind: str | None = None,
+        kind: JobKind | None = None,
         limit: int = 100,
     ) -> dict[str, Any]:
         """Jobs, oldest first, filtered by states, submitter and kind; counts per state."""
@@ -130,6 +131,7 @@ def build_server(root: str) -> FastMCP:
     @mcp.tool()
     def compare(
         run_ids: list[str] | None = None,
+        *,
         sweep: str | None = None,
         experiment: str | None = None,
         threshold: float = 0.0,
@@ -142,7 +144,6 @@ def build_server(root: str) -> FastMCP:
         to rank and decide on, default all; ``family``: holm (default), bh or none, the
         correction of the decisions for the number of pairs), or a refusal naming the
         diverging step or the differing contract fields."""
-
         if not run_ids and not sweep and not experiment:
             raise ValueError("name the runs: run_ids, sweep or experiment")
         return compare_tracked(
@@ -158,6 +159,7 @@ def build_server(root: str) -> FastMCP:
     def observations(
         runs: list[dict[str, Any]] | None,
         targets: list[str] | None,
+        *,
         run_ids: list[str] | None,
         sweep: str | None,
         experiment: str | None,
@@ -176,6 +178,7 @@ def build_server(root: str) -> FastMCP:
     def fit(
         targets: list[str] | None = None,
         runs: list[dict[str, Any]] | None = None,
+        *,
         run_ids: list[str] | None = None,
         sweep: str | None = None,
         experiment: str | None = None,
@@ -193,7 +196,9 @@ def build_server(root: str) -> FastMCP:
         better; the objective is the targets' mean. predict: a list of mixtures to predict,
         answered as predictions=[{score, interval}] in order."""
         result = fit_models(
-            observations(runs, targets, run_ids, sweep, experiment), seed=seed, at_size=at_size
+            observations(runs, targets, run_ids=run_ids, sweep=sweep, experiment=experiment),
+            seed=seed,
+            at_size=at_size,
         )
         payload = result.to_json()
         if predict:
@@ -214,6 +219,7 @@ def build_server(root: str) -> FastMCP:
     @mcp.tool()
     def propose(
         n: int = 4,
+        *,
         min: dict[str, float] | None = None,
         max: dict[str, float] | None = None,
         targets: list[str] | None = None,
@@ -232,7 +238,9 @@ def build_server(root: str) -> FastMCP:
         Same observations (and at_size) as fit. Deterministic for a seed: submit the proposals
         with submit, then compare."""
         fitted = fit_models(
-            observations(runs, targets, run_ids, sweep, experiment), seed=seed, at_size=at_size
+            observations(runs, targets, run_ids=run_ids, sweep=sweep, experiment=experiment),
+            seed=seed,
+            at_size=at_size,
         )
         proposal = propose_mixtures(
             fitted, count=n, bounds=Bounds(min or {}, max or {}), seed=seed, prior=prior
@@ -242,6 +250,7 @@ def build_server(root: str) -> FastMCP:
     @mcp.tool()
     def verify_elastic(
         spec: ExperimentSpec,
+        *,
         dp: int,
         resume_dp: int,
         key: str,
@@ -254,7 +263,7 @@ def build_server(root: str) -> FastMCP:
         uninterrupted run. Returns the job; with wait_s > 0, waits like `wait` and returns
         its status: result.ok, first_mismatch, matched_steps."""
         request = verify_request(spec, dp, resume_dp, split_step)
-        submitted = service.submit(svc(), request, key=key, kind="verify")
+        submitted = service.submit(svc(), request, key=key, kind=JobKind.VERIFY)
         if wait_s <= 0:
             return submitted
         return service.wait(svc(), submitted["job"]["id"], timeout_s=wait_s)

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,11 +28,21 @@ from orchestrator.errors import ExperimentError, TransitionError
 from orchestrator.experiment import ExperimentConfig, divisors, dp_problems
 from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.machine.devices import discover
+from orchestrator.run import api
 from orchestrator.service import attempt
 from orchestrator.service.admission import AdmittedJob, admit, admit_job
 from orchestrator.service.client import ServiceConfig
+from orchestrator.service.job import PENDING, Job, JobKind, JobState
 from orchestrator.service.pool import DevicePool, Lease
-from orchestrator.service.queue import Job
+from orchestrator.tracking.mlflow_status import MlflowStatus
+from orchestrator.tracking.names import (
+    PARAM_MIX_PREFIX,
+    TAG_CONTRACT,
+    TAG_JOB_ID,
+    TAG_SUBMITTER,
+    TAG_VARIANT,
+)
+from orchestrator.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +97,7 @@ class Scheduler:
                 self.active[job.id] = self._start_job(job)
 
     def _start_job(self, job: Job) -> Future[Any]:
-        if job.kind == "plan":
+        if job.kind == JobKind.PLAN:
             return self.plans.submit(self._run_plan_job, job)
         try:
             admitted = admit_job(job.kind, job.spec, self.rules)
@@ -102,10 +113,8 @@ class Scheduler:
     # -- plan jobs ------------------------------------------------------------------------
 
     def _run_plan_job(self, job: Job) -> None:
-        from orchestrator.run import api
-
         try:
-            self.queue.transition(job.id, "running", expect={"queued", "preempted"})
+            self.queue.transition(job.id, JobState.RUNNING, expect=PENDING)
         except TransitionError:  # cancelled meanwhile
             return
         try:
@@ -127,7 +136,7 @@ class Scheduler:
                 "lanes",
             )
         }
-        self.queue.transition(job.id, "succeeded", result=result, mlflow_run_id=run_id)
+        self.queue.transition(job.id, JobState.SUCCEEDED, result=result, mlflow_run_id=run_id)
 
     # -- training jobs --------------------------------------------------------------------
 
@@ -143,12 +152,12 @@ class Scheduler:
             process = _spawn_attempt(
                 attempt.command(self.service, job.id, lease), self.service.path, out, err
             )
-        folder = self.service.runs_root / job.id if job.kind == "run" else None
+        folder = self.service.runs_root / job.id if job.kind == JobKind.RUN else None
         try:
             self.queue.transition(
                 job.id,
-                "running",
-                expect={"queued", "preempted"},
+                JobState.RUNNING,
+                expect=PENDING,
                 dp=lease.dp,
                 pid=process.pid,
                 run_folder=folder,
@@ -178,40 +187,46 @@ class Scheduler:
         status = _derive_status(result)
         fields = {"result": result, "mlflow_run_id": (result or {}).get("mlflow_run_id")}
         if status == RunStatus.SUCCEEDED:
-            self.queue.transition(job_id, "succeeded", expect={"running"}, **fields)
+            self.queue.transition(job_id, JobState.SUCCEEDED, expect={JobState.RUNNING}, **fields)
         elif status == RunStatus.INTERRUPTED or result is None:
             if job.cancel_requested:
-                self.queue.transition(job_id, "cancelled", expect={"running"}, **fields)
+                self.queue.transition(
+                    job_id, JobState.CANCELLED, expect={JobState.RUNNING}, **fields
+                )
             elif result is None and job.attempts >= self.service.max_attempts:
                 self._fail_job(job_id, f"its process died {job.attempts} times without a result")
             else:
                 detail = "stopped" if result else "process died"
                 self.queue.transition(
-                    job_id, "preempted", expect={"running"}, detail=detail, **fields
+                    job_id, JobState.PREEMPTED, expect={JobState.RUNNING}, detail=detail, **fields
                 )
         else:
             error = (result or {}).get("error") or (result or {}).get("messages")
             self.queue.transition(
-                job_id, "failed", expect={"running"}, error=json.dumps(error)[:4000], **fields
+                job_id,
+                JobState.FAILED,
+                expect={JobState.RUNNING},
+                error=json.dumps(error)[:4000],
+                **fields,
             )
 
     def _fail_job(self, job_id: str, error: str) -> None:
         job = self.queue.get(job_id)
-        if job.state == "running":
-            self.queue.transition(job_id, "failed", error=error[:4000])
-        elif job.state in ("queued", "preempted"):  # never started: via running, as recorded
-            self.queue.transition(job_id, "running", detail="refused at start")
-            self.queue.transition(job_id, "failed", error=error[:4000])
+        if job.state == JobState.RUNNING:
+            self.queue.transition(job_id, JobState.FAILED, error=error[:4000])
+        elif job.state in PENDING:  # never started: via running, as recorded
+            self.queue.transition(job_id, JobState.RUNNING, detail="refused at start")
+            self.queue.transition(job_id, JobState.FAILED, error=error[:4000])
 
     # -- recovery -------------------------------------------------------------------------
 
     def recover(self) -> None:
         """Adopt running jobs whose process lives; record or preempt the others."""
-        for job in self.queue.list(states=["running"]):
-            if job.kind == "plan":  # in-process work: it died with the old scheduler
-                self.queue.transition(job.id, "preempted", detail="scheduler restarted")
+        for job in self.queue.list(states=[JobState.RUNNING]):
+            if job.kind == JobKind.PLAN:  # in-process work: it died with the old scheduler
+                self.queue.transition(job.id, JobState.PREEMPTED, detail="scheduler restarted")
                 continue
-            started = [e.at for e in self.queue.events(job.id) if e.state == "running"][-1]
+            started = [e.at for e in self.queue.events(job.id) if e.state == JobState.RUNNING][-1]
             process = None if job.pid is None else job_process(job.pid, job.id, started)
             if process is None:
                 self._record_outcome(job.id, job.attempts)
@@ -239,8 +254,6 @@ def _list_lease_sizes(admitted: AdmittedJob) -> list[int]:
 
 
 def _spawn_attempt(argv: list[str], cwd: Path, out: Any, err: Any) -> Any:
-    import subprocess
-
     return subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, start_new_session=True)
 
 
@@ -300,15 +313,6 @@ def _read_result(path: Path) -> dict[str, Any] | None:
 
 def _log_plan(uri: str, config: ExperimentConfig, plan: dict[str, Any], job: Job) -> str:
     """An MLflow run for a dry-run job: its fingerprints and mixture, no metrics."""
-    from orchestrator.tracking.names import (
-        PARAM_MIX_PREFIX,
-        TAG_CONTRACT,
-        TAG_JOB_ID,
-        TAG_SUBMITTER,
-        TAG_VARIANT,
-    )
-    from orchestrator.tracking.tracker import Tracker
-
     tracker = Tracker(uri, config.tracking.experiment)
     tags = {
         TAG_CONTRACT: plan["contract_fingerprint"],
@@ -318,5 +322,5 @@ def _log_plan(uri: str, config: ExperimentConfig, plan: dict[str, Any], job: Job
     }
     params = {f"{PARAM_MIX_PREFIX}{k}": v for k, v in plan["mixture"].items()}
     run_id = tracker.new_run(job.id, kind="plan", tags=tags, params=params)
-    tracker.end_run(run_id, "FINISHED")
+    tracker.end_run(run_id, MlflowStatus.FINISHED)
     return run_id

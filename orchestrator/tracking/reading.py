@@ -75,7 +75,7 @@ def _filter_literal(value: str) -> str:
 
 
 def download_run(
-    client: MlflowClient, uri: str, run_id: str, artifact_dir: str, into: Path
+    client: MlflowClient, uri: str, *, run_id: str, artifact_dir: str, into: Path
 ) -> StoredRun:
     """The run ``run_id`` of ``client``'s store (at ``uri``), its ``artifact_dir`` artifacts
     downloaded under ``into`` (none there: nothing is downloaded).

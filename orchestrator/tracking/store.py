@@ -46,7 +46,7 @@ def load_mlflow() -> ModuleType:
     """
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.store.db.db_types"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    import mlflow
+    import mlflow  # deferred: seconds to import; only a process that tracks needs it
 
     return mlflow
 
@@ -99,7 +99,7 @@ def is_unavailable(error: BaseException) -> bool:
     if isinstance(error, (ConnectionError, TimeoutError)):
         return True
     try:
-        import requests
+        import requests  # deferred: MLflow's HTTP client, loaded with MLflow (not on import)
     except ImportError:  # pragma: no cover - mlflow depends on requests
         requests = None
     if requests is not None and isinstance(error, requests.exceptions.RequestException):

@@ -20,6 +20,7 @@ from orchestrator.experiment.runfolder import (
     RunFolder,
     RunStatus,
 )
+from orchestrator.tracking.mlflow_status import ENDED, MLFLOW_STATUS, MlflowStatus
 from orchestrator.tracking.names import (
     ARTIFACT_EVAL,
     ARTIFACT_EXPERIMENT,
@@ -69,13 +70,6 @@ if TYPE_CHECKING:  # annotations only; load_mlflow() imports MLflow at run time
 _log = logging.getLogger(__name__)
 
 LAUNCH_LOG_ARTIFACT = "logs/launch.log"
-
-MLFLOW_STATUS = {
-    RunStatus.SUCCEEDED: "FINISHED",
-    RunStatus.FAILED: "FAILED",
-    RunStatus.INTERRUPTED: "KILLED",
-}
-"""Orchestrator status -> MLflow run status, for :meth:`Tracker.finish`."""
 
 
 class Tracker:
@@ -204,8 +198,8 @@ class Tracker:
                 )
                 logged: dict[str, str] = {}
             else:
-                if reopen and run.info.status != "RUNNING":
-                    self.client.update_run(run_id, status="RUNNING")
+                if reopen and run.info.status != MlflowStatus.RUNNING:
+                    self.client.update_run(run_id, status=MlflowStatus.RUNNING)
                 logged = dict(run.data.params)
             if reopen or not tracking.get("params_logged"):
                 self._log_params(folder, run_id, logged)
@@ -304,17 +298,21 @@ class Tracker:
     def download_run(self, run_id: str, artifact_dir: str, into: Path) -> StoredRun:
         """The run ``run_id``, its ``artifact_dir`` artifacts downloaded under ``into`` (none
         there: nothing is downloaded). An unknown run id raises :class:`ConfigError`."""
-        return download_run(self.client, self.uri, run_id, artifact_dir, into)
+        return download_run(
+            self.client, self.uri, run_id=run_id, artifact_dir=artifact_dir, into=into
+        )
 
     def reopen_run(self, run_id: str) -> None:
         """Mark the run ``run_id`` RUNNING again (a continued sweep's parent)."""
         with mlflow_errors(self.uri, f"reopening MLflow run {run_id}"):
-            self.client.update_run(run_id, status="RUNNING")
+            self.client.update_run(run_id, status=MlflowStatus.RUNNING)
 
-    def end_run(self, run_id: str, status: str) -> None:
+    def end_run(self, run_id: str, status: MlflowStatus) -> None:
         """End the run ``run_id`` as ``FINISHED``, ``FAILED`` or ``KILLED``."""
-        if status not in MLFLOW_STATUS.values():
-            raise ValueError(f"unknown MLflow run status {status!r}; use one of {MLFLOW_STATUS}")
+        if status not in ENDED:
+            raise ValueError(
+                f"cannot end an MLflow run as {str(status)!r}; use one of {', '.join(sorted(ENDED))}"
+            )
         with mlflow_errors(self.uri, f"ending MLflow run {run_id}"):
             self.client.set_terminated(run_id, status)
 

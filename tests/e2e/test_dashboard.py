@@ -38,7 +38,7 @@ import pytest
 
 from orchestrator.run.trainer_command import free_port
 from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
-from sweeps.sweeper import SWEEP_FILE
+from sweeps.summary import SWEEP_FILE
 from tests.support import REPO
 from tests.support.sweeps import datasets_override, mixes_override, multirun, tokenizer_override
 from tests.support.titan_run import corpus

@@ -23,7 +23,7 @@ from orchestrator.search.runs import observations_from_runs
 from orchestrator.tracking.uris import resolve_uri
 from sweeps.search import proposal_from_inputs
 from sweeps.search_report import PREDICTIONS_PLOT, TRAJECTORY_PLOT
-from sweeps.sweeper import SWEEP_FILE
+from sweeps.summary import SWEEP_FILE
 from tests.support import REPO
 from tests.support.cli import zephon_in_process
 from tests.support.sweeps import datasets_override, multirun_command, tokenizer_override

@@ -32,7 +32,7 @@ from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.tracking.names import TAG_BEST, TAG_DECISIONS, TAG_KIND, TAG_SWEEP, TAG_VERDICT
 from orchestrator.tracking.uris import resolve_uri
 from pipeline import Dataset
-from sweeps.sweeper import SWEEP_FILE
+from sweeps.summary import SWEEP_FILE
 from tests.support import REPO
 from tests.support.cli import zephon_in_process
 from tests.support.helpers import write_jsonl

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from pipeline.errors import ConfigError
 from sweeps.launcher import ZephonLauncher
-from sweeps.sweeper import SWEEP_FILE
+from sweeps.summary import SWEEP_FILE
 from tests.support.sweeps import multirun
 
 HYDRA_LINE = re.compile(r"^\[[^\]]*\]\[HYDRA\] (.*)$", re.MULTILINE)

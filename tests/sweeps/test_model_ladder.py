@@ -1,6 +1,6 @@
 """A ladder across model sizes (``hydra.sweeper.replicate_models``): every variant at every
 size, each size compared on its own and the sizes lined up. Dry runs and the grouping of
-verdicts; nothing trained (a real ladder: docs/guide.md)."""
+verdicts (tests/sweeps/test_parent_run.py); nothing trained (a real ladder: docs/guide.md)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.sweeper import SWEEP_FILE, ladders
-from tests.orchestrator.guard.test_ladder import X, Y, comparison
+from sweeps.summary import SWEEP_FILE
 from tests.support.sweeps import datasets_override, multirun
 
 
@@ -34,6 +33,9 @@ def test_every_variant_trains_at_every_size(tmp_path: Path, common: list[str]) -
     assert process.returncode == 0, process.stderr[-5000:]
     jobs = json.loads((sweep_dir / SWEEP_FILE).read_text())["jobs"]
     assert len(jobs) == 2 * 2 * 2  # mixtures x seeds x sizes
+    # the jobs plan in parallel threads; each prints its plan as one JSON line of its own
+    plans = [json.loads(line) for line in process.stdout.splitlines() if line.startswith("{")]
+    assert sorted(p["variant"] for p in plans) == sorted(j["variant"] for j in jobs)
     sizes = [next(o for o in j["overrides"] if o.startswith("model=")) for j in jobs]
     assert sorted(set(sizes)) == ["model=mini", "model=tiny"] and sizes.count("model=tiny") == 4
     assert all(f"model={j['other'][-1].removeprefix('model=')}" in j["other"] for j in jobs)
@@ -59,20 +61,3 @@ def test_a_ladder_that_cannot_be_made_is_refused_before_launch(
     process, sweep_dir = multirun(tmp_path, "refused", *common, *arguments, timeout=300)
     assert process.returncode != 0 and expected in process.stderr, process.stderr[-3000:]
     assert not (sweep_dir / SWEEP_FILE).exists()
-
-
-def test_verdicts_are_lined_up_per_setting_in_the_ladder_s_order() -> None:
-    def verdict() -> dict:
-        return comparison({X: 3.0, Y: 3.5}, {(X, Y): "a_better"})
-
-    verdicts = {
-        "train.steps=10 model=tiny": verdict(),
-        "train.steps=10 model=mini": verdict(),
-        "train.steps=20 model=mini": verdict(),
-        "train.steps=20 model=tiny": verdict(),
-    }
-    found = ladders(verdicts, ["mini", "tiny"])
-    assert sorted(found) == ["train.steps=10", "train.steps=20"]
-    assert all(result["sizes"] == ["mini", "tiny"] for result in found.values())
-    assert all(result["agreeing"] == 1 for result in found.values())
-    assert ladders(verdicts, ["mini"]) == {}

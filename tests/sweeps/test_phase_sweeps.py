@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from orchestrator.experiment import fingerprints
 from sweeps.config import experiment_from
-from sweeps.sweeper import SWEEP_FILE
+from sweeps.summary import SWEEP_FILE
 from tests.support.sweeps import datasets_override, multirun
 
 PHASES = (

@@ -48,10 +48,12 @@ def test_the_state_survives_a_save_and_the_trajectory_follows_the_best_so_far(
     tmp_path: Path,
 ) -> None:
     state = SearchState(tmp_path / "s.search.json")
-    design = SearchRound(0, [{"a": 1.0, "b": 0.0}, {"a": 0.0, "b": 1.0}], 0, [None, None])
+    design = SearchRound(
+        0, [{"a": 1.0, "b": 0.0}, {"a": 0.0, "b": 1.0}], first_job=0, predicted=[None, None]
+    )
     design.outcomes = [outcome("r0", 1.0), outcome("r1", 0.0)]
     design.accepted, design.proposal = True, proposal(2.0)
-    second = SearchRound(1, [{"a": 0.5, "b": 0.5}], 2, [2.5])
+    second = SearchRound(1, [{"a": 0.5, "b": 0.5}], first_job=2, predicted=[2.5])
     second.outcomes = [outcome("r2", 0.5)]
     second.accepted, second.proposal = True, proposal(2.4, stop=True)
     state.rounds = [design, second]

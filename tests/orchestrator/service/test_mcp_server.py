@@ -14,6 +14,7 @@ from mcp.server.fastmcp.exceptions import ToolError
 
 from orchestrator.experiment.schema import experiment_json_schema
 from orchestrator.service import client as service
+from orchestrator.service.job import JobKind, JobState
 from orchestrator.service.mcp_server import build_server
 
 
@@ -65,6 +66,16 @@ def test_a_wrong_spec_is_still_refused_by_admission_with_its_reasons(root: str) 
             build_server(root).call_tool("submit", {"spec": {"colour": "blue"}, "key": "k"})
         )
     assert sum(service.load_service(root).queue().counts().values()) == 0
+
+
+def test_list_jobs_advertises_the_states_and_kinds_and_filters_by_them(root: str) -> None:
+    tools = {t.name: t for t in asyncio.run(build_server(root).list_tools())}
+    schema = json.dumps(tools["list_jobs"].inputSchema)
+    assert all(f'"{name}"' in schema for name in [*JobState, *JobKind])
+    listed = call(root, "list_jobs", {"states": ["queued", "running"], "kind": "plan"})
+    assert listed["jobs"] == [] and listed["counts"]["queued"] == 0
+    with pytest.raises(ToolError, match="states"):
+        asyncio.run(build_server(root).call_tool("list_jobs", {"states": ["done"]}))
 
 
 def inline_runs(count: int) -> list[dict[str, Any]]:

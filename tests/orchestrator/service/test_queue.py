@@ -15,13 +15,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.service.queue import (
-    STATES,
-    JobQueue,
-    QueueError,
-    QueueFull,
-    TransitionError,
-)
+from orchestrator.errors import QueueError, QueueFull, TransitionError
+from orchestrator.service.job import JobKind, JobState
+from orchestrator.service.queue import JobQueue
 from tests.support.processes import forked_process_context
 
 SPEC = {"data": {"mixture": {"code": 0.5, "docs": 0.5}}, "train": {"steps": 20}}
@@ -47,14 +43,14 @@ def test_submit_get_find_list_and_pending_order(queue: JobQueue) -> None:
     assert created
     assert a.id.startswith("j-") and len(a.id) == 14 and set(a.id[2:]) <= set("0123456789abcdef")
     assert (a.state, a.kind, a.attempts, a.dp_sizes, a.cancel_requested) == (
-        "queued",
-        "run",
+        JobState.QUEUED,
+        JobKind.RUN,
         0,
         [],
         False,
     )
     assert a.spec == spec_of(0) and len(a.spec_hash) == 64
-    b, _ = queue.submit(spec_of(1), key="b", submitter="bob", kind="plan")
+    b, _ = queue.submit(spec_of(1), key="b", submitter="bob", kind=JobKind.PLAN)
     c, _ = queue.submit(spec_of(2), key="c", submitter="alice")
 
     assert queue.get(a.id) == a
@@ -62,37 +58,42 @@ def test_submit_get_find_list_and_pending_order(queue: JobQueue) -> None:
     assert queue.find("nope") is None
     assert [j.id for j in queue.list()] == [a.id, b.id, c.id]
     assert [j.id for j in queue.list(submitter="alice")] == [a.id, c.id]
-    assert [j.id for j in queue.list(kind="plan")] == [b.id]
+    assert [j.id for j in queue.list(kind=JobKind.PLAN)] == [b.id]
     assert [j.id for j in queue.list(limit=1, offset=1)] == [b.id]
-    assert queue.list(states=["running"]) == []
+    assert queue.list(states=[JobState.RUNNING]) == []
 
-    queue.transition(a.id, "running", dp=2)
-    queue.transition(a.id, "preempted")
-    queue.transition(b.id, "running")
-    assert [j.id for j in queue.list(states=["running"])] == [b.id]
-    assert [j.id for j in queue.list(states=("queued", "preempted"), submitter="alice")] == [
+    queue.transition(a.id, JobState.RUNNING, dp=2)
+    queue.transition(a.id, JobState.PREEMPTED)
+    queue.transition(b.id, JobState.RUNNING)
+    assert [j.id for j in queue.list(states=[JobState.RUNNING])] == [b.id]
+    assert [
+        j.id for j in queue.list(states=(JobState.QUEUED, JobState.PREEMPTED), submitter="alice")
+    ] == [
         a.id,
         c.id,
     ]
     # The scheduler's to-do list: queued and preempted, oldest first.
     assert [j.id for j in queue.pending()] == [a.id, c.id]
     assert queue.counts() == {
-        s: {"queued": 1, "running": 1, "preempted": 1}.get(s, 0) for s in STATES
+        s: {JobState.QUEUED: 1, JobState.RUNNING: 1, JobState.PREEMPTED: 1}.get(s, 0)
+        for s in JobState
     }
     assert queue.get(a.id).to_dict()["dp_sizes"] == [2]
 
 
 def test_attempts_dp_sizes_and_events_across_preemption(queue: JobQueue) -> None:
     job, _ = queue.submit(SPEC, key="k", submitter="alice")
-    queue.transition(job.id, "running", dp=4, pid=111, run_folder=Path("/runs/k"), detail="start")
+    queue.transition(
+        job.id, JobState.RUNNING, dp=4, pid=111, run_folder=Path("/runs/k"), detail="start"
+    )
     queue.update(job.id, mlflow_run_id="mlf-1")
-    queue.transition(job.id, "preempted", detail="node lost")
-    queue.transition(job.id, "running", dp=2, pid=222, expect=["preempted"])
+    queue.transition(job.id, JobState.PREEMPTED, detail="node lost")
+    queue.transition(job.id, JobState.RUNNING, dp=2, pid=222, expect=[JobState.PREEMPTED])
     done = queue.transition(
-        job.id, "succeeded", expect={"running"}, result={"bpb": 1.25}, detail="done"
+        job.id, JobState.SUCCEEDED, expect={JobState.RUNNING}, result={"bpb": 1.25}, detail="done"
     )
 
-    assert done.state == "succeeded"
+    assert done.state == JobState.SUCCEEDED
     assert done.attempts == 2
     assert done.dp_sizes == [4, 2]
     assert (done.pid, done.run_folder, done.mlflow_run_id) == (222, "/runs/k", "mlf-1")
@@ -100,11 +101,11 @@ def test_attempts_dp_sizes_and_events_across_preemption(queue: JobQueue) -> None
     assert done.updated_at >= done.created_at
     events = queue.events(job.id)
     assert [(e.state, e.detail) for e in events] == [
-        ("queued", ""),
-        ("running", "start"),
-        ("preempted", "node lost"),
-        ("running", ""),
-        ("succeeded", "done"),
+        (JobState.QUEUED, ""),
+        (JobState.RUNNING, "start"),
+        (JobState.PREEMPTED, "node lost"),
+        (JobState.RUNNING, ""),
+        (JobState.SUCCEEDED, "done"),
     ]
     assert all(e.job_id == job.id for e in events)
     assert [e.at for e in events] == sorted(e.at for e in events)
@@ -112,10 +113,10 @@ def test_attempts_dp_sizes_and_events_across_preemption(queue: JobQueue) -> None
 
 def test_update_sets_fields_without_event(queue: JobQueue) -> None:
     job, _ = queue.submit(SPEC, key="k", submitter="alice")
-    queue.transition(job.id, "running")
+    queue.transition(job.id, JobState.RUNNING)
     updated = queue.update(job.id, pid=42, mlflow_run_id="abc")
-    assert (updated.state, updated.pid, updated.mlflow_run_id) == ("running", 42, "abc")
-    assert [e.state for e in queue.events(job.id)] == ["queued", "running"]
+    assert (updated.state, updated.pid, updated.mlflow_run_id) == (JobState.RUNNING, 42, "abc")
+    assert [e.state for e in queue.events(job.id)] == [JobState.QUEUED, JobState.RUNNING]
     assert queue.update(job.id, pid=None).pid is None
     with pytest.raises(QueueError, match=r"unknown job field.*dp"):
         queue.update(job.id, dp=2)
@@ -129,18 +130,18 @@ def test_idempotent_submit(queue: JobQueue) -> None:
     # Same spec (key order does not matter), even from another process after a timeout.
     again, created = queue.submit({"a": [1, 2], "b": 1}, key="k", submitter="alice")
     assert (again, created) == (first, False)
-    queue.transition(first.id, "running")
+    queue.transition(first.id, JobState.RUNNING)
     again, created = queue.submit({"a": [1, 2], "b": 1}, key="k", submitter="alice")
-    assert (again.id, again.state, created) == (first.id, "running", False)
+    assert (again.id, again.state, created) == (first.id, JobState.RUNNING, False)
 
     with pytest.raises(
         QueueError, match=rf"key 'k' was already used for a different spec \(job {first.id}"
     ):
         queue.submit({"a": [1, 3], "b": 1}, key="k", submitter="alice")
     with pytest.raises(QueueError, match="key 'k' was already used"):
-        queue.submit({"a": [1, 2], "b": 1}, key="k", submitter="alice", kind="plan")
+        queue.submit({"a": [1, 2], "b": 1}, key="k", submitter="alice", kind=JobKind.PLAN)
     assert len(queue.list()) == 1
-    assert [e.state for e in queue.events(first.id)] == ["queued", "running"]
+    assert [e.state for e in queue.events(first.id)] == [JobState.QUEUED, JobState.RUNNING]
 
 
 def test_illegal_transitions_change_nothing(queue: JobQueue) -> None:
@@ -148,35 +149,39 @@ def test_illegal_transitions_change_nothing(queue: JobQueue) -> None:
 
     def unchanged() -> None:
         assert queue.get(job.id) == job
-        assert [e.state for e in queue.events(job.id)] == ["queued"]
+        assert [e.state for e in queue.events(job.id)] == [JobState.QUEUED]
 
-    for to in ("succeeded", "failed", "preempted", "queued"):
+    for to in (JobState.SUCCEEDED, JobState.FAILED, JobState.PREEMPTED, JobState.QUEUED):
         with pytest.raises(TransitionError, match=f"job {job.id} is queued; cannot go to {to}"):
             queue.transition(job.id, to, pid=7, error="x")
         unchanged()
     with pytest.raises(TransitionError, match=f"job {job.id} is queued, not running as expected"):
-        queue.transition(job.id, "cancelled", expect=["running"], error="x")
+        queue.transition(job.id, JobState.CANCELLED, expect=[JobState.RUNNING], error="x")
     unchanged()
     with pytest.raises(QueueError, match="unknown state 'done'"):
         queue.transition(job.id, "done")
     with pytest.raises(QueueError, match="dp is the size of a new attempt"):
-        queue.transition(job.id, "cancelled", dp=2)
+        queue.transition(job.id, JobState.CANCELLED, dp=2)
     unchanged()
 
-    queue.transition(job.id, "running")
-    final = queue.transition(job.id, "failed", error="OOM")
-    for to in STATES:
+    queue.transition(job.id, JobState.RUNNING)
+    final = queue.transition(job.id, JobState.FAILED, error="OOM")
+    for to in JobState:
         with pytest.raises(TransitionError, match=r"is failed; cannot go to .*none, it is final"):
             queue.transition(job.id, to)
     assert queue.get(job.id) == final
-    assert [e.state for e in queue.events(job.id)] == ["queued", "running", "failed"]
+    assert [e.state for e in queue.events(job.id)] == [
+        JobState.QUEUED,
+        JobState.RUNNING,
+        JobState.FAILED,
+    ]
 
 
 def test_compare_and_set_lets_one_of_two_schedulers_win(queue: JobQueue) -> None:
     job, _ = queue.submit(SPEC, key="k", submitter="alice")
-    queue.transition(job.id, "running", expect=["queued"], pid=1)
+    queue.transition(job.id, JobState.RUNNING, expect=[JobState.QUEUED], pid=1)
     with pytest.raises(TransitionError, match="is running, not queued as expected"):
-        queue.transition(job.id, "running", expect=["queued"], pid=2)
+        queue.transition(job.id, JobState.RUNNING, expect=[JobState.QUEUED], pid=2)
     assert queue.get(job.id).pid == 1
     assert queue.get(job.id).attempts == 1
 
@@ -184,29 +189,31 @@ def test_compare_and_set_lets_one_of_two_schedulers_win(queue: JobQueue) -> None
 def test_request_cancel(queue: JobQueue) -> None:
     queued, _ = queue.submit(SPEC, key="q", submitter="alice")
     cancelled = queue.request_cancel(queued.id)
-    assert cancelled.state == "cancelled"
+    assert cancelled.state == JobState.CANCELLED
     assert [(e.state, e.detail) for e in queue.events(queued.id)] == [
-        ("queued", ""),
-        ("cancelled", "cancel requested"),
+        (JobState.QUEUED, ""),
+        (JobState.CANCELLED, "cancel requested"),
     ]
     assert queue.request_cancel(queued.id) == cancelled  # final: unchanged
 
     preempted, _ = queue.submit(SPEC, key="p", submitter="alice")
-    queue.transition(preempted.id, "running")
-    queue.transition(preempted.id, "preempted")
-    assert queue.request_cancel(preempted.id).state == "cancelled"
+    queue.transition(preempted.id, JobState.RUNNING)
+    queue.transition(preempted.id, JobState.PREEMPTED)
+    assert queue.request_cancel(preempted.id).state == JobState.CANCELLED
 
     running, _ = queue.submit(SPEC, key="r", submitter="alice")
-    queue.transition(running.id, "running", pid=99)
+    queue.transition(running.id, JobState.RUNNING, pid=99)
     flagged = queue.request_cancel(running.id)
-    assert (flagged.state, flagged.cancel_requested, flagged.pid) == ("running", True, 99)
-    assert [e.state for e in queue.events(running.id)] == ["queued", "running"]
+    assert (flagged.state, flagged.cancel_requested, flagged.pid) == (JobState.RUNNING, True, 99)
+    assert [e.state for e in queue.events(running.id)] == [JobState.QUEUED, JobState.RUNNING]
     assert queue.request_cancel(running.id) == flagged
     # A cancel-requested job must not come back through preemption; the scheduler cancels it.
     with pytest.raises(TransitionError, match="has a cancel request; cannot go to preempted"):
-        queue.transition(running.id, "preempted")
-    done = queue.transition(running.id, "cancelled", expect=["running"], detail="killed")
-    assert done.state == "cancelled"
+        queue.transition(running.id, JobState.PREEMPTED)
+    done = queue.transition(
+        running.id, JobState.CANCELLED, expect=[JobState.RUNNING], detail="killed"
+    )
+    assert done.state == JobState.CANCELLED
     assert queue.request_cancel(running.id) == done
     assert queue.pending() == []
 
@@ -214,8 +221,8 @@ def test_request_cancel(queue: JobQueue) -> None:
 def test_submitter_limit(tmp_path: Path) -> None:
     queue = JobQueue(tmp_path / "jobs.db", max_queued_per_submitter=3)
     jobs = [queue.submit(spec_of(i), key=f"a{i}", submitter="alice")[0] for i in range(3)]
-    queue.transition(jobs[0].id, "running")
-    queue.transition(jobs[0].id, "preempted")  # still pending
+    queue.transition(jobs[0].id, JobState.RUNNING)
+    queue.transition(jobs[0].id, JobState.PREEMPTED)  # still pending
     with pytest.raises(QueueFull, match=r"submitter 'alice' has 3 jobs .* the limit is 3"):
         queue.submit(spec_of(3), key="a3", submitter="alice")
     assert queue.find("a3") is None
@@ -223,10 +230,10 @@ def test_submitter_limit(tmp_path: Path) -> None:
     assert queue.submit(spec_of(1), key="a1", submitter="alice") == (jobs[1], False)
     assert queue.submit(spec_of(0), key="b0", submitter="bob")[1]
 
-    queue.transition(jobs[1].id, "running")
-    queue.transition(jobs[1].id, "succeeded")
+    queue.transition(jobs[1].id, JobState.RUNNING)
+    queue.transition(jobs[1].id, JobState.SUCCEEDED)
     job, created = queue.submit(spec_of(3), key="a3", submitter="alice")
-    assert created and job.state == "queued"
+    assert created and job.state == JobState.QUEUED
     with pytest.raises(QueueFull):
         queue.submit(spec_of(4), key="a4", submitter="alice")
     with pytest.raises(QueueError, match="at least 1"):
@@ -237,15 +244,15 @@ def test_persists_across_reopen(tmp_path: Path) -> None:
     path = tmp_path / "jobs.db"
     first = JobQueue(path)
     job, _ = first.submit(SPEC, key="k", submitter="alice")
-    first.transition(job.id, "running", dp=2, pid=5)
+    first.transition(job.id, JobState.RUNNING, dp=2, pid=5)
     first.update(job.id, mlflow_run_id="m")
     first.close()
 
     second = JobQueue(path)  # as after a restart of the scheduler
     assert second.get(job.id) == first.get(job.id)
-    assert [e.state for e in second.events(job.id)] == ["queued", "running"]
+    assert [e.state for e in second.events(job.id)] == [JobState.QUEUED, JobState.RUNNING]
     assert second.submit(SPEC, key="k", submitter="alice") == (second.get(job.id), False)
-    assert second.counts()["running"] == 1
+    assert second.counts()[JobState.RUNNING] == 1
 
 
 def test_bad_input(queue: JobQueue) -> None:
@@ -273,14 +280,14 @@ def test_bad_input(queue: JobQueue) -> None:
         with pytest.raises(QueueError, match="no job 'j-000000000000' in the queue"):
             call("j-000000000000")
     with pytest.raises(QueueError, match="no job 'j-000000000000'"):
-        queue.transition("j-000000000000", "running")
+        queue.transition("j-000000000000", JobState.RUNNING)
     with pytest.raises(QueueError, match=r"unknown state\(s\) \['done'\] in states"):
         queue.list(states=["done"])
     job, _ = queue.submit(SPEC, key="k", submitter="a")
     with pytest.raises(QueueError, match="result is not JSON-serialisable"):
         queue.update(job.id, result={"x": object()})
     with pytest.raises(QueueError, match="dp must be a positive integer"):
-        queue.transition(job.id, "running", dp=0)
+        queue.transition(job.id, JobState.RUNNING, dp=0)
     assert queue.get(job.id) == job
 
 
@@ -308,36 +315,6 @@ def _submit_worker(path: str, worker: int, barrier: Any, results: Any) -> None:
     results.put((worker, out))
 
 
-def _open_worker(paths: list[str], worker: int, barrier: Any) -> None:
-    """Open each new queue file at the same moment as the other workers, and submit."""
-    try:
-        for path in paths:
-            barrier.wait(timeout=120)
-            queue = JobQueue(path)
-            queue.submit({"worker": worker}, key=f"w{worker}", submitter=f"agent-{worker}")
-    except BaseException:
-        barrier.abort()  # the others fail at once instead of waiting out the timeout
-        raise
-
-
-def test_many_processes_create_a_new_queue_at_once(tmp_path: Path) -> None:
-    # Switching a new file to WAL does not wait out SQLite's busy timeout; opening must retry.
-    workers = 12
-    paths = [str(tmp_path / f"new-{i}" / "jobs.db") for i in range(40)]
-    ctx = forked_process_context(__name__)
-    barrier = ctx.Barrier(workers)
-    procs = [ctx.Process(target=_open_worker, args=(paths, w, barrier)) for w in range(workers)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    assert [p.exitcode for p in procs] == [0] * workers
-    for path in paths:
-        assert len(JobQueue(path).list()) == workers
-        with closing(sqlite3.connect(path)) as db:
-            assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-
-
 def test_concurrent_processes_and_schedulers(tmp_path: Path) -> None:
     path = str(tmp_path / "jobs.db")
     queue = JobQueue(path)  # shared by the scheduler threads: one connection per thread
@@ -352,16 +329,20 @@ def test_concurrent_processes_and_schedulers(tmp_path: Path) -> None:
         try:
             while True:
                 waiting = submitting.is_set()
-                todo = queue.list(states=["queued"])
+                todo = queue.list(states=[JobState.QUEUED])
                 if not todo and not waiting:
                     return
                 for job in todo:
                     try:
-                        queue.transition(job.id, "running", expect=["queued"], dp=1, detail=name)
+                        queue.transition(
+                            job.id, JobState.RUNNING, expect=[JobState.QUEUED], dp=1, detail=name
+                        )
                     except TransitionError:
                         lost[name].append(job.id)  # the other scheduler took it first
                         continue
-                    queue.transition(job.id, "succeeded", expect=["running"], detail=name)
+                    queue.transition(
+                        job.id, JobState.SUCCEEDED, expect=[JobState.RUNNING], detail=name
+                    )
                     moved[name].append(job.id)
                 time.sleep(0.005)
         except BaseException as e:  # reported by the test thread below
@@ -407,12 +388,12 @@ def test_concurrent_processes_and_schedulers(tmp_path: Path) -> None:
     assert sorted(moved["s0"] + moved["s1"]) == sorted(j.id for j in jobs)
     assert set(lost["s0"]) <= set(moved["s1"]) and set(lost["s1"]) <= set(moved["s0"])
     for job in jobs:
-        assert (job.state, job.attempts, job.dp_sizes) == ("succeeded", 1, [1])
+        assert (job.state, job.attempts, job.dp_sizes) == (JobState.SUCCEEDED, 1, [1])
         events = queue.events(job.id)
-        assert [e.state for e in events] == ["queued", "running", "succeeded"]
+        assert [e.state for e in events] == [JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED]
         owner = "s0" if job.id in moved["s0"] else "s1"
         assert [e.detail for e in events[1:]] == [owner, owner]
-    assert queue.counts() == {s: total if s == "succeeded" else 0 for s in STATES}
+    assert queue.counts() == {s: total if s == JobState.SUCCEEDED else 0 for s in JobState}
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

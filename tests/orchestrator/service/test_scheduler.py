@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.service.client import ServiceConfig
+from orchestrator.service.job import JobState
 from orchestrator.service.scheduler import Scheduler, job_process
 
 
@@ -59,8 +60,8 @@ def test_recovery_adopts_a_live_job_and_records_it_when_it_ends(
     dead, _ = queue.submit({"n": 2}, key="dead", submitter="alice")
     live_process, dead_process = sleeper(live.id), sleeper(dead.id)
     processes.extend([live_process, dead_process])
-    queue.transition(live.id, "running", dp=1, pid=live_process.pid)
-    queue.transition(dead.id, "running", dp=1, pid=dead_process.pid)
+    queue.transition(live.id, JobState.RUNNING, dp=1, pid=live_process.pid)
+    queue.transition(dead.id, JobState.RUNNING, dp=1, pid=dead_process.pid)
     dead_process.kill()
     dead_process.wait()
     time.sleep(0.3)
@@ -69,9 +70,9 @@ def test_recovery_adopts_a_live_job_and_records_it_when_it_ends(
     scheduler.recover()
     assert set(scheduler.active) == {live.id}  # adopted: still running, on a lease
     idle = scheduler.pool.capacity + scheduler.pool.extra_processes  # free slots with no run
-    assert queue.get(live.id).state == "running" and scheduler.pool.free == idle - 1
-    assert queue.get(dead.id).state == "preempted"  # no result file: its process died
+    assert queue.get(live.id).state == JobState.RUNNING and scheduler.pool.free == idle - 1
+    assert queue.get(dead.id).state == JobState.PREEMPTED  # no result file: its process died
     live_process.kill()
     scheduler.active[live.id].result(timeout=10)
-    assert queue.get(live.id).state == "preempted"
+    assert queue.get(live.id).state == JobState.PREEMPTED
     assert [e.detail for e in queue.events(live.id)][-1] == "process died"

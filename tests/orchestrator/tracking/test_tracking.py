@@ -31,6 +31,7 @@ from orchestrator.experiment.runfolder import (
 )
 from orchestrator.run.trainer_command import free_port
 from orchestrator.tracking import provenance
+from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.names import (
     METRIC_DATA_WAIT,
     METRIC_EVAL_AGGREGATE,
@@ -235,7 +236,7 @@ def test_names_land_where_documented(
     client = MlflowClient(tracking_uri=db_uri)
     run = client.get_run(run_id)
     assert run.info.run_name == folder.name
-    assert run.info.status == "FINISHED"
+    assert run.info.status == MlflowStatus.FINISHED
     params = run.data.params
     assert params["mix.code"] == "0.5" and params["mix.docs"] == "0.5"
     assert params["data.datasets.code.fingerprint"] == "f00d"
@@ -370,7 +371,7 @@ def test_resume_continues_the_same_run(db_uri: str, experiment_name: str, tmp_pa
     folder.update_state(status="interrupted")
     tracker.finish(folder, "interrupted")
     client = MlflowClient(tracking_uri=db_uri)
-    assert client.get_run(run_id).info.status == "KILLED"
+    assert client.get_run(run_id).info.status == MlflowStatus.KILLED
     assert cursor(folder)["metrics_step"] == 10  # step 11 stays pending for the resume
 
     # Resumed from the checkpoint of step 8 on one rank: steps 9..10 are redone.
@@ -383,7 +384,7 @@ def test_resume_continues_the_same_run(db_uri: str, experiment_name: str, tmp_pa
     write_metrics(folder, range(9, 21), loss_scale=11.0)
     again = Tracker(db_uri, experiment_name)
     assert again.start(folder, tags={TAG_DEVICE: "cpu"}) == run_id
-    assert client.get_run(run_id).info.status == "RUNNING"
+    assert client.get_run(run_id).info.status == MlflowStatus.RUNNING
     assert again.sync(folder)["steps"] == 10  # 11..20; 9 and 10 were sent before the resume
 
     run = client.get_run(run_id)
@@ -444,7 +445,7 @@ def test_dead_server_fails_fast_and_loses_nothing(
     assert sync_folder(folder) == {"metrics": 0, "steps": 0, "evals": 0}
     client = MlflowClient(tracking_uri=db_uri)
     assert [s for s, _ in history(client, run_id, METRIC_LOSS)] == list(range(1, 21))
-    assert client.get_run(run_id).info.status == "FAILED"
+    assert client.get_run(run_id).info.status == MlflowStatus.FAILED
 
 
 def test_offline_from_launch_is_created_by_zephon_sync(
@@ -462,7 +463,7 @@ def test_offline_from_launch_is_created_by_zephon_sync(
     )  # the user points it at a live store
     assert sync_folder(folder) == {"metrics": 10 * METRICS_PER_STEP + 3, "steps": 10, "evals": 1}
     run = MlflowClient(tracking_uri=db_uri).get_run(folder.state()["mlflow_run_id"])
-    assert run.info.status == "FINISHED"
+    assert run.info.status == MlflowStatus.FINISHED
     assert run.data.tags[TAG_DEVICE] == "cuda:X"  # the launch's tags were kept for later
     assert run.data.params["mix.code"] == "0.5"
 
@@ -548,7 +549,11 @@ def test_rejections_are_tracking_errors_not_unavailable(
 
 @pytest.mark.parametrize(
     ("status", "mlflow_status"),
-    [("succeeded", "FINISHED"), ("failed", "FAILED"), ("interrupted", "KILLED")],
+    [
+        ("succeeded", MlflowStatus.FINISHED),
+        ("failed", MlflowStatus.FAILED),
+        ("interrupted", MlflowStatus.KILLED),
+    ],
 )
 def test_finish_maps_status(
     db_uri: str, experiment_name: str, tmp_path: Path, status: str, mlflow_status: str
@@ -583,6 +588,17 @@ def test_finish_rejects_unknown_status(db_uri: str, experiment_name: str, tmp_pa
     tracker.start(folder)
     with pytest.raises(ValueError, match="unknown run status"):
         tracker.finish(folder, "done")
+
+
+def test_a_run_is_ended_only_as_finished_failed_or_killed(
+    db_uri: str, experiment_name: str
+) -> None:
+    tracker = Tracker(db_uri, experiment_name)
+    run_id = tracker.new_run("parent", kind="sweep")
+    with pytest.raises(ValueError, match="as 'RUNNING'; use one of FAILED, FINISHED, KILLED"):
+        tracker.end_run(run_id, MlflowStatus.RUNNING)
+    tracker.end_run(run_id, MlflowStatus.KILLED)
+    assert MlflowClient(tracking_uri=db_uri).get_run(run_id).info.status == MlflowStatus.KILLED
 
 
 def test_sync_folder_needs_a_tracked_folder(tmp_path: Path) -> None:
@@ -680,7 +696,7 @@ def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
 
         client = MlflowClient(tracking_uri=uri)
         run = client.get_run(run_id)
-        assert run.info.status == "FINISHED"
+        assert run.info.status == MlflowStatus.FINISHED
         assert run.data.tags[TAG_STATUS] == "succeeded" and run.data.tags[TAG_STEPS] == "200"
         assert [s for s, _ in history(client, run_id, METRIC_LOSS)] == list(range(1, 201))
         assert history(client, run_id, METRIC_EVAL_AGGREGATE) == [

@@ -1,7 +1,9 @@
-"""``zephon-run`` (sweeps/app.py) and the warm server it starts before it knows a launch follows."""
+"""``zephon-run``'s task function (sweeps/task.py) and the warm server ``zephon-run``
+(sweeps/app.py) starts before it knows a launch follows."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ from hydra import compose, initialize_config_module
 
 from orchestrator.run import warm_start
 from orchestrator.run.cpu_env import cpu_start_env
-from sweeps import app
+from sweeps import app, task
 from tests.support.sweeps import datasets_override
 from tests.support.warm_start import fake_servers
 
@@ -28,7 +30,8 @@ def test_a_dry_run_ends_the_speculative_warm_server_and_plans(
     warm_start.speculate(cpu_start_env())  # as zephon-run's main does before Hydra composes
     speculative = warm_start.starter(cpu_start_env())
 
-    plan = app.run_job(cfg)
+    plan = task.run_job(cfg)
 
     assert speculative.closed and plan["steps"] == 4
-    assert '"dp_size"' in capsys.readouterr().out
+    (line,) = capsys.readouterr().out.splitlines()  # one line: parallel jobs print a line each
+    assert json.loads(line) == json.loads(json.dumps(plan))

@@ -1,6 +1,7 @@
-"""The mix sweeper's comparison step: one comparison per combination of the other sweeps,
-never one table mixing them (a sweep that also crosses e.g. ``train.steps``), with the seed
-replicates of a combination compared together. Real sweeps are in tests/e2e."""
+"""A sweep's parent run: the comparison step, one comparison per combination of the other
+sweeps, never one table mixing them (a sweep that also crosses e.g. ``train.steps``), with
+the seed replicates of a combination compared together, and a model ladder's sizes lined
+up; the run's end. Real sweeps are in tests/e2e."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from typing import Any
 import pytest
 from mlflow import MlflowClient
 
-from orchestrator.run import api
+from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.names import TAG_NOTE, TAG_VERDICT
 from orchestrator.tracking.tracker import Tracker
-from sweeps.sweeper import _ParentRun
+from sweeps import parent_run
+from sweeps.parent_run import ParentRun, ladders
+from tests.orchestrator.guard.test_ladder import X, Y, comparison
 
 
 def outcome(run_id: str, other: list[str], seed: int | None = None) -> dict[str, Any]:
@@ -21,14 +24,14 @@ def outcome(run_id: str, other: list[str], seed: int | None = None) -> dict[str,
 
 
 @pytest.fixture
-def parent(tmp_path: Path) -> _ParentRun:
+def parent(tmp_path: Path) -> ParentRun:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = Tracker(uri, "sweeps").new_run("sweep-x", kind="sweep")
-    return _ParentRun(uri, "sweeps", run_id)
+    return ParentRun(uri, "sweeps", run_id)
 
 
 def test_each_combination_is_compared_on_its_own(
-    parent: _ParentRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    parent: ParentRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[dict[str, Any]] = []
 
@@ -41,7 +44,7 @@ def test_each_combination_is_compared_on_its_own(
             "markdown": f"table of {','.join(run_ids)}\n",
         }
 
-    monkeypatch.setattr(api, "compare", compare)
+    monkeypatch.setattr(parent_run, "compare_tracked", compare)
     outcomes = [
         outcome("r20-a", ["train.steps=20"]),
         outcome("r20-b", ["train.steps=20"]),
@@ -61,14 +64,39 @@ def test_each_combination_is_compared_on_its_own(
 
 
 def test_one_combination_is_compared_into_the_parent_run_with_its_seeds(
-    parent: _ParentRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    parent: ParentRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(
-        api, "compare", lambda run_ids, **kw: calls.append({"run_ids": run_ids, **kw}) or {}
+        parent_run,
+        "compare_tracked",
+        lambda run_ids, **kw: calls.append({"run_ids": run_ids, **kw}) or {},
     )
     outcomes = [outcome(f"{mix}-{seed}", [], seed) for mix in "ab" for seed in (0, 1)]
     parent.compare(outcomes, tmp_path / "sweep")
     (call,) = calls  # the seeds' recipes differ (the init seed), yet they are one comparison
     assert call["run_ids"] == ["a-0", "a-1", "b-0", "b-1"]
     assert call["into_run_id"] == parent.run_id
+
+
+def test_verdicts_are_lined_up_per_setting_in_the_ladder_s_order() -> None:
+    def verdict() -> dict:
+        return comparison({X: 3.0, Y: 3.5}, {(X, Y): "a_better"})
+
+    verdicts = {
+        "train.steps=10 model=tiny": verdict(),
+        "train.steps=10 model=mini": verdict(),
+        "train.steps=20 model=mini": verdict(),
+        "train.steps=20 model=tiny": verdict(),
+    }
+    found = ladders(verdicts, ["mini", "tiny"])
+    assert sorted(found) == ["train.steps=10", "train.steps=20"]
+    assert all(result["sizes"] == ["mini", "tiny"] for result in found.values())
+    assert all(result["agreeing"] == 1 for result in found.values())
+    assert ladders(verdicts, ["mini"]) == {}
+
+
+def test_the_parent_run_ends_as_the_sweep_did(parent: ParentRun) -> None:
+    parent.finish(MlflowStatus.KILLED)
+    assert MlflowClient(parent.uri).get_run(parent.run_id).info.status == MlflowStatus.KILLED
+    ParentRun(uri="", experiment="sweeps", run_id=None).finish(MlflowStatus.FAILED)  # untracked

@@ -17,21 +17,20 @@ from typing import Any
 import numpy as np
 
 from pipeline.batch import MicroBatch
+from pipeline.choice import parse_choice
 from pipeline.dataset import Dataset, ShardIdentity
 from pipeline.digest import lane_digest
 from pipeline.errors import ConfigError, StateError
 from pipeline.lane import LaneExhausted, LaneStream
 from pipeline.prefetch import BackgroundIterator
-from pipeline.runners import RUNNER_TYPES, Runner
+from pipeline.runners import Runner, RunnerKind
 from pipeline.source import WorkSource
-from pipeline.stages.pack import PackedSequence, WrapPacker
+from pipeline.stages.pack import PackedSequence, PackingAlgorithm, WrapPacker
 from pipeline.stages.shuffle import ShuffleBuffer
 from pipeline.stages.tokenize import TokenizeWork
 from pipeline.state import STATE_FORMAT, check_state, fingerprint
 from pipeline.stats import PipelineCounters
 from pipeline.tokenizer import Tokenizer, load_tokenizer
-
-PACKING_ALGORITHMS = ("wrap",)
 
 
 @dataclass
@@ -49,8 +48,8 @@ class LaneOptions:
     prefetch: int = 0
     """Chunks each lane keeps submitted to the tokenize workers; 0 picks enough to keep
     every worker busy (performance only)."""
-    runner: str = "threads"
-    """Tokenize runner: "inline", "threads" or "processes" (performance only)."""
+    runner: RunnerKind = RunnerKind.THREADS
+    """Tokenize runner (a :class:`RunnerKind` or its name; performance only)."""
     prefetch_steps: int = 2
     """Steps assembled ahead on a background thread; 0 assembles in ``next()`` (performance only)."""
     ordered: bool = True
@@ -59,6 +58,9 @@ class LaneOptions:
     io_options: dict[str, Any] | None = None
     """Remote shard IO for every dataset of the source, e.g. ``{"cache": {"enabled": True}}``
     (:class:`pipeline.Dataset`'s ``io_options``); None keeps each dataset's own."""
+
+    def __post_init__(self) -> None:
+        self.runner = parse_choice(RunnerKind, self.runner, "runner")
 
 
 @dataclass
@@ -79,8 +81,11 @@ class PackConfig:
 
     max_length: int = 2048
     """Sequence length T (inputs per sequence)."""
-    algorithm: str = "wrap"
-    """Packing algorithm; "wrap" concatenates documents with EOS and cuts every T tokens."""
+    algorithm: PackingAlgorithm = PackingAlgorithm.WRAP
+    """Packing algorithm (a :class:`PackingAlgorithm` or its name)."""
+
+    def __post_init__(self) -> None:
+        self.algorithm = parse_choice(PackingAlgorithm, self.algorithm, "packing algorithm")
 
 
 @dataclass
@@ -153,7 +158,9 @@ class Pipeline:
         self.tokenize_config = TokenizeConfig(tokenizer_id, field, parallelism)
         return self
 
-    def pack_flat(self, max_length: int, algorithm: str = "wrap") -> Pipeline:
+    def pack_flat(
+        self, max_length: int, algorithm: PackingAlgorithm | str = PackingAlgorithm.WRAP
+    ) -> Pipeline:
         """Add fixed-length packing."""
         self._check_not_started()
         self.pack_config = PackConfig(max_length, algorithm)
@@ -203,16 +210,9 @@ class Pipeline:
         )
         _require_setting(o.flush_every >= 1, f"flush_every must be >= 1, got {o.flush_every}")
         _require_setting(
-            o.runner in RUNNER_TYPES, f"runner must be one of {RUNNER_TYPES}, got {o.runner!r}"
-        )
-        _require_setting(
             t.parallelism >= 0, f"tokenize parallelism must be >= 0, got {t.parallelism}"
         )
         _require_setting(p.max_length >= 1, f"max_length must be >= 1, got {p.max_length}")
-        _require_setting(
-            p.algorithm in PACKING_ALGORITHMS,
-            f"packing algorithm must be one of {PACKING_ALGORITHMS}, got {p.algorithm!r}",
-        )
         _require_setting(self.shuffle_config.buffer_size >= 0, "shuffle buffer_size must be >= 0")
         for ds in self.source.datasets:
             _require_setting(

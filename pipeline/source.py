@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.dataset import Dataset
+from pipeline.dataset import Dataset, ExhaustedPolicy
 from pipeline.errors import ConfigError, StateError
 from pipeline.io import atomic_write
 from pipeline.mixture import Mixture, MixturePhase, earliest_finish
@@ -404,7 +404,7 @@ class LanePlan:
         self.num_lanes = num_lanes
         names = [ds.name for ds in source.datasets]
         self._orders = source.orders
-        self._stops = [ds.exhausted == "stop" for ds in source.datasets]
+        self._stops = [ds.exhausted is ExhaustedPolicy.STOP for ds in source.datasets]
         self._staged = len(source.phases) > 1
         if state is None:
             self._chunk = 0

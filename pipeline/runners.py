@@ -70,7 +70,7 @@ class Runner(Generic[I, R]):
         self, kind: RunnerKind, parallelism: int, name: str, work: Callable[[I], R]
     ) -> None:
         assert parallelism >= 0, f"parallelism must be >= 0, got {parallelism}"
-        self.kind = RunnerKind.INLINE if parallelism == 0 else kind
+        self.kind = RunnerKind.INLINE if parallelism == 0 else RunnerKind(kind)
         self.parallelism = parallelism
         self.name = name
         self._work = work

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from pipeline import WorkSource, calibration, load_tokenizer
+from pipeline import Dataset, WorkSource, calibration, load_tokenizer
 from pipeline.tokenizer import Tokenizer
-from tests.support.helpers import two_datasets
 
 
-def test_calibration_measures_more_tokens_per_byte_for_code(tmp_path: Path) -> None:
-    small = two_datasets(tmp_path, "stop")
+def test_calibration_measures_more_tokens_per_byte_for_code(small: list[Dataset]) -> None:
     source = WorkSource(small, {"a": 0.5, "b": 0.5})
     tpb = source.calibrate(load_tokenizer("gpt2"))
     assert 0 < tpb["a"] < tpb["b"] < 1
@@ -34,9 +31,8 @@ def counted_encodes(tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> li
 
 
 def test_calibration_depends_on_the_data_not_the_seed_and_is_measured_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small: list[Dataset], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    small = two_datasets(tmp_path, "stop")
     tokenizer = load_tokenizer("gpt2")
     first = WorkSource(small, {"a": 0.5, "b": 0.5}, seed=0).calibrate(tokenizer)
     encoded = counted_encodes(tokenizer, monkeypatch)
@@ -47,9 +43,8 @@ def test_calibration_depends_on_the_data_not_the_seed_and_is_measured_once(
 
 
 def test_calibration_is_stored_for_other_processes_and_a_damaged_entry_is_measured_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small: list[Dataset], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    small = two_datasets(tmp_path, "stop")
     tokenizer = load_tokenizer("gpt2")
     first = WorkSource(small, {"a": 0.5, "b": 0.5}, calibration_bytes=100).calibrate(tokenizer)
     encoded = counted_encodes(tokenizer, monkeypatch)

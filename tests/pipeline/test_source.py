@@ -13,17 +13,6 @@ from hypothesis import strategies as st
 
 from pipeline import ConfigError, Dataset, WorkSource, load_tokenizer
 from pipeline.source import cut_to_budget
-from tests.support.helpers import two_datasets
-
-
-@pytest.fixture()
-def small(tmp_path: Path) -> list[Dataset]:
-    return two_datasets(tmp_path, "stop")
-
-
-@pytest.fixture()
-def endless(tmp_path: Path) -> list[Dataset]:
-    return two_datasets(tmp_path, "repeat")
 
 
 def drain(source: WorkSource, lanes: int) -> dict[int, list[tuple[int, int]]]:

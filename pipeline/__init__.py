@@ -9,7 +9,7 @@ Design: docs/design/pipeline_overview.md
 """
 
 from pipeline.batch import IGNORE_INDEX, MicroBatch
-from pipeline.dataset import Dataset, RecordPointer
+from pipeline.dataset import BadRecordPolicy, Dataset, ExhaustedPolicy, RecordPointer
 from pipeline.digest import DigestChain, global_batch_digest, lane_digest
 from pipeline.errors import (
     ConfigError,
@@ -22,21 +22,27 @@ from pipeline.errors import (
 from pipeline.mixture import MixturePhase
 from pipeline.order import OrderVersion
 from pipeline.pipeline import Pipeline
+from pipeline.runners import RunnerKind
 from pipeline.source import WorkSource
+from pipeline.stages.pack import PackingAlgorithm
 from pipeline.state import fingerprint, merge_states
 from pipeline.tokenizer import Tokenizer, canonical_tokenizer_spec, load_tokenizer
 
 __all__ = [
     "IGNORE_INDEX",
+    "BadRecordPolicy",
     "ConfigError",
     "DataError",
     "Dataset",
     "DigestChain",
+    "ExhaustedPolicy",
     "MicroBatch",
     "MixturePhase",
     "OrderVersion",
+    "PackingAlgorithm",
     "Pipeline",
     "RecordPointer",
+    "RunnerKind",
     "StageError",
     "StateError",
     "Tokenizer",

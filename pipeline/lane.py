@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import StageError
+from pipeline.lane_plan import LanePlan
 from pipeline.runners import Runner, Ticket
-from pipeline.source import LanePlan, WorkSource
+from pipeline.source import WorkSource
 from pipeline.stages.pack import PackedSequence, TokenizedChunk, WrapPacker
 from pipeline.stages.shuffle import ShuffleBuffer
 from pipeline.stages.tokenize import WorkChunk, first_pointer
@@ -55,6 +56,7 @@ class LaneStream:
         self,
         source: WorkSource,
         lane: int,
+        *,
         num_lanes: int,
         runner: Runner[WorkChunk, TokenizedChunk],
         packer: WrapPacker,

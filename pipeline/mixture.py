@@ -69,6 +69,7 @@ class MixturePhase:
 def earliest_finish(
     tokens: Sequence[int],
     offsets: Sequence[float],
+    *,
     next_costs: Sequence[int],
     shares: Sequence[float],
     active: Sequence[bool],
@@ -85,3 +86,37 @@ def earliest_finish(
             if finish < best_finish:
                 best, best_finish = d, finish
     return best
+
+
+def checked_phases(
+    mixture: Mapping[str, float] | Sequence[MixturePhase], names: Sequence[str]
+) -> list[tuple[int | None, Mixture]]:
+    """``(until_tokens, Mixture)`` of each phase; ConfigError naming the phase if invalid."""
+    if isinstance(mixture, Mapping):
+        return [(None, Mixture(mixture, names))]
+    phases = list(mixture)
+    if not phases or not all(isinstance(p, MixturePhase) for p in phases):
+        raise ConfigError(
+            "mixture must be token shares by dataset, or a non-empty list of MixturePhase"
+        )
+    checked: list[tuple[int | None, Mixture]] = []
+    previous = 0
+    for k, phase in enumerate(phases):
+        last = k == len(phases) - 1
+        until = phase.until_tokens
+        if last != (until is None):
+            raise ConfigError(
+                f"phase {k}: until_tokens={until!r}; every phase but the last ends at a token "
+                "count, and the last runs to the end (until_tokens=None)"
+            )
+        if until is not None and (not isinstance(until, int) or until <= previous):
+            raise ConfigError(
+                f"phase {k}: until_tokens={until!r} must be an integer above the previous "
+                f"phase's end ({previous})"
+            )
+        try:
+            checked.append((until, Mixture(phase.weights, names)))
+        except ConfigError as e:
+            raise ConfigError(f"phase {k}: {e}") from e
+        previous = until or previous
+    return checked

@@ -17,91 +17,27 @@ from typing import Any
 import numpy as np
 
 from pipeline.batch import MicroBatch
+from pipeline.builder_config import (
+    BatchConfig,
+    LaneOptions,
+    PackConfig,
+    ShuffleConfig,
+    TokenizeConfig,
+    with_updates,
+)
 from pipeline.dataset import Dataset, ShardIdentity
 from pipeline.digest import lane_digest
 from pipeline.errors import ConfigError, StateError
 from pipeline.lane import LaneExhausted, LaneStream
 from pipeline.prefetch import BackgroundIterator
-from pipeline.runners import RUNNER_TYPES, Runner
+from pipeline.runners import Runner
 from pipeline.source import WorkSource
-from pipeline.stages.pack import PackedSequence, WrapPacker
+from pipeline.stages.pack import PackedSequence, PackingAlgorithm, WrapPacker
 from pipeline.stages.shuffle import ShuffleBuffer
 from pipeline.stages.tokenize import TokenizeWork
 from pipeline.state import STATE_FORMAT, check_state, fingerprint
 from pipeline.stats import PipelineCounters
 from pipeline.tokenizer import Tokenizer, load_tokenizer
-
-PACKING_ALGORITHMS = ("wrap",)
-
-
-@dataclass
-class LaneOptions:
-    """Lane layout and performance knobs (``.options``)."""
-
-    lanes: int = 8
-    """Number of lanes L; a common multiple of every dp size the run may use."""
-    dp_rank: int = 0
-    """This rank's data-parallel index."""
-    dp_size: int = 1
-    """Number of data-parallel ranks; must divide ``lanes``."""
-    flush_every: int = 16
-    """Chunks per flush window; bounds restore replay (data contract)."""
-    prefetch: int = 0
-    """Chunks each lane keeps submitted to the tokenize workers; 0 picks enough to keep
-    every worker busy (performance only)."""
-    runner: str = "threads"
-    """Tokenize runner: "inline", "threads" or "processes" (performance only)."""
-    prefetch_steps: int = 2
-    """Steps assembled ahead on a background thread; 0 assembles in ``next()`` (performance only)."""
-    ordered: bool = True
-    """False takes chunks in completion order: only to measure what ordering costs; it
-    breaks determinism, and such a pipeline refuses ``state_dict()``."""
-    io_options: dict[str, Any] | None = None
-    """Remote shard IO for every dataset of the source, e.g. ``{"cache": {"enabled": True}}``
-    (:class:`pipeline.Dataset`'s ``io_options``); None keeps each dataset's own."""
-
-
-@dataclass
-class TokenizeConfig:
-    """``.tokenize`` stage."""
-
-    tokenizer_id: str = "gpt2"
-    """Tokenizer name (tiktoken encoding provisioned at set-up)."""
-    field: str = "text"
-    """Record field holding the text; must match every Dataset's ``field``."""
-    parallelism: int = 1
-    """Tokenize workers; 0 runs inline in the consumer (performance only)."""
-
-
-@dataclass
-class PackConfig:
-    """``.pack_flat`` stage."""
-
-    max_length: int = 2048
-    """Sequence length T (inputs per sequence)."""
-    algorithm: str = "wrap"
-    """Packing algorithm; "wrap" concatenates documents with EOS and cuts every T tokens."""
-
-
-@dataclass
-class ShuffleConfig:
-    """``.shuffle`` stage."""
-
-    buffer_size: int = 0
-    """Shuffle buffer size per lane; 0 or 1 keeps the packed order."""
-    seed: int = 0
-    """Seed of the shuffle (combined with lane and flush window)."""
-
-
-@dataclass
-class BatchConfig:
-    """``.batch`` stage."""
-
-    microbatch_size: int = 1
-    """Sequences per micro-batch; must divide the local batch G/dp (performance only)."""
-    global_batch_size: int | None = None
-    """Sequences per step over all ranks, G; a multiple of ``lanes``. None: one micro-batch
-    per lane, ``microbatch_size * lanes`` (independent of dp, as G must be)."""
 
 
 @dataclass
@@ -139,7 +75,7 @@ class Pipeline:
     def options(self, **kwargs: Any) -> Pipeline:
         """Set lane layout and performance knobs (fields of :class:`LaneOptions`)."""
         self._check_not_started()
-        self.lane_options = _with_updates(self.lane_options, kwargs, "options")
+        self.lane_options = with_updates(self.lane_options, kwargs, "options")
         if "io_options" in kwargs:
             for dataset in self.source.datasets:
                 dataset.set_io_options(kwargs["io_options"])
@@ -153,7 +89,9 @@ class Pipeline:
         self.tokenize_config = TokenizeConfig(tokenizer_id, field, parallelism)
         return self
 
-    def pack_flat(self, max_length: int, algorithm: str = "wrap") -> Pipeline:
+    def pack_flat(
+        self, max_length: int, algorithm: PackingAlgorithm | str = PackingAlgorithm.WRAP
+    ) -> Pipeline:
         """Add fixed-length packing."""
         self._check_not_started()
         self.pack_config = PackConfig(max_length, algorithm)
@@ -203,16 +141,9 @@ class Pipeline:
         )
         _require_setting(o.flush_every >= 1, f"flush_every must be >= 1, got {o.flush_every}")
         _require_setting(
-            o.runner in RUNNER_TYPES, f"runner must be one of {RUNNER_TYPES}, got {o.runner!r}"
-        )
-        _require_setting(
             t.parallelism >= 0, f"tokenize parallelism must be >= 0, got {t.parallelism}"
         )
         _require_setting(p.max_length >= 1, f"max_length must be >= 1, got {p.max_length}")
-        _require_setting(
-            p.algorithm in PACKING_ALGORITHMS,
-            f"packing algorithm must be one of {PACKING_ALGORITHMS}, got {p.algorithm!r}",
-        )
         _require_setting(self.shuffle_config.buffer_size >= 0, "shuffle buffer_size must be >= 0")
         for ds in self.source.datasets:
             _require_setting(
@@ -312,7 +243,7 @@ class Pipeline:
                     if self._microbatches_left == 0:
                         # The step is complete once its last micro-batch is handed over.
                         self._delivered = (step.index + 1, step.lane_states)
-                    self._count_microbatch(
+                    self._counters.count_microbatch(
                         wait if index == 0 else 0.0, is_last=self._microbatches_left == 0
                     )
                     yield MicroBatch(
@@ -344,7 +275,7 @@ class Pipeline:
             for stream in self._lanes:
                 stream.submit_ahead()  # keep every lane's next chunks with the workers
             sequences = [seq for _, seqs in taken for seq in seqs]
-            self._count_step(sequences)
+            self._counters.count_step(sequences, [ds.name for ds in self.source.datasets])
             yield _Step(
                 index=index,
                 sequences=sequences,
@@ -388,13 +319,15 @@ class Pipeline:
                 LaneStream(
                     self.source,
                     lane,
-                    o.lanes,
-                    self._runner,
-                    WrapPacker(p.max_length, tokenizer.eos_id),
-                    ShuffleBuffer(self.shuffle_config.buffer_size, self.shuffle_config.seed),
-                    o.flush_every,
-                    o.prefetch or self._auto_prefetch(),
-                    self._counters,
+                    num_lanes=o.lanes,
+                    runner=self._runner,
+                    packer=WrapPacker(p.max_length, tokenizer.eos_id),
+                    shuffle=ShuffleBuffer(
+                        self.shuffle_config.buffer_size, self.shuffle_config.seed
+                    ),
+                    flush_every=o.flush_every,
+                    prefetch=o.prefetch or self._auto_prefetch(),
+                    counters=self._counters,
                     state=None if self._restore is None else self._restore["lanes"][str(lane)],
                     ordered=o.ordered,
                 )
@@ -493,37 +426,6 @@ class Pipeline:
         snapshot["skipped"] = {ds.name: ds.report()["skipped"] for ds in self.source.datasets}
         return snapshot
 
-    def _count_step(self, sequences: list[PackedSequence]) -> None:
-        """Count a step's label tokens per dataset: a piece's labels run from its start to
-        the next piece's start, the last piece's to ``num_valid - 1``. All pieces of the
-        step at once: per-sequence numpy calls cost more than the arithmetic."""
-        c = self._counters
-        c.batch.items_in += len(sequences)
-        if not sequences:
-            return
-        starts = np.concatenate([seq.doc_starts for seq in sequences]).astype(np.int64)
-        sources = np.concatenate([seq.doc_sources for seq in sequences])
-        pieces = np.fromiter((len(seq.doc_starts) for seq in sequences), np.int64, len(sequences))
-        label_ends = np.fromiter((seq.num_valid - 1 for seq in sequences), np.int64, len(sequences))
-        ends = np.append(starts[1:], 0)  # the next piece's start ...
-        last_piece = np.cumsum(pieces) - 1
-        ends[last_piece] = label_ends  # ... except for a sequence's last piece
-        sizes = np.maximum(np.minimum(ends, np.repeat(label_ends, pieces)) - starts, 0)
-        per_source = np.bincount(sources, weights=sizes, minlength=len(self.source.datasets))
-        for ds, tokens in zip(self.source.datasets, per_source.tolist(), strict=True):
-            c.label_tokens[ds.name] += int(tokens)
-        c.batch.tokens += int(np.maximum(label_ends, 0).sum())
-
-    def _count_microbatch(self, wait: float, is_last: bool) -> None:
-        c = self._counters
-        c.microbatches += 1
-        c.batch.items_out += 1
-        c.consumer_wait_s += wait
-        c.last_microbatch_wait_s = wait
-        c.steps += is_last
-
-    # -- helpers -------------------------------------------------------------------------------
-
     @property
     def global_batch_size(self) -> int:
         """Sequences per step over all ranks (``.batch``'s, or its default)."""
@@ -562,11 +464,3 @@ def _shard_read_entry(dataset: Dataset, shard: int, fingerprint: str) -> dict[st
 def _require_setting(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
-
-
-def _with_updates(config: Any, changes: Mapping[str, Any], where: str) -> Any:
-    known = set(asdict(config))
-    unknown = sorted(set(changes) - known)
-    if unknown:
-        raise ConfigError(f"{where}() got unknown option(s) {unknown}; known: {sorted(known)}")
-    return type(config)(**{**asdict(config), **changes})

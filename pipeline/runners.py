@@ -13,13 +13,24 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from enum import StrEnum
 from typing import Any, Generic, Protocol, TypeVar
 
 I = TypeVar("I")  # noqa: E741 - item type
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
 
-RUNNER_TYPES = ("inline", "threads", "processes")
+
+class RunnerKind(StrEnum):
+    """Where a stage's work runs (``options(runner=...)``; performance only)."""
+
+    INLINE = "inline"
+    """In the consumer, when its result is asked for."""
+    THREADS = "threads"
+    """On a thread pool."""
+    PROCESSES = "processes"
+    """On a pool of spawned processes."""
+
 
 _installed_work: Callable[[Any], Any] | None = None
 
@@ -55,19 +66,20 @@ def _run_installed(item: Any) -> Any:
 class Runner(Generic[I, R]):
     """Runs one stage's work function inline, on threads or on processes."""
 
-    def __init__(self, kind: str, parallelism: int, name: str, work: Callable[[I], R]) -> None:
-        assert kind in RUNNER_TYPES, f"runner must be one of {RUNNER_TYPES}, got {kind!r}"
+    def __init__(
+        self, kind: RunnerKind, parallelism: int, name: str, work: Callable[[I], R]
+    ) -> None:
         assert parallelism >= 0, f"parallelism must be >= 0, got {parallelism}"
-        self.kind = "inline" if parallelism == 0 else kind
+        self.kind = RunnerKind.INLINE if parallelism == 0 else RunnerKind(kind)
         self.parallelism = parallelism
         self.name = name
         self._work = work
         self._pool: Executor | None = None
-        if self.kind == "threads":
+        if self.kind is RunnerKind.THREADS:
             self._pool = ThreadPoolExecutor(
                 max_workers=parallelism, thread_name_prefix=f"zephon-{name}"
             )
-        elif self.kind == "processes":
+        elif self.kind is RunnerKind.PROCESSES:
             self._pool = ProcessPoolExecutor(
                 max_workers=parallelism,
                 mp_context=multiprocessing.get_context("spawn"),
@@ -79,7 +91,7 @@ class Runner(Generic[I, R]):
         """Schedule the work on ``item``; the ticket's ``result()`` gives its value."""
         if self._pool is None:
             return _DeferredTicket(self._work, item)
-        if self.kind == "processes":
+        if self.kind is RunnerKind.PROCESSES:
             future: Future[R] = self._pool.submit(_run_installed, item)
         else:
             future = self._pool.submit(self._work, item)

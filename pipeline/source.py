@@ -11,8 +11,6 @@ Design: docs/design/pipeline_plan.md
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import threading
 from collections.abc import Mapping, Sequence
@@ -20,24 +18,18 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.calibration import MAX_CALIBRATION_RECORDS, measure_tokens_per_byte
+from pipeline.choice import parse_choice
 from pipeline.dataset import Dataset
 from pipeline.errors import ConfigError, StateError
-from pipeline.io import atomic_write
-from pipeline.mixture import Mixture, MixturePhase, earliest_finish
+from pipeline.lane_plan import LanePlan
+from pipeline.mixture import MixturePhase, checked_phases
 from pipeline.order import DatasetOrder, GlobalPermutationOrder, OrderVersion, ShardWindowOrder
-from pipeline.order.base import CALIBRATION_STREAM, MIN_HOLDOUT_DOCS, OrderSettings
-from pipeline.stages.tokenize import WorkChunk
+from pipeline.order.base import MIN_HOLDOUT_DOCS, OrderSettings
 from pipeline.tokenizer import Tokenizer
 
 _PHASE_STREAM = 0x9A5E
-_MAX_CALIBRATION_RECORDS = 4096
 _DEFAULT_SHARD_WINDOW = 64
-_MEASURED: dict[tuple[str, str, str, str, int], float] = {}
-"""Tokens per byte measured in this process, by (name, calibration identity, text field,
-tokenizer fingerprint, sample bytes): a pure function of them (design doc)."""
-_MEASURED_LOCK = threading.Lock()
-_CALIBRATION_VERSION = 1
-"""Part of the on-disk calibration key: bump it when the sample or the measure changes."""
 
 
 def cut_to_budget(texts: Sequence[str], budget: int) -> list[str]:
@@ -59,12 +51,6 @@ def cut_to_budget(texts: Sequence[str], budget: int) -> list[str]:
         e[:low].decode("utf-8", "ignore") if len(e) > low else t
         for t, e in zip(texts, encoded, strict=True)
     ]
-
-
-def _calibration_file(key: tuple[str, str, str, str, int]) -> str:
-    """The on-disk calibration entry of ``key`` (see ``_measure_tokens_per_byte``)."""
-    text = json.dumps([*key, CALIBRATION_STREAM, _MAX_CALIBRATION_RECORDS, _CALIBRATION_VERSION])
-    return f"{hashlib.sha256(text.encode()).hexdigest()}.json"
 
 
 class WorkSource:
@@ -109,14 +95,10 @@ class WorkSource:
                 f"holdout_docs must be an integer >= {MIN_HOLDOUT_DOCS} (the sampling error "
                 f"of a held-out score needs two documents), got {holdout_docs!r}"
             )
-        if order not in tuple(OrderVersion):
-            raise ConfigError(
-                f"order must be one of {[v.value for v in OrderVersion]}, got {order!r}"
-            )
         if not isinstance(shard_window, int) or shard_window < 1:
             raise ConfigError(f"shard_window must be an integer >= 1, got {shard_window!r}")
         self.datasets = list(datasets)
-        self.phases = _checked_phases(mixture, names)
+        self.phases = checked_phases(mixture, names)
         """``(until_tokens, Mixture)`` per phase; one phase without a bound for a plain mixture."""
         self.mixture = self.phases[0][1]
         """The first phase's mixture (the only one of a plain mixture)."""
@@ -125,14 +107,14 @@ class WorkSource:
         self.calibration_bytes = calibration_bytes
         self.holdout_bytes = holdout_bytes
         self.holdout_docs = holdout_docs
-        self.order = OrderVersion(order)
+        self.order = parse_choice(OrderVersion, order, "order")
         self.shard_window = shard_window
         settings = OrderSettings(
             seed=seed,
             holdout_docs=holdout_docs,
             holds_out=holdout_bytes > 0,
             calibration_bytes=calibration_bytes,
-            max_calibration_records=_MAX_CALIBRATION_RECORDS,
+            max_calibration_records=MAX_CALIBRATION_RECORDS,
             shard_window=shard_window,
         )
         kind = GlobalPermutationOrder if self.order is OrderVersion.V1 else ShardWindowOrder
@@ -191,7 +173,7 @@ class WorkSource:
         with self._lock:
             if self._tokens_per_byte is None:
                 measured = {
-                    ds.name: self._measure_tokens_per_byte(order, tokenizer)
+                    ds.name: measure_tokens_per_byte(order, tokenizer, self.calibration_bytes)
                     for ds, order in zip(self.datasets, self.orders, strict=True)
                 }
                 self._adopt_calibration(measured)
@@ -232,29 +214,6 @@ class WorkSource:
                         "share, lengthen the phase, or set the share to 0"
                     )
             start = until
-
-    def _measure_tokens_per_byte(self, order: DatasetOrder, tokenizer: Tokenizer) -> float:
-        ds = order.dataset
-        identity = order.calibration_identity()
-        key = (ds.name, identity, ds.field, tokenizer.fingerprint, self.calibration_bytes)
-        with _MEASURED_LOCK:
-            if key in _MEASURED:
-                return _MEASURED[key]
-        # Every rank of every launch plans the same contract: measured once per machine and
-        # stored beside the shard indexes, not tokenized again by each process (a pure
-        # function of the key, so the stored value is exactly the measured one).
-        stored = ds.cache_dir / "calibration" / _calibration_file(key)
-        try:
-            measured = float(json.loads(stored.read_text())["tokens_per_byte"])
-        except (OSError, ValueError, KeyError, TypeError):  # missing or damaged: measure
-            sample = order.calibration_keys()
-            tokens = sum(len(ids) for ids in tokenizer.encode_batch(ds.read_records(sample)))
-            measured = tokens / max(1, int(ds.record_text_bytes(sample).sum()))
-            record = json.dumps({"key": list(key), "tokens_per_byte": measured}).encode()
-            atomic_write(stored, lambda out: out.write(record))
-        with _MEASURED_LOCK:
-            _MEASURED[key] = measured
-        return measured
 
     # -- held-out records --------------------------------------------------------------------
 
@@ -357,164 +316,3 @@ class WorkSource:
         ``phase`` (design doc)."""
         phis = self.lane_phases(lane, num_lanes, phase)
         return [-phi * self.mean_cost(d) for d, phi in enumerate(phis)]
-
-
-def _checked_phases(
-    mixture: Mapping[str, float] | Sequence[MixturePhase], names: Sequence[str]
-) -> list[tuple[int | None, Mixture]]:
-    """``(until_tokens, Mixture)`` of each phase; ConfigError naming the phase if invalid."""
-    if isinstance(mixture, Mapping):
-        return [(None, Mixture(mixture, names))]
-    phases = list(mixture)
-    if not phases or not all(isinstance(p, MixturePhase) for p in phases):
-        raise ConfigError(
-            "mixture must be token shares by dataset, or a non-empty list of MixturePhase"
-        )
-    checked: list[tuple[int | None, Mixture]] = []
-    previous = 0
-    for k, phase in enumerate(phases):
-        last = k == len(phases) - 1
-        until = phase.until_tokens
-        if last != (until is None):
-            raise ConfigError(
-                f"phase {k}: until_tokens={until!r}; every phase but the last ends at a token "
-                "count, and the last runs to the end (until_tokens=None)"
-            )
-        if until is not None and (not isinstance(until, int) or until <= previous):
-            raise ConfigError(
-                f"phase {k}: until_tokens={until!r} must be an integer above the previous "
-                f"phase's end ({previous})"
-            )
-        try:
-            checked.append((until, Mixture(phase.weights, names)))
-        except ConfigError as e:
-            raise ConfigError(f"phase {k}: {e}") from e
-        previous = until or previous
-    return checked
-
-
-class LanePlan:
-    """Emits one lane's work chunks; its state is a handful of integers per dataset."""
-
-    def __init__(
-        self, source: WorkSource, lane: int, num_lanes: int, state: Mapping[str, Any] | None
-    ) -> None:
-        self.source = source
-        self.lane = lane
-        self.num_lanes = num_lanes
-        names = [ds.name for ds in source.datasets]
-        self._orders = source.orders
-        self._stops = [ds.exhausted == "stop" for ds in source.datasets]
-        self._staged = len(source.phases) > 1
-        if state is None:
-            self._chunk = 0
-            self._drawn = [0] * len(names)
-            self._tokens = [0] * len(names)
-            self._phase = 0
-            self._lane_tokens = 0
-        else:
-            self._chunk = int(state["chunk"])
-            self._drawn = [int(state["drawn"][n]) for n in names]
-            self._tokens = [int(state["tokens"][n]) for n in names]
-            self._phase = int(state.get("phase", 0))
-            self._lane_tokens = int(state.get("lane_tokens", 0))
-            for name, order in zip(names, self._orders, strict=True):
-                if name in state.get("cursors", {}):  # order v2: no counting of passed shards
-                    order.adopt_cursor(state["cursors"][name])
-        self._names = names
-        self._offsets = source.lane_offsets(lane, num_lanes, self._phase)
-        self._start = source.lane_start(lane, num_lanes, self._phase)
-        self._fresh = not any(self._tokens)  # no draw yet in this phase
-        # (record, cost) of the record each dataset would give next; recomputed after a draw.
-        self._next: list[tuple[int, int] | None] = [None] * len(names)
-        self._active = [
-            not stop or order.in_first_epoch(drawn * num_lanes + lane)
-            for stop, drawn, order in zip(self._stops, self._drawn, self._orders, strict=True)
-        ]
-
-    def state(self) -> dict[str, Any]:
-        """JSON-serialisable position of the plan (before the next chunk), with each order's
-        cursor where it has one (v2: the block of the next draw, so a restore indexes no
-        shard it has passed)."""
-        state: dict[str, Any] = {
-            "chunk": self._chunk,
-            "drawn": dict(zip(self._names, self._drawn, strict=True)),
-            "tokens": dict(zip(self._names, self._tokens, strict=True)),
-        }
-        if self._staged:  # a plain mixture's state is what it always was
-            state["phase"] = self._phase
-            state["lane_tokens"] = self._lane_tokens
-        cursors = {}
-        for name, order, drawn in zip(self._names, self._orders, self._drawn, strict=True):
-            cursor = order.cursor(drawn * self.num_lanes + self.lane)
-            if cursor is not None:
-                cursors[name] = cursor
-        if cursors:
-            state["cursors"] = cursors
-        return state
-
-    def next_chunk(self) -> WorkChunk | None:
-        """Plan the next chunk, or return None when every dataset of the lane is exhausted."""
-        chunk_tokens = self.source.chunk_tokens
-        ds_ids: list[int] = []
-        rec_ids: list[int] = []
-        estimated = 0
-        next_costs = [0] * len(self._names)
-        while estimated < chunk_tokens:
-            if self._staged:
-                self._enter_due_phase()
-            shares = self.source.phases[self._phase][1].shares
-            for e, (w, active) in enumerate(zip(shares, self._active, strict=True)):
-                if active and w > 0:
-                    pending = self._next[e]
-                    if pending is None:
-                        record = self._find_lane_record(e, self._drawn[e])
-                        pending = self._next[e] = (record, self.source.record_cost(e, record))
-                    next_costs[e] = pending[1]
-            if self._fresh and self._start is not None and self._active[self._start]:
-                d = self._start  # the lane's first record (design doc)
-            else:
-                d = earliest_finish(self._tokens, self._offsets, next_costs, shares, self._active)
-            self._fresh = False
-            if d is None:
-                break
-            pending = self._next[d]
-            assert pending is not None
-            record, cost = pending
-            self._next[d] = None
-            self._drawn[d] += 1
-            self._tokens[d] += cost
-            self._lane_tokens += cost
-            estimated += cost
-            ds_ids.append(d)
-            rec_ids.append(record)
-            if self._stops[d]:
-                self._active[d] = self._orders[d].in_first_epoch(
-                    self._drawn[d] * self.num_lanes + self.lane
-                )
-        if not ds_ids:
-            return None
-        chunk = WorkChunk(
-            lane=self.lane,
-            index=self._chunk,
-            datasets=np.asarray(ds_ids, dtype=np.int16),
-            records=np.asarray(rec_ids, dtype=np.int64),
-        )
-        self._chunk += 1
-        return chunk
-
-    def _enter_due_phase(self) -> None:
-        """Enter the next phase once this lane has drawn its part of the current phase's
-        bound: its own shares from then on, on token counts and offsets of its own."""
-        until = self.source.phases[self._phase][0]
-        if until is None or self._lane_tokens * self.num_lanes < until:
-            return
-        self._phase += 1
-        self._tokens = [0] * len(self._names)
-        self._offsets = self.source.lane_offsets(self.lane, self.num_lanes, self._phase)
-        self._start = self.source.lane_start(self.lane, self.num_lanes, self._phase)
-        self._fresh = True
-
-    def _find_lane_record(self, d: int, k: int) -> int:
-        """The lane's ``k``-th record of dataset ``d``: stream position ``k*L + lane``."""
-        return self._orders[d].key_at(k * self.num_lanes + self.lane)

@@ -8,8 +8,13 @@ order. Reading a snapshot from another thread is safe (plain numbers).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
+
+from pipeline.stages.pack import PackedSequence
 
 
 @dataclass
@@ -58,3 +63,33 @@ class PipelineCounters:
     def snapshot(self) -> dict[str, Any]:
         """A plain, JSON-serialisable copy."""
         return asdict(self)
+
+    def count_step(self, sequences: Sequence[PackedSequence], datasets: Sequence[str]) -> None:
+        """Count a step's sequences and label tokens per dataset (``datasets``: the names,
+        by dataset index). A piece's labels run from its start to the next piece's start,
+        the last piece's to ``num_valid - 1``. All pieces of the step at once: per-sequence
+        numpy calls cost more than the arithmetic."""
+        self.batch.items_in += len(sequences)
+        if not sequences:
+            return
+        starts = np.concatenate([seq.doc_starts for seq in sequences]).astype(np.int64)
+        sources = np.concatenate([seq.doc_sources for seq in sequences])
+        pieces = np.fromiter((len(seq.doc_starts) for seq in sequences), np.int64, len(sequences))
+        label_ends = np.fromiter((seq.num_valid - 1 for seq in sequences), np.int64, len(sequences))
+        ends = np.append(starts[1:], 0)  # the next piece's start ...
+        last_piece = np.cumsum(pieces) - 1
+        ends[last_piece] = label_ends  # ... except for a sequence's last piece
+        sizes = np.maximum(np.minimum(ends, np.repeat(label_ends, pieces)) - starts, 0)
+        per_source = np.bincount(sources, weights=sizes, minlength=len(datasets))
+        for name, tokens in zip(datasets, per_source.tolist(), strict=True):
+            self.label_tokens[name] += int(tokens)
+        self.batch.tokens += int(np.maximum(label_ends, 0).sum())
+
+    def count_microbatch(self, wait: float, *, is_last: bool) -> None:
+        """Count a micro-batch handed to the consumer after it waited ``wait`` seconds; the
+        last of its step completes the step."""
+        self.microbatches += 1
+        self.batch.items_out += 1
+        self.consumer_wait_s += wait
+        self.last_microbatch_wait_s = wait
+        self.steps += is_last

@@ -117,7 +117,7 @@ class DatasetOrder(ABC):
 
     @abstractmethod
     def in_first_epoch(self, position: int) -> bool:
-        """Whether stream ``position`` lies in epoch 0 (``exhausted="stop"`` ends there)."""
+        """Whether stream ``position`` lies in epoch 0 (``ExhaustedPolicy.STOP`` ends there)."""
 
     @abstractmethod
     def training_keys(self) -> np.ndarray:

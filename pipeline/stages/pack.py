@@ -11,8 +11,16 @@ Design: docs/design/pipeline_lanes.md
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
+
+
+class PackingAlgorithm(StrEnum):
+    """How ``pack_flat`` cuts documents into sequences (part of the data contract)."""
+
+    WRAP = "wrap"
+    """Concatenate documents, each followed by EOS, and cut every T tokens."""
 
 
 @dataclass(slots=True)

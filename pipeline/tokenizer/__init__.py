@@ -11,6 +11,7 @@ from pipeline.tokenizer.gpt2 import (
 )
 from pipeline.tokenizer.huggingface import HuggingFaceTokenizer
 from pipeline.tokenizer.loader import (
+    TokenizerKind,
     TokenizerSpec,
     canonical_tokenizer_spec,
     clear_tokenizer_cache,
@@ -26,6 +27,7 @@ __all__ = [
     "HuggingFaceTokenizer",
     "TiktokenTokenizer",
     "Tokenizer",
+    "TokenizerKind",
     "TokenizerSpec",
     "canonical_tokenizer_spec",
     "clear_tokenizer_cache",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from pipeline.errors import ConfigError, TokenizerError
@@ -27,12 +28,24 @@ from pipeline.tokenizer.huggingface import (
 )
 from pipeline.tokenizer.tiktoken_bpe import NAMED_PATTERNS, TiktokenTokenizer
 
-#: Options a spec may carry after the path, and which kind of tokenizer reads each.
+
+class TokenizerKind(StrEnum):
+    """What a tokenizer spec names, and so what reads it."""
+
+    GPT2 = "gpt2"
+    """The gpt2 BPE provisioned at set-up, named (``gpt2`` or ``r50k_base``)."""
+    HUGGINGFACE = "huggingface"
+    """A Hugging Face ``tokenizer.json``."""
+    TIKTOKEN = "tiktoken"
+    """A tiktoken BPE file."""
+
+
+#: Options a spec may carry after the path, and the kinds of tokenizer that read each.
 SPEC_OPTIONS = {
-    "eos": "both",
-    "eos_id": "tiktoken",
-    "pattern": "tiktoken",
-    "vocab_size": "tiktoken",
+    "eos": (TokenizerKind.HUGGINGFACE, TokenizerKind.TIKTOKEN),
+    "eos_id": (TokenizerKind.TIKTOKEN,),
+    "pattern": (TokenizerKind.TIKTOKEN,),
+    "vocab_size": (TokenizerKind.TIKTOKEN,),
 }
 #: File names looked for inside a tokenizer folder, by kind.
 HF_FILE_NAME = "tokenizer.json"
@@ -52,8 +65,7 @@ class TokenizerSpec:
 
     path: Path | None
     """The tokenizer file (absolute); None for gpt2."""
-    kind: str
-    """``gpt2``, ``huggingface`` or ``tiktoken``."""
+    kind: TokenizerKind
     options: tuple[tuple[str, str], ...] = ()
     """The ``;KEY=VALUE`` options, in spec order."""
 
@@ -78,7 +90,7 @@ class TokenizerSpec:
         if file_location is None:
             if options:
                 raise ConfigError(f"{location} takes no options, got {spec!r}: write {location}")
-            return cls(None, "gpt2")
+            return cls(None, TokenizerKind.GPT2)
         path = Path(file_location).absolute()
         if not path.exists():
             if "/" not in location and "." not in location:
@@ -92,7 +104,7 @@ class TokenizerSpec:
             )
         path, kind = _tokenizer_file(path)
         for key in options:
-            if SPEC_OPTIONS[key] not in ("both", kind):
+            if kind not in SPEC_OPTIONS[key]:
                 raise ConfigError(f"option {key!r} applies to tiktoken BPE files, not to {path}")
         return cls(path, kind, tuple(options.items()))
 
@@ -103,17 +115,22 @@ class TokenizerSpec:
         return ";".join([str(self.path), *(f"{k}={v}" for k, v in self.options)])
 
 
-def _tokenizer_file(path: Path) -> tuple[Path, str]:
+def _tokenizer_file(path: Path) -> tuple[Path, TokenizerKind]:
     """The tokenizer file at ``path`` (a file or a folder holding one) and its kind."""
     if path.is_dir():
-        for name, kind in ((HF_FILE_NAME, "huggingface"), (TIKTOKEN_FILE_NAME, "tiktoken")):
+        for name, kind in (
+            (HF_FILE_NAME, TokenizerKind.HUGGINGFACE),
+            (TIKTOKEN_FILE_NAME, TokenizerKind.TIKTOKEN),
+        ):
             if (path / name).is_file():
                 return path / name, kind
         raise TokenizerError(
             f"the folder {path} holds neither {HF_FILE_NAME} nor {TIKTOKEN_FILE_NAME}; "
             "name the tokenizer file itself"
         )
-    return path, "huggingface" if path.suffix == ".json" else "tiktoken"
+    if path.suffix == ".json":
+        return path, TokenizerKind.HUGGINGFACE
+    return path, TokenizerKind.TIKTOKEN
 
 
 def _integer_option(spec: TokenizerSpec, key: str) -> int | None:
@@ -152,10 +169,10 @@ def _tiktoken_specials(spec: TokenizerSpec) -> tuple[dict[str, int], int]:
 def _load_cached(spec: TokenizerSpec, modified_ns: int) -> Tokenizer:
     # modified_ns: a file replaced in place is read again; failures are not cached.
     del modified_ns
-    if spec.kind == "gpt2":
+    if spec.kind is TokenizerKind.GPT2:
         return Gpt2Tokenizer(provisioned_gpt2_path())
     assert spec.path is not None
-    if spec.kind == "huggingface":
+    if spec.kind is TokenizerKind.HUGGINGFACE:
         return HuggingFaceTokenizer(spec.path, eos=spec.option("eos"))
     pattern = spec.option("pattern")
     if pattern is None:

@@ -50,7 +50,7 @@ def test_the_articles_example_runs_as_written(datasets: list[Dataset]) -> None:
     pipeline = scope["pipeline"]
     # the documented default: one micro-batch per lane and step, whatever the dp size
     assert pipeline.global_batch_size == 8 * pipeline.lane_options.lanes
-    assert all(dataset._io.shared for dataset in source.datasets)  # the IO cache is on
+    assert all(dataset.shard_cache.shared for dataset in source.datasets)  # the IO cache is on
     first = steps[0]
     assert first["input"].shape == (8, 2048) and first["labels"].shape == (8, 2048)
     assert len(steps) == STEPS

@@ -1,4 +1,4 @@
-"""The plan: lane split, permutations, exhaustion policies, mixture validation, calibration."""
+"""The plan: lane split, permutations, exhaustion policies, mixture validation, held-out records."""
 
 from __future__ import annotations
 
@@ -12,20 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import ConfigError, Dataset, WorkSource, load_tokenizer
-from pipeline import source as source_module
 from pipeline.source import cut_to_budget
-from pipeline.tokenizer import Tokenizer
-from tests.support.helpers import two_datasets
-
-
-@pytest.fixture()
-def small(tmp_path: Path) -> list[Dataset]:
-    return two_datasets(tmp_path, "stop")
-
-
-@pytest.fixture()
-def endless(tmp_path: Path) -> list[Dataset]:
-    return two_datasets(tmp_path, "repeat")
 
 
 def drain(source: WorkSource, lanes: int) -> dict[int, list[tuple[int, int]]]:
@@ -120,61 +107,6 @@ def test_bad_mixtures_are_refused_before_any_work(
 def test_duplicate_dataset_names_are_refused(small: list[Dataset]) -> None:
     with pytest.raises(ConfigError, match="unique"):
         WorkSource([small[0], small[0]], {"a": 1.0})
-
-
-def test_calibration_measures_more_tokens_per_byte_for_code(small: list[Dataset]) -> None:
-    source = WorkSource(small, {"a": 0.5, "b": 0.5})
-    tpb = source.calibrate(load_tokenizer("gpt2"))
-    assert 0 < tpb["a"] < tpb["b"] < 1
-    assert source.calibrate(load_tokenizer("gpt2")) == tpb  # measured once
-
-
-def counted_encodes(tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The sizes of the batches ``tokenizer`` encodes from now on (one entry per call)."""
-    encoded: list[int] = []
-    encode_batch = tokenizer.encode_batch
-
-    def counting(texts: list[str]) -> list[list[int]]:
-        encoded.append(len(texts))
-        return encode_batch(texts)
-
-    monkeypatch.setattr(tokenizer, "encode_batch", counting)
-    return encoded
-
-
-def test_calibration_depends_on_the_data_not_the_seed_and_is_measured_once(
-    small: list[Dataset], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    tokenizer = load_tokenizer("gpt2")
-    first = WorkSource(small, {"a": 0.5, "b": 0.5}, seed=0).calibrate(tokenizer)
-    encoded = counted_encodes(tokenizer, monkeypatch)
-    assert WorkSource(small, {"a": 0.9, "b": 0.1}, seed=5).calibrate(tokenizer) == first
-    assert not encoded  # this process measured these datasets already
-    WorkSource(small, {"a": 0.5, "b": 0.5}, calibration_bytes=64).calibrate(tokenizer)
-    assert len(encoded) == 2  # another sample size is another measurement, per dataset
-
-
-def test_calibration_is_stored_for_other_processes_and_a_damaged_entry_is_measured_again(
-    small: list[Dataset], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    tokenizer = load_tokenizer("gpt2")
-    first = WorkSource(small, {"a": 0.5, "b": 0.5}, calibration_bytes=100).calibrate(tokenizer)
-    encoded = counted_encodes(tokenizer, monkeypatch)
-    monkeypatch.setattr(source_module, "_MEASURED", {})  # another process: nothing in memory
-    assert (
-        WorkSource(small, {"a": 0.9, "b": 0.1}, calibration_bytes=100).calibrate(tokenizer) == first
-    )
-    assert not encoded  # read from the datasets' cache_dir
-    stored = sorted((small[0].cache_dir / "calibration").glob("*.json"))
-    assert len(stored) == 2
-    for entry in stored:
-        entry.write_text('{"tokens_per_byte": ')  # a write cut short
-    monkeypatch.setattr(source_module, "_MEASURED", {})
-    assert (
-        WorkSource(small, {"a": 0.5, "b": 0.5}, calibration_bytes=100).calibrate(tokenizer) == first
-    )
-    assert len(encoded) == 2  # measured again, to the same values
-    assert all(json.loads(e.read_text())["tokens_per_byte"] in first.values() for e in stored)
 
 
 @pytest.mark.parametrize("lanes", [1, 4])

@@ -1,4 +1,4 @@
-"""Remote shards over a real HTTP server on 127.0.0.1, and the local IO cache (pipeline.io)."""
+"""Remote shards over a real HTTP server on 127.0.0.1, and their local copies (``ShardCache``)."""
 
 from __future__ import annotations
 
@@ -342,25 +342,6 @@ def test_file_urls_are_read_in_place(shards, tmp_path: Path) -> None:
     assert not (cache / "remote").exists()
 
 
-@pytest.mark.parametrize(
-    ("options", "match"),
-    [
-        ({"cahce": {}}, r"unknown keys \['cahce'\]; known keys: \['cache', 'remote_read'\]"),
-        (
-            {"cache": {"enable": True}},
-            r"unknown keys \['enable'\]; known keys: \['dir', 'enabled', 'max_bytes'\]",
-        ),
-        ({"cache": {"enabled": "yes"}}, "must be True or False"),
-        ({"cache": True}, r"io_options\[\"cache\"\] must be a dict"),
-        ({"cache": {"dir": 3}}, "must be a directory path"),
-    ],
-)
-def test_bad_io_options_raise_config_error(tmp_path: Path, options, match: str) -> None:
-    (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
-    with pytest.raises(ConfigError, match=f"dataset 'd': .*{match}"):
-        Dataset("d", [str(tmp_path / "a.jsonl")], io_options=options)
-
-
 def test_a_size_limited_cache_evicts_the_least_recently_used_copies_not_in_use(
     serve, tmp_path: Path
 ) -> None:
@@ -389,9 +370,3 @@ def test_a_size_limited_cache_evicts_the_least_recently_used_copies_not_in_use(
     again = Dataset("d", urls[:1], cache_dir=cache, io_options=limited)
     assert again.read_records([3]) == [texts("p0", 30)[3]]  # fetched again, same bytes
     assert server.gets().count("/p0.parquet") == 2
-
-
-@pytest.mark.parametrize("max_bytes", [-1, "1GB", True])
-def test_a_bad_cache_limit_is_refused(tmp_path: Path, max_bytes: object) -> None:
-    with pytest.raises(ConfigError, match=r'\["max_bytes"\] must be an integer >= 0'):
-        IOOptions.parse({"cache": {"enabled": True, "max_bytes": max_bytes}})

@@ -17,8 +17,8 @@ import pytest
 from benchmarks.object_store import ObjectStore, local_object_store
 from pipeline import WorkSource
 from pipeline.dataset import Dataset, ShardIdentity, record_keys
-from pipeline.errors import ConfigError, DataError
-from pipeline.io import IOOptions, RemoteRead, remote_validators, remote_version_fingerprint
+from pipeline.errors import DataError
+from pipeline.io import remote_validators, remote_version_fingerprint
 from pipeline.tokenizer import load_tokenizer
 from tests.support.helpers import run_ranks
 from tests.support.pipelines import make_pipeline
@@ -172,13 +172,6 @@ def test_range_reads_give_the_batches_of_local_files(store: ObjectStore, tmp_pat
 def test_a_server_without_etag_is_refused_for_range_reads() -> None:
     with pytest.raises(DataError, match=r"sends no ETag.*'remote_read'\] = 'download'"):
         remote_version_fingerprint("https://host/a.parquet", {"size": 10, "etag": None})
-
-
-@pytest.mark.parametrize("value", ["ranges", 1, ["range"]])
-def test_a_bad_remote_read_is_refused_listing_the_choices(value: object) -> None:
-    with pytest.raises(ConfigError, match=r"\['download', 'range'\]"):
-        IOOptions.parse({"remote_read": value})
-    assert IOOptions.parse({"remote_read": "range"}).remote_read is RemoteRead.RANGE
 
 
 def test_the_run_record_marks_shards_identified_by_version(

@@ -1,0 +1,41 @@
+"""``detect_format``: a shard's format and compression, from its file name."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pipeline.errors import ConfigError
+from pipeline.formats.compression import Compression
+from pipeline.formats.shard_format import FormatName
+from pipeline.io import is_url, url_filename
+
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+COMPRESSIONS = {".gz": Compression.GZ, ".zst": Compression.ZST}
+"""The compression of a JSONL file, by its last suffix."""
+
+
+def detect_format(path: str | os.PathLike[str]) -> tuple[FormatName, Compression | None]:
+    """Return ``(format, compression or None)`` for a shard, from its file name.
+
+    ``path`` is a local path or a URL (the file name of its path counts, not
+    its query). ``.jsonl``/``.json``/``.ndjson`` (optionally ``.gz``/``.zst``)
+    is JSONL, ``.parquet`` is Parquet and any other file is one plain-text
+    document.
+    """
+    location = os.fspath(path)
+    name = (url_filename(location) if is_url(location) else os.path.basename(location)).lower()
+    suffix = Path(name).suffix
+    if suffix in COMPRESSIONS:
+        if Path(name[: -len(suffix)]).suffix in JSONL_SUFFIXES:
+            return FormatName.JSONL, COMPRESSIONS[suffix]
+        # Reading compressed bytes as a text document is never what was meant.
+        raise ConfigError(
+            f"{path}: only compressed JSONL is supported ({', '.join(JSONL_SUFFIXES)} "
+            f"followed by {' or '.join(COMPRESSIONS)}); decompress the file or rename it"
+        )
+    if suffix in JSONL_SUFFIXES:
+        return FormatName.JSONL, None
+    if suffix == ".parquet":
+        return FormatName.PARQUET, None
+    return FormatName.TEXT, None

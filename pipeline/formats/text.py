@@ -1,0 +1,48 @@
+"""``TextFormat``: a plain UTF-8 text file is one document."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.formats.shard_format import FormatName, ReadOnlyFile
+from pipeline.formats.shard_index import ShardIndex, SkipCounter, SkipReason
+
+
+class TextFormat:
+    """A plain UTF-8 text file is one document; an empty file has no records."""
+
+    name = FormatName.TEXT
+
+    def build_index(self, path: Path, field: str) -> ShardIndex:
+        """Index ``path`` as a single record (``field`` does not apply)."""
+        data = path.read_bytes()
+        skips = SkipCounter()
+        if not data:
+            return skips.index([], [], [])
+        try:
+            data.decode()
+        except UnicodeDecodeError as e:
+            skips.add(SkipReason.INVALID_UTF8, [data.count(b"\n", 0, e.start) + 1])
+            return skips.index([], [], [])
+        return skips.index([0], [len(data)], [len(data)])
+
+    def open(self, path: Path) -> ReadOnlyFile:
+        """Open ``path`` for ``read``."""
+        return ReadOnlyFile(path)
+
+    def read(
+        self, handle: ReadOnlyFile, index: ShardIndex, rows: np.ndarray, field: str
+    ) -> list[str | None]:
+        """The document's text for each row; ``None`` if it is no longer UTF-8."""
+        texts: list[str | None] = []
+        for r in rows:
+            try:
+                texts.append(
+                    os.pread(handle.fd, int(index.lengths[r]), int(index.offsets[r])).decode()
+                )
+            except UnicodeDecodeError:
+                texts.append(None)
+        return texts

@@ -1,0 +1,148 @@
+"""``LanePlan``: one lane's stream of work chunks, drawn by the plan's rules (design doc)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.dataset import ExhaustedPolicy
+from pipeline.mixture import earliest_finish
+from pipeline.stages.tokenize import WorkChunk
+
+if TYPE_CHECKING:  # the plan makes lane plans: a module-level import would be a cycle
+    from pipeline.source import WorkSource
+
+
+class LanePlan:
+    """Emits one lane's work chunks; its state is a handful of integers per dataset."""
+
+    def __init__(
+        self, source: WorkSource, lane: int, num_lanes: int, state: Mapping[str, Any] | None
+    ) -> None:
+        self.source = source
+        self.lane = lane
+        self.num_lanes = num_lanes
+        names = [ds.name for ds in source.datasets]
+        self._orders = source.orders
+        self._stops = [ds.exhausted is ExhaustedPolicy.STOP for ds in source.datasets]
+        self._staged = len(source.phases) > 1
+        if state is None:
+            self._chunk = 0
+            self._drawn = [0] * len(names)
+            self._tokens = [0] * len(names)
+            self._phase = 0
+            self._lane_tokens = 0
+        else:
+            self._chunk = int(state["chunk"])
+            self._drawn = [int(state["drawn"][n]) for n in names]
+            self._tokens = [int(state["tokens"][n]) for n in names]
+            self._phase = int(state.get("phase", 0))
+            self._lane_tokens = int(state.get("lane_tokens", 0))
+            for name, order in zip(names, self._orders, strict=True):
+                if name in state.get("cursors", {}):  # order v2: no counting of passed shards
+                    order.adopt_cursor(state["cursors"][name])
+        self._names = names
+        self._offsets = source.lane_offsets(lane, num_lanes, self._phase)
+        self._start = source.lane_start(lane, num_lanes, self._phase)
+        self._fresh = not any(self._tokens)  # no draw yet in this phase
+        # (record, cost) of the record each dataset would give next; recomputed after a draw.
+        self._next: list[tuple[int, int] | None] = [None] * len(names)
+        self._active = [
+            not stop or order.in_first_epoch(drawn * num_lanes + lane)
+            for stop, drawn, order in zip(self._stops, self._drawn, self._orders, strict=True)
+        ]
+
+    def state(self) -> dict[str, Any]:
+        """JSON-serialisable position of the plan (before the next chunk), with each order's
+        cursor where it has one (v2: the block of the next draw, so a restore indexes no
+        shard it has passed)."""
+        state: dict[str, Any] = {
+            "chunk": self._chunk,
+            "drawn": dict(zip(self._names, self._drawn, strict=True)),
+            "tokens": dict(zip(self._names, self._tokens, strict=True)),
+        }
+        if self._staged:  # a plain mixture's state is what it always was
+            state["phase"] = self._phase
+            state["lane_tokens"] = self._lane_tokens
+        cursors = {}
+        for name, order, drawn in zip(self._names, self._orders, self._drawn, strict=True):
+            cursor = order.cursor(drawn * self.num_lanes + self.lane)
+            if cursor is not None:
+                cursors[name] = cursor
+        if cursors:
+            state["cursors"] = cursors
+        return state
+
+    def next_chunk(self) -> WorkChunk | None:
+        """Plan the next chunk, or return None when every dataset of the lane is exhausted."""
+        chunk_tokens = self.source.chunk_tokens
+        ds_ids: list[int] = []
+        rec_ids: list[int] = []
+        estimated = 0
+        next_costs = [0] * len(self._names)
+        while estimated < chunk_tokens:
+            if self._staged:
+                self._enter_due_phase()
+            shares = self.source.phases[self._phase][1].shares
+            for e, (w, active) in enumerate(zip(shares, self._active, strict=True)):
+                if active and w > 0:
+                    pending = self._next[e]
+                    if pending is None:
+                        record = self._find_lane_record(e, self._drawn[e])
+                        pending = self._next[e] = (record, self.source.record_cost(e, record))
+                    next_costs[e] = pending[1]
+            if self._fresh and self._start is not None and self._active[self._start]:
+                d = self._start  # the lane's first record (design doc)
+            else:
+                d = earliest_finish(
+                    self._tokens,
+                    self._offsets,
+                    next_costs=next_costs,
+                    shares=shares,
+                    active=self._active,
+                )
+            self._fresh = False
+            if d is None:
+                break
+            pending = self._next[d]
+            assert pending is not None
+            record, cost = pending
+            self._next[d] = None
+            self._drawn[d] += 1
+            self._tokens[d] += cost
+            self._lane_tokens += cost
+            estimated += cost
+            ds_ids.append(d)
+            rec_ids.append(record)
+            if self._stops[d]:
+                self._active[d] = self._orders[d].in_first_epoch(
+                    self._drawn[d] * self.num_lanes + self.lane
+                )
+        if not ds_ids:
+            return None
+        chunk = WorkChunk(
+            lane=self.lane,
+            index=self._chunk,
+            datasets=np.asarray(ds_ids, dtype=np.int16),
+            records=np.asarray(rec_ids, dtype=np.int64),
+        )
+        self._chunk += 1
+        return chunk
+
+    def _enter_due_phase(self) -> None:
+        """Enter the next phase once this lane has drawn its part of the current phase's
+        bound: its own shares from then on, on token counts and offsets of its own."""
+        until = self.source.phases[self._phase][0]
+        if until is None or self._lane_tokens * self.num_lanes < until:
+            return
+        self._phase += 1
+        self._tokens = [0] * len(self._names)
+        self._offsets = self.source.lane_offsets(self.lane, self.num_lanes, self._phase)
+        self._start = self.source.lane_start(self.lane, self.num_lanes, self._phase)
+        self._fresh = True
+
+    def _find_lane_record(self, d: int, k: int) -> int:
+        """The lane's ``k``-th record of dataset ``d``: stream position ``k*L + lane``."""
+        return self._orders[d].key_at(k * self.num_lanes + self.lane)

@@ -19,7 +19,7 @@ from orchestrator.experiment.choices import (
 )
 from orchestrator.experiment.config import EvalSection, ExperimentConfig, TrainSection
 from orchestrator.experiment.phases import phase_problems
-from pipeline import OrderVersion
+from pipeline import ExhaustedPolicy, OrderVersion
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -44,8 +44,7 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
     for k, phase in enumerate(d.phases):
         problems += _mixture_problems(phase.mixture, sorted(d.datasets), f"data.phases.{k}.mixture")
     problems += phase_problems(d)
-    if d.exhausted not in ("repeat", "stop"):
-        problems.append(f"data.exhausted={d.exhausted!r}: use 'repeat' or 'stop'")
+    problems += choice_problem("data.exhausted", d.exhausted, ExhaustedPolicy)
     if d.order not in tuple(OrderVersion):
         problems.append(
             f"data.order={d.order!r}: use one of {[v.value for v in OrderVersion]} "

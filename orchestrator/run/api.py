@@ -524,15 +524,15 @@ def compare(
         decide_on=decide_on,
         family=correction,
     )
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="zephon-compare-"))
-    comparison_run = guard.log_comparison(
-        tracker,
-        comparison,
-        runs,
-        parent_run_id=parent_run_id,
-        workdir=work,
-        into_run_id=into_run_id,
-    )
+    with tempfile.TemporaryDirectory(prefix="zephon-compare-") as scratch:  # MLflow keeps them
+        comparison_run = guard.log_comparison(
+            tracker,
+            comparison,
+            runs,
+            parent_run_id=parent_run_id,
+            workdir=Path(workdir) if workdir else Path(scratch),
+            into_run_id=into_run_id,
+        )
     return {
         **comparison.to_json(),
         "comparison_run_id": comparison_run,

@@ -18,6 +18,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Mapping, Sequence
@@ -309,6 +310,10 @@ def serve() -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # deferred: imports pipeline (tokenizers, numpy); zephon-run imports this module first
+    from orchestrator.run.recipe import trainer_import_env
+
+    os.environ.update(trainer_import_env())  # before torch's imports make that folder
     from orchestrator.titan import cpu_compat
 
     cpu_compat.apply()
@@ -392,6 +397,7 @@ def _run_torchrun(request: dict[str, Any]) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # read TMPDIR again: the server's imports cached the server's
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

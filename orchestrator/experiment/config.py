@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.errors import ExperimentError
+from orchestrator.experiment.overrides import check_overrides
 
 PRECISIONS = ("auto", "float32", "bfloat16")
 
@@ -256,9 +257,7 @@ def load_experiment(
             loaded = source
         merged = OmegaConf.merge(schema, loaded)
         if overrides:
-            for override in overrides:
-                if "=" not in override:
-                    raise ExperimentError([f"override {override!r} is not of the form key=value"])
+            check_overrides(merged, list(overrides))
             merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
         config = OmegaConf.to_object(merged)
     assert isinstance(config, ExperimentConfig)

@@ -9,6 +9,7 @@ is answered with the keys that preset sets.
 from __future__ import annotations
 
 import dataclasses
+import re
 from importlib import resources
 from typing import Any
 
@@ -66,6 +67,8 @@ def _section_problem(key: str, value: str, keys: list[str]) -> str:
 
 def _preset(section: str, name: str) -> DictConfig | None:
     """``zephon-run``'s preset ``name`` of ``section`` (``conf/<section>/<name>.yaml``), if any."""
+    if not re.fullmatch(r"[\w-]+", name):  # not a file name: no preset
+        return None
     try:
         path = resources.files(PRESETS_PACKAGE) / section / f"{name}.yaml"
     except ModuleNotFoundError:  # not installed: no preset to name

@@ -1,7 +1,8 @@
 """The experiment's schema (its sections), loaded from YAML, a dict or Hydra with overrides.
 
-Unknown keys and wrong types are refused by OmegaConf's structured schema; everything
-else :func:`orchestrator.experiment.validate` checks before any work starts.
+Unknown keys and wrong types are refused by OmegaConf's structured schema, overrides that
+give a section one value by :mod:`orchestrator.experiment.overrides`; everything else
+:func:`orchestrator.experiment.validate` checks before any work starts.
 """
 
 from __future__ import annotations

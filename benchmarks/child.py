@@ -31,7 +31,7 @@ STDERR_TAIL = 2000
 
 def _import_measurements() -> dict[str, Callable[..., Any]]:
     """Measurement functions by kind (imported here: the parent never needs them)."""
-    from benchmarks import baselines, lanes
+    from benchmarks import baselines, lanes  # deferred: baselines imports torch
 
     return {
         "raw": baselines.measure_raw,

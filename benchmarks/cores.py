@@ -24,6 +24,7 @@ from typing import Any
 
 from benchmarks.machine import describe_machine
 from benchmarks.publish import publish
+from benchmarks.tokenizer_ratio import measure_pipeline_ratio
 from benchmarks.training import RESULTS, measure_main_job
 from orchestrator.machine.precision import cpu_model
 
@@ -152,8 +153,6 @@ def measure_main_jobs(work: Path, overrides: list[str]) -> dict[str, Any]:
 
 def measure_pipeline(steps: int) -> dict[str, Any]:
     """Pipeline / raw tiktoken at 2 threads on prose and on code."""
-    from benchmarks.tokenizer_ratio import measure_pipeline_ratio
-
     kinds = {kind: measure_pipeline_ratio(kind, 2, steps=steps) for kind in ("prose", "code")}
     return {
         "by_text": kinds,

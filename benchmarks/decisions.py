@@ -30,7 +30,15 @@ from benchmarks.decision_calibration import (
     simulate_seed_counts,
     simulate_sweeps,
 )
+from benchmarks.machine import describe_machine
 from benchmarks.publish import publish
+from demo.local_corpus import build_local_corpus
+from orchestrator import guard
+from orchestrator.guard.comparison import mixture_label
+from orchestrator.tracking.reading import training_run_ids
+from orchestrator.tracking.tracker import Tracker
+from orchestrator.tracking.uris import resolve_uri
+from pipeline import Dataset
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -47,9 +55,6 @@ MIXES = {
 
 def build_corpus(work: Path) -> dict[str, list[Path]]:
     """The four datasets of the design doc, as JSONL files under ``work``."""
-    from demo.local_corpus import build_local_corpus
-    from pipeline import Dataset
-
     built = build_local_corpus(work / "corpus", max_bytes_per_domain=CORPUS_BYTES_PER_DOMAIN)
     code = Dataset("code", built["code"])
     texts = code.read_texts(list(range(code.num_records)))
@@ -92,12 +97,6 @@ def run_sweep(work: Path, corpus: dict[str, list[Path]], seeds: int, steps: int)
 
 def runs_by_mixture_and_seed(work: Path, sweep: str) -> dict[tuple[str, int], Any]:
     """The sweep's runs (guard summaries) keyed by (mixture name of :data:`MIXES`, seed)."""
-    from orchestrator import guard
-    from orchestrator.guard.comparison import mixture_label
-    from orchestrator.tracking.reading import training_run_ids
-    from orchestrator.tracking.tracker import Tracker
-    from orchestrator.tracking.uris import resolve_uri
-
     uri = resolve_uri(None, work)
     runs = guard.load_runs(Tracker(uri, "zephon"), training_run_ids(uri, sweep=sweep))
     label = {mixture_label(mix): name for name, mix in MIXES.items()}
@@ -108,9 +107,6 @@ def judge(
     by_mix_seed: dict[tuple[str, int], Any], seeds: int, sizes: list[int]
 ) -> list[dict[str, Any]]:
     """Every subset of m seeds (m in ``sizes``) of the A/A and the A/B pair, judged."""
-    from orchestrator import guard
-    from orchestrator.guard.comparison import mixture_label
-
     label = {mixture_label(mix): name for name, mix in MIXES.items()}
     judged = []
     for m in sizes:
@@ -280,8 +276,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 3 or args.steps < 1:
         parser.error("--seeds must be >= 3 and --steps >= 1")
-    from benchmarks.machine import describe_machine
-
     if args.judge_only and not args.work_dir:
         parser.error("--judge-only needs the --work-dir of an earlier run")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="zephon-bench-decisions-"))

@@ -25,6 +25,10 @@ from typing import Any
 
 from benchmarks.noise import POLL_S, QUIET_PERCENT, machine_load_percent
 from benchmarks.publish import publish
+from demo.local_corpus import build_local_corpus
+from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.machine.precision import cpu_model
+from orchestrator.run import api
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -80,8 +84,6 @@ def experiment(corpus: dict[str, list[Path]], work: Path, precision: str, steps:
 
 def seconds_per_step(folder: Path) -> list[float]:
     """TorchTitan's end-to-end seconds of every step after the first."""
-    from orchestrator.experiment.runfolder import RunFolder
-
     metrics = RunFolder(folder).metrics()
     return [
         float(m["time_metrics/end_to_end_s"])
@@ -92,10 +94,6 @@ def seconds_per_step(folder: Path) -> list[float]:
 
 def measure_precisions(work: Path, steps: int, reps: int) -> dict[str, Any]:
     """Every precision ``reps`` times, order rotated per round (design doc)."""
-    from demo.local_corpus import build_local_corpus
-    from orchestrator.experiment.runfolder import RunStatus
-    from orchestrator.run import api
-
     corpus = build_local_corpus(work / "corpus", max_bytes_per_domain=CORPUS_BYTES_PER_DOMAIN)
     samples: dict[str, list[float]] = {p: [] for p in PRECISIONS}
     runs: list[dict[str, Any]] = []
@@ -290,9 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("main_job_args", nargs="*", help="Hydra overrides for the main job")
     args = parser.parse_args(argv)
-    import torch
-
-    from orchestrator.machine.precision import cpu_model
+    import torch  # deferred: torch, which benchmarks.cores (importing this module) never needs
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="zephon-bench-training-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from pipeline import Dataset, load_tokenizer
 from pipeline.errors import ConfigError
 
 #: Bump when the corpus content or layout changes, so old builds are redone.
@@ -344,8 +345,6 @@ def build_local_corpus(
 
 def _count_tokens(shards: list[Path]) -> int:
     """gpt2 tokens of a domain's records (for ``--tokens``)."""
-    from pipeline import Dataset, load_tokenizer
-
     dataset = Dataset("count", [str(p) for p in shards])
     texts = dataset.read_texts(list(range(dataset.num_records)))
     return sum(len(ids) for ids in load_tokenizer("gpt2").encode_batch(texts))

@@ -16,6 +16,8 @@ from pathlib import Path
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from pipeline import Dataset
+
 EOS = "<|endoftext|>"
 TRAINING_BYTES_PER_DOMAIN = 1_000_000
 """Text of each domain the BPE learns from (the first records of its shards)."""
@@ -45,8 +47,6 @@ def build_local_tokenizer(
     """The folder of a byte-level BPE of ``vocab_size`` tokens learned from the first
     :data:`TRAINING_BYTES_PER_DOMAIN` of each domain of ``corpus`` (built once; a folder
     with its ``tokenizer_config.json`` is reused), EOS named, as ``data.tokenizer`` takes it."""
-    from pipeline import Dataset
-
     if (folder / "tokenizer_config.json").exists():
         return folder
     texts: list[str] = []

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.experiment.runfolder import RunFolder, write_json_atomic
+from orchestrator.experiment.runfolder import RunFolder, RunStatus, write_json_atomic
 from orchestrator.guard.tracked import compare_tracked
 from orchestrator.machine.devices import Devices, discover
 from orchestrator.machine.precision import resolve_precision
@@ -244,7 +244,7 @@ def check_scores_against_cpu(check: GpuCheck, details: dict[str, Any]) -> None:
         cpu_folder = sweep_run(check, MIXES[0], 1)
     else:
         cpu_run = api.run(check.experiment(MIXES[0], "cpu"), dp=1, run_name="cpu-dp1")
-        require(cpu_run.status == "succeeded", f"the CPU run: {cpu_run.messages}")
+        require(cpu_run.status == RunStatus.SUCCEEDED, f"the CPU run: {cpu_run.messages}")
         cpu_folder = RunFolder(cpu_run.folder)
     details["runs"] = [device_folder.name, cpu_folder.name]
     require(

@@ -3,11 +3,13 @@ the files that train run first."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from demo.local_corpus import build_local_corpus
+from orchestrator.run.recipe import trainer_import_env
 from pipeline import Dataset, WorkSource
 
 TRAINING_FILES_FIRST = (
@@ -19,6 +21,12 @@ TRAINING_FILES_FIRST = (
     "tests/test_docs_commands.py",
 )
 """Where the files that launch trainings (minutes each) lie, in the order they start."""
+
+
+def pytest_configure() -> None:
+    """Tests that import the trainer (torch makes its compile cache's folder on import) keep
+    that folder where Zephon's processes keep theirs, not in the system's temporary folder."""
+    os.environ.update(trainer_import_env())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -5,6 +5,7 @@ once, saying why."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -23,6 +24,9 @@ def gpu_check(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=1100,
+        # Its set-up would copy the gpt2 file into tiktoken's cache, by default in the
+        # system's temporary folder; Zephon reads its own copy.
+        env={**os.environ, "TIKTOKEN_CACHE_DIR": ""},
     )
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
+from tests.support.checkout import source_files
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -29,19 +30,6 @@ CONFIG_PACKAGE = "zephon_conf"
 """What ``conf/`` is installed as (pyproject.toml's package-dir)."""
 NOT_SHIPPED = ("tests", "benchmarks", "scripts", "docs")
 """Top-level folders of the repository that the wheel leaves out."""
-
-
-def source_files() -> list[str]:
-    """The files a fresh clone of this checkout would have, with new files not yet
-    committed (tracked or untracked, not ignored, present), relative to the repository."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\0")
-    return [name for name in listed if name and (REPO / name).is_file()]
 
 
 def run(*command: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -9,6 +9,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -24,6 +25,7 @@ from benchmarks.corpus_scale.corpora import (
 )
 from benchmarks.noise import NoiseGuard
 from benchmarks.timing import machine_busy_seconds
+from pipeline import Dataset, Pipeline, WorkSource
 
 
 def generate_child(started: float, params_file: str) -> None:
@@ -40,8 +42,9 @@ CHILD_CODE = (
     "import benchmarks.corpus_scale.children as m; getattr(m, sys.argv[1])(started, sys.argv[2])"
 )
 """A child's command (``python -c CHILD_CODE FUNCTION PARAMS_FILE``): its clock starts
-before any import. Generating corpora and timing metadata run in children too, so this
-process stays small: on Linux a child's ``ru_maxrss`` starts at its parent's peak RSS (it
+before any import (this module's own, the pipeline's among them). Generating corpora and
+timing metadata run in children too, so this process holds no more than a child's imports:
+on Linux a child's ``ru_maxrss`` starts at its parent's peak RSS (it
 survives fork and exec), which would hide the child's own below it."""
 
 
@@ -65,9 +68,6 @@ def child(started: float, params_file: str) -> None:
     """Build the lane pipeline over one corpus with one order (``params_file``: JSON with
     ``paths``, ``cache_dir``, ``order``), take its first batch and print one JSON line of
     measurements (``started``: ``time.perf_counter()`` before any import)."""
-    import threading
-
-    from pipeline import Dataset, Pipeline, WorkSource
 
     params = json.loads(Path(params_file).read_text())
     imported = time.perf_counter()
@@ -225,8 +225,6 @@ def in_child(function: str, corpus: Corpus, root: Path, timeout_s: float) -> dic
 def measure_metadata(corpus: Corpus, root: Path, reps: int = 5) -> dict[str, Any]:
     """Seconds to construct a ``Dataset`` over ``corpus`` (resolving its paths) and to take
     ``shard_metadata()`` (one stat per shard) and the manifest fingerprint; medians."""
-    from pipeline import Dataset
-
     paths = [str(p) for p in corpus.shard_paths(root)]
     timings: dict[str, list[float]] = {"construct_s": [], "shard_metadata_s": [], "manifest_s": []}
     for _ in range(reps):

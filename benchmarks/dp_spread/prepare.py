@@ -14,6 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.dp_spread.design import GLOBAL_BATCH, LANES, SEQ_LEN
+from demo.local_corpus import build_local_corpus
+from orchestrator.experiment import DataSection, build_pipeline, write_data_spec
+from pipeline import load_tokenizer
 
 SHUFFLE_SEED = 0
 """Seed of the stock JSON dataset's row order."""
@@ -56,10 +59,6 @@ class Prepared:
 def prepare(work_dir: Path, corpus_bytes: int, holdout_bytes: int) -> Prepared:
     """Build the corpus, split it with Zephon's WorkSource, write the stock JSON dataset and
     the Zephon data spec."""
-    from demo.local_corpus import build_local_corpus
-    from orchestrator.experiment import DataSection, build_pipeline, write_data_spec
-    from pipeline import load_tokenizer
-
     corpus = build_local_corpus(work_dir / "corpus", max_bytes_per_domain=corpus_bytes)
     domains = {name: [str(p) for p in paths] for name, paths in sorted(corpus.items())}
     data = DataSection(

@@ -19,6 +19,7 @@ from benchmarks.mix_search.truths import BUDGET_TOKENS, DOMAINS, MAX_EPOCHS, TAR
 from orchestrator.search import Bounds, Observations, fit, initial_design, propose
 from orchestrator.search.models import GradientBoosting
 from orchestrator.search.observations import MIN_DISTINCT_MIXTURES
+from sweeps.mixes import MixSpace, variants
 
 REGMIX_CANDIDATES = 100_000
 """Mixtures RegMix's regressor predicts to choose from."""
@@ -141,8 +142,6 @@ def grid_points(budget: int) -> np.ndarray:
     Strided, not the first ``budget``: in lexicographic order the first 70 of the 126
     points of the 1/4 grid all give ``d1`` nothing, a worse baseline than a grid is.
     """
-    from sweeps.mixes import MixSpace, variants
-
     steps = next(
         n for n in GRID_STEPS if math.comb(n + len(DOMAINS) - 1, len(DOMAINS) - 1) >= budget
     )

@@ -1,7 +1,8 @@
 """The experiment's schema (its sections), loaded from YAML, a dict or Hydra with overrides.
 
-Unknown keys and wrong types are refused by OmegaConf's structured schema; everything
-else :func:`orchestrator.experiment.validate` checks before any work starts.
+Unknown keys and wrong types are refused by OmegaConf's structured schema, overrides that
+give a section one value by :mod:`orchestrator.experiment.overrides`; everything else
+:func:`orchestrator.experiment.validate` checks before any work starts.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment.choices import DeviceRequest, Launcher, Precision
+from orchestrator.experiment.overrides import check_overrides
 
 
 @dataclass
@@ -243,9 +245,7 @@ def load_experiment(
             loaded = source
         merged = OmegaConf.merge(schema, loaded)
         if overrides:
-            for override in overrides:
-                if "=" not in override:
-                    raise ExperimentError([f"override {override!r} is not of the form key=value"])
+            check_overrides(merged, list(overrides))
             merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
         config = OmegaConf.to_object(merged)
     assert isinstance(config, ExperimentConfig)

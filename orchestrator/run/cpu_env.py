@@ -1,6 +1,7 @@
-"""The environment a launch starts from: what every launch gets, and CPU launches' malloc and
-OpenMP defaults. Light (``os`` only): ``zephon-run`` computes it before its own imports, to
-start the warm server (:mod:`orchestrator.run.warm_start`) as soon as it begins.
+"""What a launch runs (:data:`TRAIN_MODULE`) and the environment it starts from: what every
+launch gets, and CPU launches' malloc and OpenMP defaults. Light (``os`` only):
+``zephon-run`` computes it before its own imports, to start the warm server
+(:mod:`orchestrator.run.warm_start`) as soon as it begins.
 
 Design: docs/design/orchestrator_run.md
 """
@@ -8,6 +9,9 @@ Design: docs/design/orchestrator_run.md
 from __future__ import annotations
 
 import os
+
+TRAIN_MODULE = "orchestrator.titan.train"
+"""The trainer every launch runs (``zephon-train``)."""
 
 CPU_MALLOC_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(4 << 30),

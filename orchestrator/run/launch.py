@@ -39,12 +39,16 @@ Agent: TypeAlias = "subprocess.Popen[bytes] | warm_start.WarmProcess"
 def launch_env(
     folder: RunFolder, devices: Devices, procs_per_node: int, cores: int | None = None
 ) -> dict[str, str]:
-    """The environment of a launch: caches in the run folder, each process an equal share
-    of ``cores`` (default: the usable cores) as threads."""
+    """The environment of a launch: caches and temporary files (torchrun's log folders) in
+    the run folder, each process an equal share of ``cores`` (default: the usable cores) as
+    threads."""
     env = cpu_start_env() if devices.kind == DeviceKind.CPU else common_env()
+    scratch = folder.path.absolute() / ".tmp"
+    scratch.mkdir(parents=True, exist_ok=True)  # Python ignores a TMPDIR that does not exist
     env.update(
         HF_HOME=str(folder.path.absolute() / ".hf"),
         TORCHINDUCTOR_CACHE_DIR=str(folder.path.absolute() / ".inductor"),
+        TMPDIR=str(scratch),
         OMP_NUM_THREADS=str(max(1, (cores or usable_cores()) // procs_per_node)),
     )
     if devices.kind == DeviceKind.CUDA:

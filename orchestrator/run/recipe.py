@@ -111,8 +111,15 @@ class _Refused(Exception):
     """TorchTitan's parser refused the flags (its message): a stable answer, cached."""
 
 
+def trainer_import_env() -> dict[str, str]:
+    """What a process that imports the trainer outside any run folder (the resolver, the
+    warm server) adds to its environment: torch makes its compile cache's folder on import,
+    here in Zephon's cache, not in the system's temporary folder (a launch's: its run folder)."""
+    return {"TORCHINDUCTOR_CACHE_DIR": str(zephon_home() / "inductor")}
+
+
 def _resolve_with_titan(flags: list[str]) -> dict[str, Any]:
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # resolving needs no GPU
+    env = {**os.environ, **trainer_import_env(), "CUDA_VISIBLE_DEVICES": ""}  # no GPU needed
     done = subprocess.run(
         [sys.executable, "-m", RESOLVER, *flags], capture_output=True, text=True, env=env
     )

@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING
 
 from orchestrator.experiment import ExperimentConfig, Launcher, Precision
 from orchestrator.run.base_schedule import base_learning_rate
+from orchestrator.run.cpu_env import TRAIN_MODULE
 from orchestrator.run.init_from import initial_load_flags
 
 if TYPE_CHECKING:
     from orchestrator.run.plan import RunPlan
 
-TRAIN_MODULE = "orchestrator.titan.train"
-"""The trainer every launch runs (``zephon-train``)."""
 LR_FLAG = "--optimizer.param-groups.0.optimizer-kwargs.lr"
 """The peak learning rate's flag (``train.lr``)."""
 TRAIN_TIMEOUT_S = 600

@@ -19,6 +19,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Mapping, Sequence
@@ -28,7 +29,7 @@ from typing import Any
 
 import setproctitle
 
-from orchestrator.run.trainer_command import TRAIN_MODULE
+from orchestrator.run.cpu_env import TRAIN_MODULE
 
 WARM_START_ENV = "ZEPHON_WARM_START"
 """``0`` turns warm starts off (every launch is a cold ``torchrun``)."""
@@ -311,6 +312,10 @@ def serve() -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # deferred: imports pipeline (tokenizers, numpy); zephon-run imports this module first
+    from orchestrator.run.recipe import trainer_import_env
+
+    os.environ.update(trainer_import_env())  # before torch's imports make that folder
     # The trainer the server launches prepares TorchTitan for this machine before anything
     # imports TorchTitan, as its own main() does; reached by name, as torchrun reaches it.
     importlib.import_module(TRAIN_MODULE).prepare_machine()
@@ -394,6 +399,7 @@ def _run_torchrun(request: dict[str, Any]) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # read TMPDIR again: the server's imports cached the server's
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks import dp_spread
+from benchmarks.dp_spread.cli import main
 
 STEPS = 2
 
 
 def test_dp_spread_benchmark_runs_and_tells_the_loaders_apart(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    code = dp_spread.main(
+    code = main(
         [
             *("--steps", str(STEPS), "--dp", "1", "2", "--model", "mini"),
             *("--corpus-bytes", "100000", "--holdout-bytes", "2048"),

@@ -1,6 +1,6 @@
 """Warm starts (orchestrator/run/warm_start.py) on real training: a warm launch trains exactly
-what a cold torchrun trains, and a killed Zephon leaves neither its warm server nor its
-launch behind."""
+what a cold torchrun trains (and neither leaves anything in the system's temporary folder),
+and a killed Zephon leaves neither its warm server nor its launch behind."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.machine.devices import Devices
 from orchestrator.run import api, warm_start
 from orchestrator.run.cpu_env import cpu_start_env
@@ -119,11 +120,17 @@ def test_a_warm_launch_trains_what_a_cold_torchrun_trains(
     config["data"]["holdout_bytes"] = 4096
     config["eval"] = {"interval": STEPS}
     monkeypatch.chdir(tmp_path)
+    system_tmp = tmp_path / "system-tmp"  # the system's temporary folder, as the runs see it
+    system_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     monkeypatch.setenv(warm_start.WARM_START_ENV, "0")
     cold = api.run(config, dp=2, run_name="cold", tracking=False)
     monkeypatch.setenv(warm_start.WARM_START_ENV, "1")
     warm = api.run(config, dp=2, run_name="warm", tracking=False)
-    assert cold.status == warm.status == "succeeded", cold.messages + warm.messages
+    assert cold.status == warm.status == RunStatus.SUCCEEDED, cold.messages + warm.messages
+    # torchrun's log folders and the launches' temporary files stay in their run folders
+    assert sorted(p.name for p in system_tmp.iterdir()) == []
     cold_folder, warm_folder = RunFolder(Path(cold.folder)), RunFolder(Path(warm.folder))
     # The warm one really started warm, the cold one did not.
     warm_log, cold_log = warm_folder.log_path.read_text(), cold_folder.log_path.read_text()

@@ -175,8 +175,8 @@ def comparison_name(run_ids: Iterable[str]) -> str:
 def log_comparison(
     tracker: Tracker,
     comparison: Comparison,
-    runs: list[RunSummary],
     *,
+    runs: list[RunSummary],
     parent_run_id: str | None = None,
     workdir: Path,
     into_run_id: str | None = None,

@@ -100,6 +100,7 @@ class _ScoredVariant:
 def _score_variant(
     arm: str,
     runs: list[RunSummary],
+    *,
     step: int,
     domains: list[str],
     chosen: list[str],
@@ -176,7 +177,9 @@ def compare(
     }
     variants = sorted(
         (
-            _score_variant(arm, group, step, domains, chosen, doc_bytes)
+            _score_variant(
+                arm, group, step=step, domains=domains, chosen=chosen, doc_bytes=doc_bytes
+            )
             for arm, group in runs_by_arm(runs).items()
         ),
         key=lambda v: (v.aggregate_bpb, v.mixture, v.variant_id),

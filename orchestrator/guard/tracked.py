@@ -58,7 +58,7 @@ def compare_tracked(
         comparison_run = log_comparison(
             tracker,
             comparison,
-            runs,
+            runs=runs,
             parent_run_id=parent_run_id,
             workdir=Path(work),
             into_run_id=into_run_id,

@@ -152,7 +152,7 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
     cmp_id = log_comparison(
         tracker,
         result,
-        loaded,
+        runs=loaded,
         parent_run_id=parent,
         workdir=tmp_path / "work",
     )
@@ -181,7 +181,9 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
     refused = compare([*loaded, bare_summary])
     assert not refused.accepted
     assert RefusalCode.NO_DATA in codes(refused.refusals)
-    refused_id = log_comparison(tracker, refused, [*loaded, bare_summary], workdir=tmp_path / "w2")
+    refused_id = log_comparison(
+        tracker, refused, runs=[*loaded, bare_summary], workdir=tmp_path / "w2"
+    )
     refused_run = client.get_run(refused_id)
     assert refused_run.info.status == "FINISHED"
     assert refused_run.data.tags[TAG_VERDICT] == "refused"

@@ -1,7 +1,8 @@
 """The job queue: durable, idempotent submission of experiments to the scheduler.
 
 One SQLite file (WAL, :mod:`.queue_database`) that survives restarts and needs no server;
-it imports only the standard library, the error classes and the job's records (:mod:`.job`). Every change is one ``BEGIN IMMEDIATE``
+it imports only the standard library, the error classes, the job's records (:mod:`.job`)
+and the budgets (:mod:`.budget`). Every change is one ``BEGIN IMMEDIATE``
 transaction, so the checks deciding it and the change see no other writer, in any
 process or thread. Keep the file on a local file system (not NFS).
 

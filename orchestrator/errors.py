@@ -17,7 +17,7 @@ EXIT_REFUSED = 3
 EXIT_TRACKING = 4
 """The tracking server is unreachable (before launch, or on sync)."""
 EXIT_BUSY = 5
-"""The submitter's queue is full."""
+"""The submitter's queue is full, or its daily budget is used up: retry later."""
 EXIT_TIMED_OUT = 124
 EXIT_INTERRUPTED = 130
 """SIGINT or SIGTERM stopped the command (128 + SIGINT, as shells report Ctrl-C)."""
@@ -36,6 +36,7 @@ __all__ = [
     "MixError",
     "NoFit",
     "NotTracked",
+    "OverBudget",
     "ProblemsError",
     "QueueError",
     "QueueFull",
@@ -87,6 +88,12 @@ class QueueFull(QueueError):
     """The submitter already has as many unfinished jobs as it may."""
 
     exit_code, kind = EXIT_BUSY, "queue_full"
+
+
+class OverBudget(QueueError):
+    """The submitter used up its daily budget of runs or device-hours."""
+
+    exit_code, kind = EXIT_BUSY, "over_budget"
 
 
 class TransitionError(QueueError):

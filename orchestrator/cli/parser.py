@@ -149,6 +149,16 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
         help="CPU: training processes beyond the cores, filling idle time (0: one per core)",
     )
     p.add_argument("--max-queued", type=int, default=100, help="pending jobs per submitter")
+    p.add_argument("--runs-per-day", type=int, help="run and verify jobs per submitter and UTC day")
+    p.add_argument(
+        "--device-hours-per-day",
+        type=float,
+        help="devices leased x hours run, per submitter and UTC day",
+    )
+    p.add_argument(
+        "--budgets",
+        help="YAML/JSON file: {default: {runs_per_day, device_hours_per_day}, users: {NAME: ...}}",
+    )
     p.add_argument("--until-idle", action="store_true", help="exit when no job is left")
     p = service("submit", "queue an experiment (idempotent per --key)")
     p.add_argument("-c", "--config", help="experiment file (YAML or JSON)")

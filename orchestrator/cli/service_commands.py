@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+from dataclasses import replace
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -15,6 +16,7 @@ from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.machine.devices import Devices
 from orchestrator.service import attempt
 from orchestrator.service import client as service
+from orchestrator.service.budget import Budgets
 from orchestrator.service.client import ServiceConfig, load_service
 from orchestrator.service.job import JobState
 from orchestrator.service.pool import Lease
@@ -30,6 +32,7 @@ def command_serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         capacity=args.capacity,
         extra_processes=args.extra_processes,
         max_queued_per_submitter=args.max_queued,
+        budgets=_read_budgets(args),
     )
     scheduler = Scheduler(service)
     signal.signal(signal.SIGTERM, lambda *_: scheduler.stop())
@@ -38,6 +41,23 @@ def command_serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     except KeyboardInterrupt:
         scheduler.stop()
     return EXIT_OK, {"root": str(service.path), "counts": scheduler.queue.counts()}
+
+
+def _read_budgets(args: argparse.Namespace) -> Budgets:
+    """The budgets of ``--budgets FILE`` (YAML or JSON: default, users), their default's
+    limits replaced by ``--runs-per-day`` and ``--device-hours-per-day`` when given."""
+    budgets = Budgets()
+    if args.budgets is not None:
+        budgets = Budgets.from_dict(OmegaConf.to_container(OmegaConf.load(args.budgets)))
+    given = {
+        name: value
+        for name, value in (
+            ("runs_per_day", args.runs_per_day),
+            ("device_hours_per_day", args.device_hours_per_day),
+        )
+        if value is not None
+    }
+    return replace(budgets, default=replace(budgets.default, **given))
 
 
 def command_submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:

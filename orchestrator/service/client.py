@@ -22,6 +22,7 @@ import psutil
 
 from orchestrator.errors import QueueError
 from orchestrator.service.admission import Limits, Rules, admit_job
+from orchestrator.service.budget import Budgets
 from orchestrator.service.job import FINAL, JobKind, JobState, to_kind
 from orchestrator.service.queue import JobQueue
 from pipeline.errors import ConfigError
@@ -56,6 +57,8 @@ class ServiceConfig:
     max_attempts: int = 3
     """Attempts of a job whose process keeps dying before it is marked failed."""
     limits: Limits = field(default_factory=Limits)
+    budgets: Budgets = field(default_factory=Budgets)
+    """Runs and device-hours per submitter and UTC day (:mod:`.budget`); none by default."""
 
     @property
     def path(self) -> Path:
@@ -84,7 +87,11 @@ class ServiceConfig:
         )
 
     def queue(self) -> JobQueue:
-        return JobQueue(self.queue_path, max_queued_per_submitter=self.max_queued_per_submitter)
+        return JobQueue(
+            self.queue_path,
+            max_queued_per_submitter=self.max_queued_per_submitter,
+            budgets=self.budgets,
+        )
 
     def save(self) -> None:
         """Write ``service.json``, so clients of this root apply the same rules."""
@@ -102,8 +109,9 @@ def load_service(root: str | Path = DEFAULT_ROOT) -> ServiceConfig:
         return ServiceConfig(root=str(Path(root).absolute()))
     data = json.loads(path.read_text())
     limits = Limits(**data.pop("limits", {}))
+    budgets = Budgets.from_dict(data.pop("budgets", {}))
     data["data_roots"] = tuple(data.get("data_roots", ()))
-    return ServiceConfig(**data, limits=limits)
+    return ServiceConfig(**data, limits=limits, budgets=budgets)
 
 
 def caller() -> str:
@@ -121,7 +129,8 @@ def submit(
     check, :func:`orchestrator.service.admission.verify_request`). The spec is admitted
     first (:func:`orchestrator.service.admission.admit_job`): a refused spec raises
     ExperimentError listing every reason, and nothing is queued; QueueFull when the
-    caller already has its limit of pending jobs.
+    caller already has its limit of pending jobs; OverBudget when it used up its daily
+    budget (:mod:`orchestrator.service.budget`).
     """
     kind = to_kind(kind)
     admit_job(kind, spec, service.rules())
@@ -130,12 +139,14 @@ def submit(
 
 
 def status(service: ServiceConfig, job_id: str) -> dict[str, Any]:
-    """The job, its state history and, once finished, its result."""
+    """The job, its state history and, once finished, its result; each submitter's
+    budget usage today (:func:`usage`)."""
     queue = service.queue()
     job = queue.get(job_id)
     return {
         "job": job.to_dict(),
         "events": [e.to_dict() for e in queue.events(job_id)],
+        "usage": _usage_of(queue),
     }
 
 
@@ -191,12 +202,28 @@ def list_jobs(
     kind: JobKind | str | None = None,
     limit: int = 100,
 ) -> dict[str, Any]:
-    """Jobs, oldest first, filtered; with the count per state of the whole queue."""
+    """Jobs, oldest first, filtered; with the count per state of the whole queue and each
+    submitter's budget usage today (:func:`usage`)."""
     if not 1 <= limit <= 10_000:
         raise QueueError(f"limit must be in [1, 10000], got {limit}")
     queue = service.queue()
     jobs = queue.list(states=states, submitter=submitter, kind=kind, limit=limit)
-    return {"jobs": [j.to_dict() for j in jobs], "counts": queue.counts()}
+    return {
+        "jobs": [j.to_dict() for j in jobs],
+        "counts": queue.counts(),
+        "usage": _usage_of(queue),
+    }
+
+
+def usage(service: ServiceConfig, submitter: str | None = None) -> list[dict[str, Any]]:
+    """Today's budget usage (UTC day) of ``submitter``, or of every submitter who used
+    anything today or has a budget of its own: runs and device-hours, each ``used``,
+    ``limit`` and ``left`` (None: no limit), and ``renews_at``."""
+    return _usage_of(service.queue(), submitter)
+
+
+def _usage_of(queue: JobQueue, submitter: str | None = None) -> list[dict[str, Any]]:
+    return [u.to_dict() for u in queue.usage(submitter)]
 
 
 TEXT_SUFFIXES = (".txt",)

@@ -30,8 +30,10 @@ INSTRUCTIONS = """``zephon mcp``: Zephon's tools for LLM agents over the Model C
 
 The tools are the job service's functions (:mod:`orchestrator.service.client`) and the
 guard; their JSON schemas come from the type hints below. A refused request
-(invalid spec, unknown job, full queue, a key reused for another spec) is a
-tool error whose text says what is wrong; nothing is queued or changed then.
+(invalid spec, unknown job, full queue, a used-up daily budget, a key reused for
+another spec) is a tool error whose text says what is wrong; nothing is queued or
+changed then. A budget refusal says what was used, what is left and when it renews
+(00:00 UTC); plan jobs are free.
 
     submit(spec, key, kind)               queue an experiment, idempotent per key; its
                                           input schema holds the experiment's fields
@@ -105,7 +107,9 @@ def build_server(root: str) -> FastMCP:
     @mcp.tool()
     def status(job_id: str) -> dict[str, Any]:
         """A job's state (queued, running, succeeded, failed, cancelled, preempted), its
-        history and, when finished, its result: fingerprints, eval scores, MLflow run id."""
+        history and, when finished, its result: fingerprints, eval scores, MLflow run id;
+        usage: each submitter's daily budget (runs, device_hours: used, limit, left;
+        renews_at, 00:00 UTC)."""
         return service.status(svc(), job_id)
 
     @mcp.tool()
@@ -125,7 +129,9 @@ def build_server(root: str) -> FastMCP:
         kind: JobKind | None = None,
         limit: int = 100,
     ) -> dict[str, Any]:
-        """Jobs, oldest first, filtered by states, submitter and kind; counts per state."""
+        """Jobs, oldest first, filtered by states, submitter and kind; counts per state;
+        usage: each submitter's daily budget (runs, device_hours: used, limit, left;
+        renews_at, 00:00 UTC)."""
         return service.list_jobs(svc(), states=states, submitter=submitter, kind=kind, limit=limit)
 
     @mcp.tool()

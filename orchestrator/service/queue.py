@@ -1,7 +1,8 @@
 """The job queue: durable, idempotent submission of experiments to the scheduler.
 
 One SQLite file (WAL, :mod:`.queue_database`) that survives restarts and needs no server;
-it imports only the standard library, the error classes and the job's records (:mod:`.job`). Every change is one ``BEGIN IMMEDIATE``
+it imports only the standard library, the error classes, the job's records (:mod:`.job`)
+and the budgets (:mod:`.budget`). Every change is one ``BEGIN IMMEDIATE``
 transaction, so the checks deciding it and the change see no other writer, in any
 process or thread. Keep the file on a local file system (not NFS).
 
@@ -15,11 +16,12 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import QueueError, QueueFull, TransitionError
+from orchestrator.service.budget import Budgets, Usage, check_budget, usage
 from orchestrator.service.job import (
     NOT_FINAL,
     PENDING,
@@ -33,10 +35,12 @@ from orchestrator.service.job import (
 )
 from orchestrator.service.queue_database import (
     QueueDatabase,
+    end_attempt,
     event_from_row,
     fetch_job_row,
     insert_event,
     job_from_row,
+    start_attempt,
     update_job_columns,
 )
 
@@ -67,8 +71,15 @@ class JobQueue:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, max_queued_per_submitter: int = 1000
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_queued_per_submitter: int = 1000,
+        budgets: Budgets | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """``budgets``: the daily budgets submissions are checked against (None: none);
+        ``clock``: the time of every change and of the budgets' day (tests set it)."""
         if isinstance(max_queued_per_submitter, bool) or not isinstance(
             max_queued_per_submitter, int
         ):
@@ -80,6 +91,8 @@ class JobQueue:
                 f"max_queued_per_submitter is {max_queued_per_submitter}; it must be at least 1"
             )
         self.max_queued_per_submitter = max_queued_per_submitter
+        self.budgets = budgets or Budgets()
+        self._clock = clock
         self._database = QueueDatabase(path)
 
     def __repr__(self) -> str:
@@ -110,7 +123,8 @@ class JobQueue:
         existing job and ``created=False``, whatever its state, so a client may retry
         after a timeout or a crash without queueing twice. Raises ``QueueError`` if the
         key was used for another spec or kind, ``QueueFull`` if the submitter already has
-        ``max_queued_per_submitter`` jobs queued, running or preempted.
+        ``max_queued_per_submitter`` jobs queued, running or preempted, ``OverBudget`` if
+        it used up its daily budget (:mod:`.budget`; a ``plan`` job is free).
         """
         _check_name("key", key)
         _check_name("submitter", submitter)
@@ -139,7 +153,8 @@ class JobQueue:
                     f"the limit is {self.max_queued_per_submitter}; wait for some to finish "
                     "or cancel some"
                 )
-            now = time.time()
+            now = self._clock()
+            check_budget(db, self.budgets, submitter=submitter, kind=kind, now=now)
             job_id = "j-" + secrets.token_hex(6)
             db.execute(
                 "INSERT INTO jobs (id, key, submitter, kind, spec, spec_hash, state, created_at,"
@@ -225,6 +240,13 @@ class JobQueue:
         found = dict(rows)
         return {state: found.get(state, 0) for state in JobState}
 
+    def usage(self, submitter: str | None = None) -> list[Usage]:
+        """Today's budget usage of ``submitter``, or of every submitter who used anything
+        today or has a budget of its own (:func:`.budget.usage`)."""
+        return usage(
+            self._database.connection(), self.budgets, now=self._clock(), submitter=submitter
+        )
+
     # -- changes -----------------------------------------------------------------------------
 
     def transition(
@@ -242,7 +264,8 @@ class JobQueue:
         (someone else moved it), ``TransitionError`` and nothing changes. ``fields`` sets
         ``run_folder``, ``mlflow_run_id``, ``pid``, ``result`` or ``error`` with the same
         commit; ``dp`` (only when going to running) is appended to ``dp_sizes``. Going to
-        running counts an attempt. The change is recorded as an event with ``detail``.
+        running counts an attempt, on ``devices`` devices (only then; default ``dp``, or 0),
+        for the device-hours of budgets. The change is recorded as an event with ``detail``.
         """
         to = to_state(to)
         expected = None if expect is None else _check_states("expect", expect)
@@ -255,6 +278,14 @@ class JobQueue:
                 )
             if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
                 raise QueueError(f"dp must be a positive integer, not {dp!r}")
+        devices = fields.pop("devices", dp or 0)
+        if isinstance(devices, bool) or not isinstance(devices, int) or devices < 0:
+            raise QueueError(f"devices must be an integer >= 0, not {devices!r}")
+        if devices and to != JobState.RUNNING:
+            raise QueueError(
+                f"devices are leased to a new attempt; give them when moving job {job_id} to "
+                f"running, not to {to}"
+            )
         values = _field_values(fields)
         if not isinstance(detail, str):
             raise QueueError(f"detail must be a string, not {type(detail).__name__}")
@@ -276,9 +307,12 @@ class JobQueue:
                     f"job {job_id} has a cancel request; cannot go to preempted (it would be "
                     "started again): move it to cancelled"
                 )
-            now = time.time()
+            now = self._clock()
             values.update(state=to, updated_at=now)
+            if current == JobState.RUNNING:
+                end_attempt(db, job_id, at=now)
             if to == JobState.RUNNING:
+                start_attempt(db, row, at=now, devices=devices)
                 values["attempts"] = row["attempts"] + 1
                 if dp is not None:
                     values["dp_sizes"] = json.dumps([*json.loads(row["dp_sizes"]), dp])
@@ -293,7 +327,7 @@ class JobQueue:
         with self._database.write_transaction() as db:
             fetch_job_row(db, job_id)
             if values:
-                update_job_columns(db, job_id, {**values, "updated_at": time.time()})
+                update_job_columns(db, job_id, {**values, "updated_at": self._clock()})
             return job_from_row(fetch_job_row(db, job_id))
 
     def request_cancel(self, job_id: str) -> Job:
@@ -306,7 +340,7 @@ class JobQueue:
         with self._database.write_transaction() as db:
             row = fetch_job_row(db, job_id)
             if row["state"] in PENDING:
-                now = time.time()
+                now = self._clock()
                 cancelled = {"state": JobState.CANCELLED, "updated_at": now}
                 update_job_columns(db, job_id, cancelled)
                 insert_event(
@@ -314,7 +348,7 @@ class JobQueue:
                 )
                 return job_from_row(fetch_job_row(db, job_id))
             if row["state"] == JobState.RUNNING and not row["cancel_requested"]:
-                update_job_columns(db, job_id, {"cancel_requested": 1, "updated_at": time.time()})
+                update_job_columns(db, job_id, {"cancel_requested": 1, "updated_at": self._clock()})
                 return job_from_row(fetch_job_row(db, job_id))
             return job_from_row(row)
 

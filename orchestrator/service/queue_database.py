@@ -21,7 +21,9 @@ from typing import Any
 from orchestrator.errors import QueueError
 from orchestrator.service.job import Event, Job, JobKind, JobState
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: jobs and events; 2: attempts (for device-hours). Every statement of the schema is
+``IF NOT EXISTS``, so opening an older file adds what it lacks."""
 BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = (
@@ -55,6 +57,19 @@ _SCHEMA = (
         detail TEXT NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, seq)",
+    # One row per attempt, for the device-hours of budgets (orchestrator/service/budget.py).
+    """CREATE TABLE IF NOT EXISTS attempts (
+        job_id TEXT NOT NULL REFERENCES jobs (id),
+        number INTEGER NOT NULL,
+        submitter TEXT NOT NULL,
+        devices INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        PRIMARY KEY (job_id, number)
+    )""",
+    "CREATE INDEX IF NOT EXISTS attempts_by_end ON attempts (ended_at)",
+    # One submitter's runs of the day, without reading its older jobs.
+    "CREATE INDEX IF NOT EXISTS jobs_by_submitter_created ON jobs (submitter, created_at)",
 )
 
 
@@ -157,6 +172,23 @@ def insert_event(
     db.execute(
         "INSERT INTO events (job_id, at, state, detail) VALUES (?, ?, ?, ?)",
         (job_id, at, state, detail),
+    )
+
+
+def start_attempt(db: sqlite3.Connection, row: sqlite3.Row, *, at: float, devices: int) -> None:
+    """Record that the job of ``row`` (read before the change) starts its next attempt on
+    ``devices`` devices at ``at``."""
+    db.execute(
+        "INSERT INTO attempts (job_id, number, submitter, devices, started_at)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (row["id"], row["attempts"] + 1, row["submitter"], devices, at),
+    )
+
+
+def end_attempt(db: sqlite3.Connection, job_id: str, *, at: float) -> None:
+    """Record that the running attempt of ``job_id`` (if recorded) ended at ``at``."""
+    db.execute(
+        "UPDATE attempts SET ended_at = ? WHERE job_id = ? AND ended_at IS NULL", (at, job_id)
     )
 
 

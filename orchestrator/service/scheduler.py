@@ -159,6 +159,7 @@ class Scheduler:
                 JobState.RUNNING,
                 expect=PENDING,
                 dp=lease.dp,
+                devices=lease.size,
                 pid=process.pid,
                 run_folder=folder,
             )

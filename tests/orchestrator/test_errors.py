@@ -25,6 +25,7 @@ EXPECTED = {
     errors.SearchError: (2, "invalid"),
     errors.QueueError: (2, "invalid"),
     errors.QueueFull: (5, "queue_full"),
+    errors.OverBudget: (5, "over_budget"),
     errors.TransitionError: (2, "invalid"),
     errors.NoFit: (2, "invalid"),
     errors.LaunchError: (1, "launch_failed"),

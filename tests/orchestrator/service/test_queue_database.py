@@ -52,8 +52,26 @@ def test_a_queue_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
     QueueDatabase(path).close()
     with closing(sqlite3.connect(path)) as db:
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    with pytest.raises(QueueError, match="newer than this Zephon's 1; upgrade Zephon"):
+    with pytest.raises(QueueError, match=f"newer than this Zephon's {SCHEMA_VERSION}; upgrade"):
         QueueDatabase(path)
+
+
+def test_a_version_1_queue_gets_the_attempts_table_and_keeps_its_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    queue = JobQueue(path)
+    job, _ = queue.submit({"n": 1}, key="k", submitter="alice")
+    queue.close()
+    with closing(sqlite3.connect(path)) as db:  # as version 1 wrote it: no attempts
+        db.execute("DROP TABLE attempts")
+        db.execute("PRAGMA user_version = 1")
+    queue = JobQueue(path)
+    queue.transition(job.id, JobState.RUNNING, dp=2)
+    assert queue.get(job.id).state == JobState.RUNNING
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert db.execute("SELECT job_id, number, devices FROM attempts").fetchall() == [
+            (job.id, 1, 2)
+        ]
 
 
 def test_kinds_and_states_are_stored_as_their_names(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ Design: docs/design/pipeline_datasets.md
 from pipeline.io.atomic import atomic_write
 from pipeline.io.options import CacheOptions, IOOptions, RemoteRead
 from pipeline.io.remote_files import (
+    credentials_problem,
     expand_url,
     is_url,
     local_path,
@@ -32,6 +33,7 @@ __all__ = [
     "ShardCache",
     "atomic_write",
     "content_sha256",
+    "credentials_problem",
     "evict_unused_copies",
     "expand_url",
     "is_url",

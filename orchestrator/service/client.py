@@ -56,6 +56,8 @@ class ServiceConfig:
     max_attempts: int = 3
     """Attempts of a job whose process keeps dying before it is marked failed."""
     limits: Limits = field(default_factory=Limits)
+    object_store_prefixes: tuple[str, ...] = ()
+    """URL prefixes (``s3://bucket/prefix/``) dataset URLs may start with; none: no URLs."""
 
     @property
     def path(self) -> Path:
@@ -81,6 +83,7 @@ class ServiceConfig:
             str(self.runs_root),
             tracking_uri=uri,
             limits=self.limits,
+            object_store_prefixes=self.object_store_prefixes,
         )
 
     def queue(self) -> JobQueue:
@@ -103,6 +106,7 @@ def load_service(root: str | Path = DEFAULT_ROOT) -> ServiceConfig:
     data = json.loads(path.read_text())
     limits = Limits(**data.pop("limits", {}))
     data["data_roots"] = tuple(data.get("data_roots", ()))
+    data["object_store_prefixes"] = tuple(data.get("object_store_prefixes", ()))
     return ServiceConfig(**data, limits=limits)
 
 

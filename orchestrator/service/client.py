@@ -219,6 +219,7 @@ def list_datasets(service: ServiceConfig, *, max_files_per_dataset: int = 1000) 
     not exist are listed in ``missing_roots``. Symlinks are followed only while they stay
     inside the data roots (admission refuses files outside them); the others, and folders
     reached twice through symlinks, are listed in ``skipped`` with the reason.
+    ``object_store_prefixes`` names the URL prefixes a spec may also use (not listed).
     """
     if max_files_per_dataset < 1:
         raise ConfigError(f"max_files_per_dataset must be >= 1, got {max_files_per_dataset}")
@@ -254,6 +255,7 @@ def list_datasets(service: ServiceConfig, *, max_files_per_dataset: int = 1000) 
                 )
     return {
         "data_roots": list(roots),
+        "object_store_prefixes": list(service.object_store_prefixes),
         "missing_roots": missing,
         "datasets": datasets,
         "total_bytes": sum(d["total_bytes"] for d in datasets),

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.errors import ExperimentError
 from orchestrator.service.admission import Rules, admit
-from orchestrator.service.client import ServiceConfig, load_service
+from orchestrator.service.client import ServiceConfig, list_datasets, load_service
 
 PREFIX = "s3://corpus/shared/"
 
@@ -58,3 +58,4 @@ def test_the_prefixes_are_kept_in_the_service_configuration(tmp_path: Path) -> N
     service = ServiceConfig(root=str(tmp_path / "svc"), object_store_prefixes=(PREFIX,))
     service.save()
     assert load_service(tmp_path / "svc").rules().object_store_prefixes == (PREFIX,)
+    assert list_datasets(service)["object_store_prefixes"] == [PREFIX]  # told to agents

@@ -1,10 +1,12 @@
 """An S3 endpoint on 127.0.0.1 (moto's server: the S3 HTTP API, ETags and ranged GETs) behind
-a TCP proxy that counts the bytes it sends back, so tests and benchmarks can tell what a
-reader fetched. Needs the `dev` extra (moto[server], s3fs, boto3)."""
+a TCP proxy that counts the bytes it sends back and logs the requests' first lines, so tests
+and benchmarks can tell what a reader fetched. Needs the `dev` extra (moto[server], s3fs,
+boto3)."""
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -16,6 +18,9 @@ import s3fs
 from moto.server import ThreadedMotoServer
 
 BUCKET = "zephon-shards"  # S3 bucket names need 3+ characters
+# A request's first line. botocore and aiohttp send one request at a time on a connection
+# (no pipelining), so a request starts a chunk read from the client.
+_REQUEST_LINE = re.compile(rb"([A-Z]+) (\S+) HTTP/1\.[01]\r\n")
 _CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "zephon-test",
     "AWS_SECRET_ACCESS_KEY": "zephon-test",
@@ -33,6 +38,7 @@ class CountingProxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._received = 0
+        self._requests: list[tuple[str, str]] = []
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept_connections, daemon=True).start()
 
@@ -42,10 +48,17 @@ class CountingProxy:
         with self._lock:
             return self._received
 
+    @property
+    def requests(self) -> list[tuple[str, str]]:
+        """(method, path with query) of each request since the last ``reset``, in order."""
+        with self._lock:
+            return list(self._requests)
+
     def reset(self) -> None:
         """Start counting from zero."""
         with self._lock:
             self._received = 0
+            self._requests.clear()
 
     def close(self) -> None:
         """Stop accepting and close every open connection."""
@@ -69,9 +82,12 @@ class CountingProxy:
     def _pump(self, source: socket.socket, sink: socket.socket, counted: bool) -> None:
         try:
             while data := source.recv(1 << 16):
-                if counted:
-                    with self._lock:
+                request = None if counted else _REQUEST_LINE.match(data)
+                with self._lock:
+                    if counted:
                         self._received += len(data)
+                    elif request:
+                        self._requests.append((request[1].decode(), request[2].decode()))
                 sink.sendall(data)
         except OSError:
             pass
@@ -91,6 +107,11 @@ class ObjectStore:
     def url(self, key: str) -> str:
         """The ``s3://`` URL of ``key`` in the bucket."""
         return f"s3://{BUCKET}/{key}"
+
+    def object_gets(self, key: str) -> int:
+        """GET requests of the object ``key`` (whole or ranged) since the proxy's last reset."""
+        path = f"/{BUCKET}/{key}"
+        return sum(m == "GET" and p.split("?", 1)[0] == path for m, p in self.proxy.requests)
 
     def put(self, key: str, data: bytes) -> None:
         """Write (or overwrite: a new ETag) an object, without counting its bytes."""

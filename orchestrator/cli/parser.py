@@ -140,6 +140,12 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
 
     p = service("serve", "run the scheduler: start queued jobs on the free devices")
     p.add_argument("--data-root", action="append", default=[], help="allowed data folder")
+    p.add_argument(
+        "--object-store-prefix",
+        action="append",
+        default=[],
+        help="allowed dataset URL prefix, e.g. s3://bucket/corpus/ (default: no URLs)",
+    )
     p.add_argument("--capacity", type=int, help="most devices used at once (default: all free)")
     p.add_argument("--device", default="auto", help="auto, cuda or cpu")
     p.add_argument(

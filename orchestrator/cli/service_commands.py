@@ -28,6 +28,7 @@ def command_serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     service = ServiceConfig(
         root=args.root,
         data_roots=tuple(args.data_root),
+        object_store_prefixes=tuple(args.object_store_prefix),
         device=args.device,
         capacity=args.capacity,
         extra_processes=args.extra_processes,

@@ -70,6 +70,7 @@ def build_pipeline(
             field=data.text_field,
             exhausted=data.exhausted,
             cache_dir=data.cache_dir,
+            io_options=data.io_options,
         )
         for name, paths in sorted(data.datasets.items())
     ]

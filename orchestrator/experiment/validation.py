@@ -20,6 +20,7 @@ from orchestrator.experiment.choices import (
 from orchestrator.experiment.config import EvalSection, ExperimentConfig, TrainSection
 from orchestrator.experiment.phases import phase_problems
 from pipeline import ExhaustedPolicy, OrderVersion
+from pipeline.io import credentials_problem
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -38,7 +39,10 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         if not paths:
             problems.append(f"data.datasets.{name} lists no files")
         for pattern in paths:
-            if "://" not in pattern and not glob.glob(os.path.expanduser(pattern), recursive=True):
+            if "://" in pattern:
+                url_problem = credentials_problem(pattern)
+                problems += [f"data.datasets.{name}: {url_problem}"] if url_problem else []
+            elif not glob.glob(os.path.expanduser(pattern), recursive=True):
                 problems.append(f"data.datasets.{name}: {pattern!r} matches no file")
     problems += _mixture_problems(d.mixture, sorted(d.datasets), "data.mixture")
     for k, phase in enumerate(d.phases):

@@ -26,6 +26,7 @@ from orchestrator.experiment import (
     validate,
 )
 from orchestrator.service.job import JobKind
+from pipeline.io import credentials_problem
 from pipeline.tokenizer.loader import tokenizer_file_location
 
 
@@ -57,6 +58,8 @@ class Rules:
     """The service's MLflow tracking URI."""
     limits: Limits = field(default_factory=Limits)
     allowed_model_modules: tuple[str, ...] = ("orchestrator.titan.configs",)
+    object_store_prefixes: tuple[str, ...] = ()
+    """URL prefixes (``s3://bucket/prefix/``) dataset URLs may start with; none: no URLs."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,9 @@ def _service_keys(spec: dict[str, Any], rules: Rules) -> list[str]:
     data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
     if data.get("cache_dir") is not None:
         problems.append("data.cache_dir is chosen by the job service; leave it out")
+    io_options = data.get("io_options") if isinstance(data.get("io_options"), dict) else {}
+    if isinstance(io_options.get("cache"), dict) and io_options["cache"].get("dir") is not None:
+        problems.append("data.io_options.cache.dir is chosen by the job service; leave it out")
     tracking = spec.get("tracking") if isinstance(spec.get("tracking"), dict) else {}
     if tracking.get("uri") not in (None, rules.tracking_uri):
         problems.append(f"tracking.uri is the job service's ({rules.tracking_uri}); leave it out")
@@ -219,7 +225,7 @@ def _check_dataset_paths(config: ExperimentConfig, rules: Rules) -> list[str]:
     for name, patterns in config.data.datasets.items():
         for pattern in patterns:
             if "://" in pattern:
-                problems.append(f"data.datasets.{name}: {pattern!r}: URLs are not accepted here")
+                problems += _object_store_problems(f"data.datasets.{name}", pattern, rules)
                 continue
             expanded = os.path.expanduser(pattern)
             if not os.path.isabs(expanded):
@@ -237,6 +243,20 @@ def _check_dataset_paths(config: ExperimentConfig, rules: Rules) -> list[str]:
                     f"{[str(r) for r in roots]}"
                 )
     return problems
+
+
+def _object_store_problems(key: str, url: str, rules: Rules) -> list[str]:
+    """A dataset URL must start with one of the service's object-store prefixes, with no
+    ``..`` segment to climb out of it, and no credentials in it."""
+    credentials = credentials_problem(url)
+    if credentials:
+        return [f"{key}: {credentials}"]
+    if url.startswith(rules.object_store_prefixes) and ".." not in url.split("/"):
+        return []
+    allowed = list(rules.object_store_prefixes) or "none (zephon serve --object-store-prefix)"
+    return [
+        f"{key}: {url!r}: this service accepts URLs only under its object-store prefixes: {allowed}"
+    ]
 
 
 def _tokenizer_outside_roots(spec: dict[str, Any], rules: Rules) -> list[str]:

@@ -59,6 +59,8 @@ class ServiceConfig:
     limits: Limits = field(default_factory=Limits)
     budgets: Budgets = field(default_factory=Budgets)
     """Runs and device-hours per submitter and UTC day (:mod:`.budget`); none by default."""
+    object_store_prefixes: tuple[str, ...] = ()
+    """URL prefixes (``s3://bucket/prefix/``) dataset URLs may start with; none: no URLs."""
 
     @property
     def path(self) -> Path:
@@ -84,6 +86,7 @@ class ServiceConfig:
             str(self.runs_root),
             tracking_uri=uri,
             limits=self.limits,
+            object_store_prefixes=self.object_store_prefixes,
         )
 
     def queue(self) -> JobQueue:
@@ -111,6 +114,7 @@ def load_service(root: str | Path = DEFAULT_ROOT) -> ServiceConfig:
     limits = Limits(**data.pop("limits", {}))
     budgets = Budgets.from_dict(data.pop("budgets", {}))
     data["data_roots"] = tuple(data.get("data_roots", ()))
+    data["object_store_prefixes"] = tuple(data.get("object_store_prefixes", ()))
     return ServiceConfig(**data, limits=limits, budgets=budgets)
 
 
@@ -242,6 +246,7 @@ def list_datasets(service: ServiceConfig, *, max_files_per_dataset: int = 1000) 
     not exist are listed in ``missing_roots``. Symlinks are followed only while they stay
     inside the data roots (admission refuses files outside them); the others, and folders
     reached twice through symlinks, are listed in ``skipped`` with the reason.
+    ``object_store_prefixes`` names the URL prefixes a spec may also use (not listed).
     """
     if max_files_per_dataset < 1:
         raise ConfigError(f"max_files_per_dataset must be >= 1, got {max_files_per_dataset}")
@@ -277,6 +282,7 @@ def list_datasets(service: ServiceConfig, *, max_files_per_dataset: int = 1000) 
                 )
     return {
         "data_roots": list(roots),
+        "object_store_prefixes": list(service.object_store_prefixes),
         "missing_roots": missing,
         "datasets": datasets,
         "total_bytes": sum(d["total_bytes"] for d in datasets),

@@ -4,7 +4,8 @@ A ``Dataset`` resolves its file patterns at construction and reads nothing else 
 used. A shard is indexed when it is first reached, not before: its content is hashed and its
 index built (or mapped from the cache under ``cache_dir``, keyed by that hash, every cache
 file written by atomic rename so later runs and concurrent processes share it). The plan
-itself needs only each shard's metadata (size and stat, or a remote file's validators).
+itself needs only each shard's metadata (size and stat, or a remote file's validators, whose
+ETag enters the manifest fingerprint).
 Records are addressed by key, ``shard << 32 | row``. Remote shards are read from verified
 local copies (:mod:`pipeline.io`), with the same fingerprint as the same bytes read locally;
 remote Parquet shards, with ``io_options["remote_read"] = "range"``, in place by byte range,

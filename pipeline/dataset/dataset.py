@@ -176,15 +176,13 @@ class Dataset:
 
     @property
     def manifest_fingerprint(self) -> str:
-        """SHA-256 over the field and each shard's format and size, in order: what the plan
-        knows of the data without reading it (the content is checked as shards are read)."""
+        """SHA-256 over the field and each shard's format and size (and a remote shard's ETag),
+        in order: what the plan knows of the data without reading it (the content is checked
+        as shards are read)."""
         canonical = [
             MANIFEST_TAG,
             self.field,
-            [
-                [s.format, s.compression, m.size]
-                for s, m in zip(self._shards, self.shard_metadata(), strict=True)
-            ],
+            [s.manifest_entry(m) for s, m in zip(self._shards, self.shard_metadata(), strict=True)],
         ]
         return hashlib.sha256(json.dumps(canonical).encode()).hexdigest()
 

@@ -55,6 +55,15 @@ class Shard:
         """Whether the shard is read from a server (its ``source`` is a URL)."""
         return isinstance(self.source, str)
 
+    def manifest_entry(self, metadata: ShardMetadata) -> list[Any]:
+        """The shard's part of its dataset's manifest fingerprint (the plan's, from
+        ``metadata``): format, compression and size, and a remote shard's ETag where its
+        server sends one, so an object replaced by one of the same size changes the contract
+        without being downloaded. A local file's entry is the same under any path."""
+        entry: list[Any] = [self.format, self.compression, metadata.size]
+        etag = metadata.version[0] if self.remote else None
+        return entry if etag is None else [*entry, etag]
+
     def query_metadata(self) -> ShardMetadata:
         """The shard's size and version: a stat, or one metadata request to its server.
         Raises ``DataError`` naming the file if it cannot be reached."""

@@ -6,7 +6,9 @@ same wherever its bytes came from) and shared between processes through a per-UR
 and atomic renames: a killed process leaves at most a temp file, and no cache entry ever
 names a missing or partial copy. With ``io_options["remote_read"] = "range"``, Parquet
 shards are instead read in place by byte range (``open_by_range``) and identified by their
-server's ETag and size (``remote_version_fingerprint``).
+server's ETag and size (``remote_version_fingerprint``). A URL with credentials in it
+(``s3://key:secret@bucket/...``) is refused (``credentials_problem``): they come from the
+backend's usual sources (for S3, botocore's environment variables and profiles).
 
 Design: docs/design/pipeline_datasets.md
 """
@@ -14,6 +16,7 @@ Design: docs/design/pipeline_datasets.md
 from pipeline.io.atomic import atomic_write
 from pipeline.io.options import CacheOptions, IOOptions, RemoteRead
 from pipeline.io.remote_files import (
+    credentials_problem,
     expand_url,
     is_url,
     local_path,
@@ -32,6 +35,7 @@ __all__ = [
     "ShardCache",
     "atomic_write",
     "content_sha256",
+    "credentials_problem",
     "evict_unused_copies",
     "expand_url",
     "is_url",

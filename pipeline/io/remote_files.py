@@ -26,6 +26,7 @@ _HTTP = {"http", "https"}
 _ETAG_KEYS = ("ETag", "etag", "e_tag")
 _MODIFIED_KEYS = ("Last-Modified", "LastModified", "last_modified", "mtime", "updated")
 _REMOTE_VERSION_TAG = "zephon-remote-version-v1"
+_USERINFO = re.compile(r"(://)[^/@]*@")  # credentials in a URL: scheme://user:secret@host
 
 
 def is_url(location: str) -> bool:
@@ -118,13 +119,36 @@ def open_by_range(url: str) -> BinaryIO:
         ) from e
 
 
+def credentials_problem(url: str) -> str | None:
+    """Why ``url`` is refused if it embeds credentials (``s3://key:secret@bucket/...``), the
+    URL shown with them masked; None if it embeds none. Credentials in a URL would be copied
+    wherever the URL is recorded (the data spec, the run's records, MLflow, logs)."""
+    if not any(urlsplit(part).netloc.count("@") for part in url.split("::")):
+        return None
+    return (
+        f"{redact_credentials(url)}: credentials in a URL are refused (they would be recorded "
+        "with it); remove them and give them as the usual AWS_ACCESS_KEY_ID / "
+        "AWS_SECRET_ACCESS_KEY environment variables or an AWS profile (AWS_PROFILE)"
+    )
+
+
+def redact_credentials(url: str) -> str:
+    """``url`` with any ``user:secret@`` part replaced by ``***@``."""
+    return _USERINFO.sub(r"\1***@", url)
+
+
 def resolve_filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The fsspec filesystem of ``url`` and the path on it; ConfigError for an unknown scheme."""
+    """The fsspec filesystem of ``url`` and the path on it; ConfigError for an unknown scheme
+    or a URL with credentials in it (:func:`credentials_problem`)."""
+    problem = credentials_problem(url)
+    if problem:
+        raise ConfigError(problem)
     try:
         return fsspec.core.url_to_fs(url)
     except (ValueError, ImportError) as e:
         raise ConfigError(
-            f"{url}: {e}; fix the URL's scheme, or install the fsspec backend for it"
+            f"{url}: {e}; fix the URL's scheme, or install the fsspec backend for it "
+            "(s3://: pip install 'zephon[s3]')"
         ) from e
 
 

@@ -1,0 +1,61 @@
+"""Admission of dataset URLs (orchestrator.service.admission): only under the object-store
+prefixes of the service's configuration, with no way out of them and no credentials."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ExperimentError
+from orchestrator.service.admission import Rules, admit
+from orchestrator.service.client import ServiceConfig, list_datasets, load_service
+
+PREFIX = "s3://corpus/shared/"
+
+
+def rules(tmp_path: Path, *prefixes: str) -> Rules:
+    return Rules(
+        (str(tmp_path / "data"),),
+        str(tmp_path / "runs"),
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        object_store_prefixes=prefixes,
+    )
+
+
+def spec(*urls: str, **data: object) -> dict:
+    return {"data": {"datasets": {"web": list(urls)}, "mixture": {"web": 1.0}, **data}}
+
+
+def refusal(spec: dict, rules: Rules) -> str:
+    with pytest.raises(ExperimentError) as refused:
+        admit(spec, rules)
+    return "\n".join(refused.value.problems)
+
+
+def test_urls_are_admitted_only_under_the_configured_prefixes(tmp_path: Path) -> None:
+    url = f"{PREFIX}web/*.parquet"
+    assert admit(spec(url), rules(tmp_path, PREFIX)).data.datasets["web"] == [url]
+    none_allowed = refusal(spec(url), rules(tmp_path))
+    assert "accepts URLs only under its object-store prefixes" in none_allowed
+    assert "--object-store-prefix" in none_allowed
+    elsewhere = refusal(spec("s3://corpus/private/a.parquet"), rules(tmp_path, PREFIX))
+    assert f"['{PREFIX}']" in elsewhere and "'s3://corpus/private/a.parquet'" in elsewhere
+    climbing = refusal(spec(f"{PREFIX}../private/a.parquet"), rules(tmp_path, PREFIX))
+    assert "object-store prefixes" in climbing
+
+
+def test_credentials_and_cache_folders_are_refused(tmp_path: Path) -> None:
+    with_key = refusal(spec("s3://KEYID:s3cr3t@corpus/shared/a.parquet"), rules(tmp_path, PREFIX))
+    assert "credentials in a URL are refused" in with_key and "s3cr3t" not in with_key
+    cache_dir = spec(f"{PREFIX}a.parquet", io_options={"cache": {"enabled": True, "dir": "/tmp"}})
+    assert "data.io_options.cache.dir is chosen by the job service" in refusal(
+        cache_dir, rules(tmp_path, PREFIX)
+    )
+
+
+def test_the_prefixes_are_kept_in_the_service_configuration(tmp_path: Path) -> None:
+    service = ServiceConfig(root=str(tmp_path / "svc"), object_store_prefixes=(PREFIX,))
+    service.save()
+    assert load_service(tmp_path / "svc").rules().object_store_prefixes == (PREFIX,)
+    assert list_datasets(service)["object_store_prefixes"] == [PREFIX]  # told to agents

@@ -30,7 +30,12 @@ def _run_exit(result: RunResult) -> tuple[int, dict[str, Any]]:
 
 def command_run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     result = run(
-        args.config, dp=args.dp, run_name=args.name, overrides=args.overrides, progress=sys.stderr
+        args.config,
+        dp=args.dp,
+        run_name=args.name,
+        overrides=args.overrides,
+        progress=sys.stderr,
+        fresh=args.fresh,
     )
     return _run_exit(result)
 

@@ -32,6 +32,13 @@ from orchestrator.experiment import (
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.machine.devices import Devices
 from orchestrator.run import interrupts, warm_start
+from orchestrator.run.answered import (
+    identity_lock,
+    index_run,
+    indexed_run,
+    link_answer,
+    record_identity,
+)
 from orchestrator.run.cpu_env import cpu_start_env
 from orchestrator.run.init_checkpoint import InitCheckpoint, ensure_init_checkpoint
 from orchestrator.run.launch import stop_leftover_launch
@@ -56,8 +63,14 @@ def run(
     parent_run_id: str | None = None,
     sweep: str | None = None,
     tracking: bool = True,
+    fresh: bool = False,
 ) -> RunResult:
     """Plan, then train ``config`` to the end; see :class:`RunResult`.
+
+    An experiment whose identity (:mod:`orchestrator.run.answered`) is that of a run
+    under the same ``runs_root`` that succeeded is answered from it, training nothing
+    (``answered_from`` names it); one whose run stopped (killed, interrupted, failed)
+    resumes that run. ``fresh`` trains a new run all the same.
 
     Refuses before launch (``ExperimentError``, ``TrackingError``) when the experiment
     is invalid or its tracking server is unreachable (unless ``tracking.offline_ok``).
@@ -70,36 +83,88 @@ def run(
         ensure_init_checkpoint(the_plan.config, the_plan.recipe)
         return train_segment(the_plan, tracker=None, progress=progress)
     folder = the_plan.folder
-    if folder.exists():
-        again = (
-            " (a multi-node run: pass the same --name on every node)"
-            if the_plan.config.resources.launcher == Launcher.MULTINODE
-            else ""
-        )
-        raise ExperimentError(
-            [f"run folder {folder.path} exists; resume it or pick another name{again}"]
-        )
-    _prepare_launch(the_plan.config, the_plan.devices)
-    tracker = _open_tracker(the_plan.config) if tracking else None
     init = ensure_init_checkpoint(the_plan.config, the_plan.recipe)
-    folder.write_experiment(
-        {
-            "config": the_plan.config.to_dict(),
-            **the_plan.fingerprints.to_dict(),
-            **the_plan.recipe.to_dict(),
-            "init_checkpoint": init.to_dict(),
-        }
+    record = {
+        "config": the_plan.config.to_dict(),
+        **the_plan.fingerprints.to_dict(),
+        **the_plan.recipe.to_dict(),
+        "init_checkpoint": init.to_dict(),
+    }
+    identity = record_identity(record)
+    runs_root = folder.path.parent
+    with identity_lock(runs_root, identity):  # held to the end: an identical run waits
+        earlier = None if fresh else indexed_run(runs_root, identity)
+        if earlier is not None:
+            warm_start.withdraw()  # the speculative server of a launch that is not coming
+            return _answer(
+                earlier,
+                the_plan,
+                progress=progress,
+                parent_run_id=parent_run_id if tracking else None,
+                sweep=sweep,
+            )
+        if folder.exists():
+            again = (
+                " (a multi-node run: pass the same --name on every node)"
+                if the_plan.config.resources.launcher == Launcher.MULTINODE
+                else ""
+            )
+            raise ExperimentError(
+                [f"run folder {folder.path} exists; resume it or pick another name{again}"]
+            )
+        _prepare_launch(the_plan.config, the_plan.devices)
+        tracker = _open_tracker(the_plan.config) if tracking else None
+        folder.write_experiment({**record, "identity": identity})
+        folder.update_state(
+            status=RunStatus.CREATED,
+            segments=[],
+            sweep=sweep,
+            parent_run_id=parent_run_id,
+            tracking_enabled=tracking,
+        )
+        index_run(folder, identity)
+        return train_segment(
+            replace(the_plan, init_path=Path(init.path)), tracker=tracker, progress=progress
+        )
+
+
+def _answer(
+    earlier: RunFolder,
+    the_plan: RunPlan,
+    *,
+    progress: TextIO | None,
+    parent_run_id: str | None,
+    sweep: str | None,
+) -> RunResult:
+    """The answer to ``the_plan`` from ``earlier``, the run of its identity: its result if
+    it succeeded (with a link in the sweep ``parent_run_id``, if given); else ``earlier``
+    resumed on this plan's resources and dp."""
+    state = earlier.state()
+    if state.get("status") != RunStatus.SUCCEEDED:
+        recorded = load_experiment(earlier.experiment()["config"])
+        like = replace(recorded, resources=the_plan.config.resources)
+        result = resume(earlier, dp=the_plan.dp, progress=progress, like=like)
+        result.messages.insert(
+            0, f"resumed {earlier.name}: an earlier run of this experiment that had stopped"
+        )
+        result.answered_from = earlier.name
+        return result
+    mlflow_run_id = state.get("mlflow_run_id")
+    if parent_run_id is not None:
+        tracker = _open_tracker(the_plan.config)
+        if tracker is not None:
+            link_answer(tracker, earlier, parent_run_id=parent_run_id, sweep=sweep)
+    result = run_result(
+        earlier,
+        0,
+        TrackingState.SYNCED if mlflow_run_id else TrackingState.OFF,
+        [
+            f"answered from {earlier.name} ({earlier.path.absolute()}), a finished run of the "
+            "same experiment: nothing trained (--fresh trains a new run)"
+        ],
     )
-    folder.update_state(
-        status=RunStatus.CREATED,
-        segments=[],
-        sweep=sweep,
-        parent_run_id=parent_run_id,
-        tracking_enabled=tracking,
-    )
-    return train_segment(
-        replace(the_plan, init_path=Path(init.path)), tracker=tracker, progress=progress
-    )
+    result.answered_from = earlier.name
+    return result
 
 
 def resume(
@@ -208,6 +273,9 @@ def _record_extension(folder: RunFolder, config: ExperimentConfig) -> None:
         }
         record.update(recipe.to_dict(), extended=[*record.get("extended", []), extended])
     record["config"] = config.to_dict()
+    # Its learning rate followed the shorter schedule up to at_step: no fresh run trains
+    # what it holds now, so it answers no experiment (nor, longer, the shorter one).
+    record.pop("identity", None)
     folder.write_experiment(record)
 
 

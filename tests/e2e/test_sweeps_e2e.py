@@ -131,7 +131,9 @@ def test_sweep_logs_parent_children_and_the_accepted_comparison(
 def test_rerun_with_the_basic_launcher_reproduces_the_fingerprints(
     work: Path, domains: list[str], base_overrides: list[str], replicated: dict[str, Any]
 ) -> None:
-    process, sweep_dir = multirun(work, "rerun", *base_overrides, mixes_override(domains, *TWO))
+    process, sweep_dir = multirun(  # fresh: trained again, not answered from the first sweep
+        work, "rerun", *base_overrides, mixes_override(domains, *TWO), "fresh=true"
+    )
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
     rerun = summary(sweep_dir)
     assert len(rerun["jobs"]) == 2 and rerun["comparison"] is not None
@@ -327,7 +329,7 @@ def test_an_interrupted_sweep_stops_everything_and_continues_to_the_same_data(
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     sweep = [sys.executable, "-m", "sweeps.app", "-m", "hydra/sweeper=zephon_mix"]
     sweep += [f"hydra.sweep.dir={sweep_dir}", "hydra/launcher=zephon", *base_overrides]
-    sweep += [mixes_override(domains, *TWO), "hydra.sweeper.replicate_dp=[1]"]
+    sweep += [mixes_override(domains, *TWO), "hydra.sweeper.replicate_dp=[1]", "fresh=true"]
     agent = subprocess.Popen(
         sweep, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )

@@ -43,7 +43,7 @@ def first(experiment: dict[str, Any]) -> api.RunResult:
 def trained_runs(experiment: dict[str, Any]) -> set[str]:
     """The run folders under the experiment's runs root."""
     root = Path(experiment["runs_root"])
-    return {p.name for p in root.iterdir() if p.is_dir() and p.name != INDEX_DIR}
+    return {p.name for p in root.glob("*") if p.is_dir() and p.name != INDEX_DIR}
 
 
 def launches(folder: str) -> int:
@@ -110,7 +110,7 @@ def zephon_run(config: Path, *args: str) -> subprocess.Popen[str]:
 def test_a_killed_run_is_resumed_not_restarted(experiment: dict[str, Any], tmp_path: Path) -> None:
     four_steps = with_train(experiment, steps=4)
     config = tmp_path / "four.json"
-    config.write_text(json.dumps({**four_steps, "tracking": {"uri": str(tmp_path / "m.db")}}))
+    config.write_text(json.dumps({**four_steps, "tracking": {"uri": f"sqlite:///{tmp_path}/m.db"}}))
     before = trained_runs(experiment)
     agent = zephon_run(config, "--dp", "1")
     deadline = time.monotonic() + 600
@@ -138,7 +138,7 @@ def test_two_identical_submissions_racing_train_once(
 ) -> None:
     racing = with_train(experiment, seed=11)  # an identity of its own
     config = tmp_path / "racing.json"
-    config.write_text(json.dumps({**racing, "tracking": {"uri": str(tmp_path / "m.db")}}))
+    config.write_text(json.dumps({**racing, "tracking": {"uri": f"sqlite:///{tmp_path}/m.db"}}))
     before = trained_runs(experiment)
     agents = [zephon_run(config, "--dp", "1") for _ in range(2)]
     results = []

@@ -17,7 +17,7 @@ from orchestrator.run.answered import INDEX_DIR
 from orchestrator.tracking.names import TAG_ANSWERED_FROM, TAG_KIND
 from orchestrator.tracking.uris import resolve_uri
 from sweeps.summary import SWEEP_FILE
-from tests.support.sweeps import datasets_override, mixes_override, multirun, tokenizer_override
+from tests.support.sweeps import mixes_override, multirun, tiny_sweep_overrides
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1500)
@@ -34,17 +34,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def sweep_args(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """A 2-step sweep over the shared corpus, every job on dp 1, the zephon launcher."""
     built = corpus(tmp_path_factory.getbasetemp())
-    return [
-        "hydra/launcher=zephon",
-        datasets_override(built),
-        tokenizer_override(built),
-        "model=mini",
-        "data.holdout_bytes=4096",
-        "train=smoke",
-        "train.steps=2",
-        "eval.interval=2",
-        "resources.dp=1",
-    ]
+    return ["hydra/launcher=zephon", *tiny_sweep_overrides(built), "resources.dp=1"]
 
 
 def sweep(work: Path, name: str, *args: str) -> dict[str, Any]:

@@ -36,7 +36,13 @@ from sweeps.summary import SWEEP_FILE
 from tests.support import REPO
 from tests.support.cli import zephon_in_process
 from tests.support.helpers import write_jsonl
-from tests.support.sweeps import datasets_override, mixes_override, multirun, tokenizer_override
+from tests.support.sweeps import (
+    datasets_override,
+    mixes_override,
+    multirun,
+    tiny_sweep_overrides,
+    tokenizer_override,
+)
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1500)
@@ -56,16 +62,7 @@ def domains(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 def base_overrides(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """The shared test corpus as data.datasets with its small tokenizer, and a 2-step
     schedule."""
-    built = corpus(tmp_path_factory.getbasetemp())
-    return [
-        datasets_override(built),
-        tokenizer_override(built),
-        "model=mini",
-        "data.holdout_bytes=4096",
-        "train=smoke",
-        "train.steps=2",
-        "eval.interval=2",
-    ]
+    return tiny_sweep_overrides(corpus(tmp_path_factory.getbasetemp()))
 
 
 TWO = ((1.0, 1.0, 1.0), (0.0, 0.0, 1.0))

@@ -143,7 +143,9 @@ def _answer(
     if state.get("status") != RunStatus.SUCCEEDED:
         recorded = load_experiment(earlier.experiment()["config"])
         like = replace(recorded, resources=the_plan.config.resources)
-        result = resume(earlier, dp=the_plan.dp, progress=progress, like=like)
+        config = _recorded_config(earlier, steps=None, like=like, overrides=None)
+        # this process holds the identity's lock already: resume() would wait on itself
+        result = _continue(earlier, config, dp=the_plan.dp, progress=progress, extending=False)
         result.messages.insert(
             0, f"resumed {earlier.name}: an earlier run of this experiment that had stopped"
         )
@@ -187,10 +189,28 @@ def resume(
     if not folder.exists():
         raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
     config = _recorded_config(folder, steps=steps, like=like, overrides=overrides)
+    follower = config.resources.launcher == Launcher.MULTINODE and config.resources.node_rank > 0
+    identity = None if follower else folder.experiment().get("identity")
+    if identity is None:  # a follower trains beside node 0, which holds the lock
+        return _continue(folder, config, dp=dp, progress=progress, extending=steps is not None)
+    with identity_lock(folder.path.parent, identity):  # no run of its identity trains meanwhile
+        return _continue(folder, config, dp=dp, progress=progress, extending=steps is not None)
+
+
+def _continue(
+    folder: RunFolder,
+    config: ExperimentConfig,
+    *,
+    dp: int | None,
+    progress: TextIO | None,
+    extending: bool,
+) -> RunResult:
+    """:func:`resume`'s work on the experiment ``config`` recorded in ``folder``; the caller
+    holds the lock of the run's identity (if it has one)."""
     state = folder.state()
     follower = config.resources.launcher == Launcher.MULTINODE and config.resources.node_rank > 0
     if not follower:  # node 0 keeps the records; a follower only trains beside it
-        if state.get("status") == RunStatus.SUCCEEDED and steps is None:
+        if state.get("status") == RunStatus.SUCCEEDED and not extending:
             tracked = TrackingState.SYNCED if state.get("mlflow_run_id") else TrackingState.OFF
             return run_result(folder, 0, tracked, [])
         stopped = stop_leftover_launch(folder)

@@ -70,6 +70,16 @@ def indexed_run(runs_root: Path, identity: str) -> RunFolder | None:
     return folder
 
 
+def indexed_identity(folder: RunFolder) -> str | None:
+    """``folder``'s identity if the index names ``folder`` for it (the run that answers it;
+    not a fresh run beside it), else None."""
+    identity = folder.experiment().get("identity")
+    found = None if identity is None else indexed_run(folder.path.parent, identity)
+    if found is None or found.path.resolve() != folder.path.resolve():
+        return None
+    return identity
+
+
 def index_run(folder: RunFolder, identity: str) -> None:
     """Record ``folder`` (under its ``runs_root``) as the run of ``identity``."""
     entry = {"identity": identity, "run": folder.name}

@@ -35,6 +35,7 @@ from orchestrator.run import interrupts, warm_start
 from orchestrator.run.answered import (
     identity_lock,
     index_run,
+    indexed_identity,
     indexed_run,
     link_answer,
     record_identity,
@@ -90,42 +91,64 @@ def run(
         **the_plan.recipe.to_dict(),
         "init_checkpoint": init.to_dict(),
     }
-    identity = record_identity(record)
+    record["identity"] = record_identity(record)
     runs_root = folder.path.parent
-    with identity_lock(runs_root, identity):  # held to the end: an identical run waits
-        earlier = None if fresh else indexed_run(runs_root, identity)
-        if earlier is not None:
-            warm_start.withdraw()  # the speculative server of a launch that is not coming
-            return _answer(
-                earlier,
-                the_plan,
-                progress=progress,
-                parent_run_id=parent_run_id if tracking else None,
-                sweep=sweep,
-            )
-        if folder.exists():
-            again = (
-                " (a multi-node run: pass the same --name on every node)"
-                if the_plan.config.resources.launcher == Launcher.MULTINODE
-                else ""
-            )
-            raise ExperimentError(
-                [f"run folder {folder.path} exists; resume it or pick another name{again}"]
-            )
-        _prepare_launch(the_plan.config, the_plan.devices)
-        tracker = _open_tracker(the_plan.config) if tracking else None
-        folder.write_experiment({**record, "identity": identity})
-        folder.update_state(
-            status=RunStatus.CREATED,
-            segments=[],
+    new_run = {"sweep": sweep, "parent_run_id": parent_run_id, "tracking": tracking}
+    if fresh:  # the caller's own run: no lock, and it answers nobody, so replicates of one
+        # identity (replicate_dp, verify-elastic) train side by side
+        return _train_new(the_plan, record, init, progress=progress, indexed=False, **new_run)
+    with identity_lock(runs_root, record["identity"]):  # held to the end: a twin waits
+        earlier = indexed_run(runs_root, record["identity"])
+        if earlier is None:
+            return _train_new(the_plan, record, init, progress=progress, indexed=True, **new_run)
+        warm_start.withdraw()  # the speculative server of a launch that is not coming
+        return _answer(
+            earlier,
+            the_plan,
+            progress=progress,
+            parent_run_id=parent_run_id if tracking else None,
             sweep=sweep,
-            parent_run_id=parent_run_id,
-            tracking_enabled=tracking,
         )
-        index_run(folder, identity)
-        return train_segment(
-            replace(the_plan, init_path=Path(init.path)), tracker=tracker, progress=progress
+
+
+def _train_new(
+    the_plan: RunPlan,
+    record: dict[str, Any],
+    init: InitCheckpoint,
+    *,
+    progress: TextIO | None,
+    indexed: bool,
+    sweep: str | None,
+    parent_run_id: str | None,
+    tracking: bool,
+) -> RunResult:
+    """Create ``the_plan``'s run folder (``experiment.json`` = ``record``), index it under
+    its identity if ``indexed``, and train it."""
+    folder = the_plan.folder
+    if folder.exists():
+        again = (
+            " (a multi-node run: pass the same --name on every node)"
+            if the_plan.config.resources.launcher == Launcher.MULTINODE
+            else ""
         )
+        raise ExperimentError(
+            [f"run folder {folder.path} exists; resume it or pick another name{again}"]
+        )
+    _prepare_launch(the_plan.config, the_plan.devices)
+    tracker = _open_tracker(the_plan.config) if tracking else None
+    folder.write_experiment(record)
+    folder.update_state(
+        status=RunStatus.CREATED,
+        segments=[],
+        sweep=sweep,
+        parent_run_id=parent_run_id,
+        tracking_enabled=tracking,
+    )
+    if indexed:
+        index_run(folder, record["identity"])
+    return train_segment(
+        replace(the_plan, init_path=Path(init.path)), tracker=tracker, progress=progress
+    )
 
 
 def _answer(
@@ -190,10 +213,12 @@ def resume(
         raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
     config = _recorded_config(folder, steps=steps, like=like, overrides=overrides)
     follower = config.resources.launcher == Launcher.MULTINODE and config.resources.node_rank > 0
-    identity = None if follower else folder.experiment().get("identity")
-    if identity is None:  # a follower trains beside node 0, which holds the lock
+    # The run that answers its identity resumes under its lock: no twin answered by resuming
+    # it trains beside it. A follower trains beside node 0, which holds it; a fresh run, none.
+    identity = None if follower else indexed_identity(folder)
+    if identity is None:
         return _continue(folder, config, dp=dp, progress=progress, extending=steps is not None)
-    with identity_lock(folder.path.parent, identity):  # no run of its identity trains meanwhile
+    with identity_lock(folder.path.parent, identity):
         return _continue(folder, config, dp=dp, progress=progress, extending=steps is not None)
 
 

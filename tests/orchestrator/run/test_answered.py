@@ -94,6 +94,8 @@ def test_fresh_trains_a_new_run(experiment: dict[str, Any], first: api.RunResult
     assert result.status == "succeeded", result.messages
     assert result.answered_from is None and result.run_name != first.run_name
     assert result.data_fingerprint == first.data_fingerprint  # the same training, again
+    later = api.run(experiment, dp=1, tracking=False)  # a fresh run answers nobody
+    assert later.answered_from == first.run_name
 
 
 def zephon_run(config: Path, *args: str) -> subprocess.Popen[str]:

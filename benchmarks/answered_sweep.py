@@ -1,6 +1,6 @@
 """How long a re-submitted, unchanged sweep takes to be answered from the runs it already has.
 
-``python -m benchmarks.answered_sweep [--jobs 12] [--work DIR]`` runs a sweep of ``--jobs``
+``python -m benchmarks.answered_sweep [--jobs 12] [--work-dir DIR]`` runs a sweep of ``--jobs``
 mixtures (``zephon_mini``, 2 steps, dp 1, the zephon launcher, the local corpus), then the
 same sweep again, and prints one JSON line: the seconds each took, how many run folders the
 second one made (goal: 0) and how many of its jobs name the run that answered them (goal:
@@ -58,9 +58,9 @@ def run_folders(work: Path) -> set[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=12)
-    parser.add_argument("--work", type=Path, help="work folder (default: a temporary one)")
+    parser.add_argument("--work-dir", type=Path, help="work folder (default: a temporary one)")
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="answered-sweep-"))
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="answered-sweep-"))
     work.mkdir(parents=True, exist_ok=True)
     first_s, first = sweep(work, "first", args.jobs)
     trained = run_folders(work)

@@ -11,6 +11,7 @@ naming the run folder that trains it: a look-up reads one file however many runs
 root holds. The run that trains an identity holds ``<identity>.lock`` (``flock``) from
 its look-up to its end, so an identical submission waits and is then answered, and the
 lock of a killed process is released with it (the next submission resumes that run).
+A fresh run (``fresh=True``) neither looks up, nor locks, nor is indexed: it answers nobody.
 
 Design: docs/design/orchestrator_run.md
 """

@@ -67,6 +67,7 @@ def measure_startup(
         *STARTUP_OVERRIDES,
         f"resources.dp={dp}",
         f"run_name={name}",
+        "fresh=true",  # each repetition trains; none is answered from the one before
         *overrides,
     ]
     env = {**os.environ, "ZEPHON_WARM_START": "1" if warm else "0"}

@@ -107,6 +107,7 @@ def measure_precisions(work: Path, steps: int, reps: int) -> dict[str, Any]:
                 run_name=f"{precision}-{rep}",
                 tracking=False,
                 progress=sys.stderr,
+                fresh=True,  # each repetition trains
             )
             if result.status != RunStatus.SUCCEEDED:
                 raise RuntimeError(f"{precision} run {result.status}: {result.messages}")

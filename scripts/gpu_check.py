@@ -243,7 +243,7 @@ def check_scores_against_cpu(check: GpuCheck, details: dict[str, Any]) -> None:
     if check.device == "cpu":
         cpu_folder = sweep_run(check, MIXES[0], 1)
     else:
-        cpu_run = api.run(check.experiment(MIXES[0], "cpu"), dp=1, run_name="cpu-dp1")
+        cpu_run = api.run(check.experiment(MIXES[0], "cpu"), dp=1, run_name="cpu-dp1", fresh=True)
         require(cpu_run.status == RunStatus.SUCCEEDED, f"the CPU run: {cpu_run.messages}")
         cpu_folder = RunFolder(cpu_run.folder)
     details["runs"] = [device_folder.name, cpu_folder.name]

@@ -47,6 +47,8 @@ class AppOptions:
     """Plan only: print the resolved plan and fingerprints, train nothing."""
     resume: bool = False
     """Continue the folder of ``run_name`` if it exists (one that finished is reported as is)."""
+    fresh: bool = False
+    """Train a new run even if a finished run of the same experiment would answer it."""
     sweep: SweepMembership = field(default_factory=SweepMembership)
 
 

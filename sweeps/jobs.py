@@ -22,8 +22,10 @@ OUTCOME_KEYS = (
     "dp_sizes",
     "eval",
     "folder",
+    "answered_from",
 )
-"""What a finished job's outcome copies from its returned result."""
+"""What a finished job's outcome copies from its returned result (``answered_from``: the
+earlier run that answered the job, which trained nothing; :mod:`orchestrator.run.answered`)."""
 
 
 @dataclass

@@ -202,6 +202,8 @@ class MixSweeper(Sweeper):
                         overrides += [f"{key}={seed}" for key in SEED_SETTINGS]
                     if dp is not None:
                         overrides.append(f"resources.dp={dp}")
+                    if len(self.replicate_dp) > 1:  # each dp trains: dp is no part of an answer
+                        overrides.append("fresh=true")
                     jobs.append(Job(overrides, mixture, dp=dp, other=list(other), seed=seed))
         return jobs
 

@@ -50,14 +50,16 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
             progress=sys.stderr,
             parent_run_id=options.sweep.parent_run_id,
             sweep=options.sweep.name,
+            fresh=options.fresh,
         )
     if result.status == RunStatus.INTERRUPTED:  # noted for the report; Hydra lets it through
         raise interrupts.Interrupted()
     if result.status != RunStatus.SUCCEEDED:
         raise RunFailed(f"run {result.run_name} {result.status}:\n" + "\n".join(result.messages))
     score = result.eval["aggregate_bpb"] if result.eval else None
+    answered = f" (answered from {result.answered_from})" if result.answered_from else ""
     print(
-        f"[zephon-run] {result.run_name}: {result.steps} steps on dp {result.dp_sizes}, "
+        f"[zephon-run] {result.run_name}{answered}: {result.steps} steps on dp {result.dp_sizes}, "
         f"held-out bits/byte {score}, MLflow run {result.mlflow_run_id}, folder {result.folder}"
     )
     return result.to_dict()

@@ -27,6 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("run", "train one experiment to the end", True)
     p.add_argument("--dp", type=int, help="data-parallel size (default: from free devices)")
     p.add_argument("--name", help="run folder name (default: <name>-<variant>-<time>)")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="train a new run even if a finished run of the same experiment would answer",
+    )
     p = command("resume", "continue a run from its last checkpoint, on any dp size")
     p.add_argument("folder", help="run folder")
     p.add_argument("--dp", type=int, help="data-parallel size (any divisor of the lanes)")

@@ -29,9 +29,8 @@ def _run_exit(result: RunResult) -> tuple[int, dict[str, Any]]:
 
 
 def command_run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    result = run(
-        args.config, dp=args.dp, run_name=args.name, overrides=args.overrides, progress=sys.stderr
-    )
+    named = {"run_name": args.name, "fresh": args.fresh}
+    result = run(args.config, dp=args.dp, overrides=args.overrides, progress=sys.stderr, **named)
     return _run_exit(result)
 
 

@@ -32,6 +32,14 @@ from orchestrator.experiment import (
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.machine.devices import Devices
 from orchestrator.run import interrupts, warm_start
+from orchestrator.run.answered import (
+    identity_lock,
+    index_run,
+    indexed_identity,
+    indexed_run,
+    link_answer,
+    record_identity,
+)
 from orchestrator.run.cpu_env import cpu_start_env
 from orchestrator.run.init_checkpoint import InitCheckpoint, ensure_init_checkpoint
 from orchestrator.run.launch import stop_leftover_launch
@@ -56,8 +64,14 @@ def run(
     parent_run_id: str | None = None,
     sweep: str | None = None,
     tracking: bool = True,
+    fresh: bool = False,
 ) -> RunResult:
     """Plan, then train ``config`` to the end; see :class:`RunResult`.
+
+    An experiment whose identity (:mod:`orchestrator.run.answered`) is that of a run
+    under the same ``runs_root`` that succeeded is answered from it, training nothing
+    (``answered_from`` names it); one whose run stopped (killed, interrupted, failed)
+    resumes that run. ``fresh`` trains a new run all the same.
 
     Refuses before launch (``ExperimentError``, ``TrackingError``) when the experiment
     is invalid or its tracking server is unreachable (unless ``tracking.offline_ok``).
@@ -70,6 +84,47 @@ def run(
         ensure_init_checkpoint(the_plan.config, the_plan.recipe)
         return train_segment(the_plan, tracker=None, progress=progress)
     folder = the_plan.folder
+    init = ensure_init_checkpoint(the_plan.config, the_plan.recipe)
+    record = {
+        "config": the_plan.config.to_dict(),
+        **the_plan.fingerprints.to_dict(),
+        **the_plan.recipe.to_dict(),
+        "init_checkpoint": init.to_dict(),
+    }
+    record["identity"] = record_identity(record)
+    runs_root = folder.path.parent
+    new_run = {"sweep": sweep, "parent_run_id": parent_run_id, "tracking": tracking}
+    if fresh:  # the caller's own run: no lock, and it answers nobody, so replicates of one
+        # identity (replicate_dp, verify-elastic) train side by side
+        return _train_new(the_plan, record, init, progress=progress, indexed=False, **new_run)
+    with identity_lock(runs_root, record["identity"]):  # held to the end: a twin waits
+        earlier = indexed_run(runs_root, record["identity"])
+        if earlier is None:
+            return _train_new(the_plan, record, init, progress=progress, indexed=True, **new_run)
+        warm_start.withdraw()  # the speculative server of a launch that is not coming
+        return _answer(
+            earlier,
+            the_plan,
+            progress=progress,
+            parent_run_id=parent_run_id if tracking else None,
+            sweep=sweep,
+        )
+
+
+def _train_new(
+    the_plan: RunPlan,
+    record: dict[str, Any],
+    init: InitCheckpoint,
+    *,
+    progress: TextIO | None,
+    indexed: bool,
+    sweep: str | None,
+    parent_run_id: str | None,
+    tracking: bool,
+) -> RunResult:
+    """Create ``the_plan``'s run folder (``experiment.json`` = ``record``), index it under
+    its identity if ``indexed``, and train it."""
+    folder = the_plan.folder
     if folder.exists():
         again = (
             " (a multi-node run: pass the same --name on every node)"
@@ -81,15 +136,7 @@ def run(
         )
     _prepare_launch(the_plan.config, the_plan.devices)
     tracker = _open_tracker(the_plan.config) if tracking else None
-    init = ensure_init_checkpoint(the_plan.config, the_plan.recipe)
-    folder.write_experiment(
-        {
-            "config": the_plan.config.to_dict(),
-            **the_plan.fingerprints.to_dict(),
-            **the_plan.recipe.to_dict(),
-            "init_checkpoint": init.to_dict(),
-        }
-    )
+    folder.write_experiment(record)
     folder.update_state(
         status=RunStatus.CREATED,
         segments=[],
@@ -97,9 +144,52 @@ def run(
         parent_run_id=parent_run_id,
         tracking_enabled=tracking,
     )
+    if indexed:
+        index_run(folder, record["identity"])
     return train_segment(
         replace(the_plan, init_path=Path(init.path)), tracker=tracker, progress=progress
     )
+
+
+def _answer(
+    earlier: RunFolder,
+    the_plan: RunPlan,
+    *,
+    progress: TextIO | None,
+    parent_run_id: str | None,
+    sweep: str | None,
+) -> RunResult:
+    """The answer to ``the_plan`` from ``earlier``, the run of its identity: its result if
+    it succeeded (with a link in the sweep ``parent_run_id``, if given); else ``earlier``
+    resumed on this plan's resources and dp."""
+    state = earlier.state()
+    if state.get("status") != RunStatus.SUCCEEDED:
+        recorded = load_experiment(earlier.experiment()["config"])
+        like = replace(recorded, resources=the_plan.config.resources)
+        config = _recorded_config(earlier, steps=None, like=like, overrides=None)
+        # this process holds the identity's lock already: resume() would wait on itself
+        result = _continue(earlier, config, dp=the_plan.dp, progress=progress, extending=False)
+        result.messages.insert(
+            0, f"resumed {earlier.name}: an earlier run of this experiment that had stopped"
+        )
+        result.answered_from = earlier.name
+        return result
+    mlflow_run_id = state.get("mlflow_run_id")
+    if parent_run_id is not None:
+        tracker = _open_tracker(the_plan.config)
+        if tracker is not None:
+            link_answer(tracker, earlier, parent_run_id=parent_run_id, sweep=sweep)
+    result = run_result(
+        earlier,
+        0,
+        TrackingState.SYNCED if mlflow_run_id else TrackingState.OFF,
+        [
+            f"answered from {earlier.name} ({earlier.path.absolute()}), a finished run of the "
+            "same experiment: nothing trained (--fresh trains a new run)"
+        ],
+    )
+    result.answered_from = earlier.name
+    return result
 
 
 def resume(
@@ -122,10 +212,30 @@ def resume(
     if not folder.exists():
         raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
     config = _recorded_config(folder, steps=steps, like=like, overrides=overrides)
+    follower = config.resources.launcher == Launcher.MULTINODE and config.resources.node_rank > 0
+    # The run that answers its identity resumes under its lock: no twin answered by resuming
+    # it trains beside it. A follower trains beside node 0, which holds it; a fresh run, none.
+    identity = None if follower else indexed_identity(folder)
+    if identity is None:
+        return _continue(folder, config, dp=dp, progress=progress, extending=steps is not None)
+    with identity_lock(folder.path.parent, identity):
+        return _continue(folder, config, dp=dp, progress=progress, extending=steps is not None)
+
+
+def _continue(
+    folder: RunFolder,
+    config: ExperimentConfig,
+    *,
+    dp: int | None,
+    progress: TextIO | None,
+    extending: bool,
+) -> RunResult:
+    """:func:`resume`'s work on the experiment ``config`` recorded in ``folder``; the caller
+    holds the lock of the run's identity (if it has one)."""
     state = folder.state()
     follower = config.resources.launcher == Launcher.MULTINODE and config.resources.node_rank > 0
     if not follower:  # node 0 keeps the records; a follower only trains beside it
-        if state.get("status") == RunStatus.SUCCEEDED and steps is None:
+        if state.get("status") == RunStatus.SUCCEEDED and not extending:
             tracked = TrackingState.SYNCED if state.get("mlflow_run_id") else TrackingState.OFF
             return run_result(folder, 0, tracked, [])
         stopped = stop_leftover_launch(folder)
@@ -208,6 +318,9 @@ def _record_extension(folder: RunFolder, config: ExperimentConfig) -> None:
         }
         record.update(recipe.to_dict(), extended=[*record.get("extended", []), extended])
     record["config"] = config.to_dict()
+    # Its learning rate followed the shorter schedule up to at_step: no fresh run trains
+    # what it holds now, so it answers no experiment (nor, longer, the shorter one).
+    record.pop("identity", None)
     folder.write_experiment(record)
 
 

@@ -69,6 +69,7 @@ def verify_elastic(
                 run_name=f"{base.name}-verify-{stamp}-{n}",
                 progress=progress,
                 tracking=False,
+                fresh=True,  # a check trains; an earlier run's answer would check nothing
             )
             for n, c in jobs.items()
         }

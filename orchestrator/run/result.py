@@ -31,6 +31,9 @@ class RunResult:
     tracking: str
     """``synced``, ``pending`` (run ``zephon sync``) or ``off`` (:class:`TrackingState`)."""
     messages: list[str] = field(default_factory=list)
+    answered_from: str | None = None
+    """The run folder's name of the earlier run of the same experiment this result comes
+    from (:mod:`orchestrator.run.answered`); None when this call trained its own run."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -15,9 +15,11 @@ from typing import Any
 
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.tracking.names import (
+    TAG_ANSWERED_FROM,
     TAG_CONTRACT,
     TAG_DEVICE,
     TAG_GIT,
+    TAG_IDENTITY,
     TAG_INIT,
     TAG_KIND,
     TAG_PRECISION,
@@ -86,6 +88,7 @@ def run_start_tags(folder: RunFolder) -> dict[str, str]:
         TAG_VARIANT: str(experiment.get("variant", "")),
         TAG_RECIPE: str(experiment.get("recipe_fingerprint", "")),
         TAG_INIT: str((experiment.get("init_checkpoint") or {}).get("sha256", "")),
+        **({TAG_IDENTITY: experiment["identity"]} if experiment.get("identity") else {}),
         TAG_RUN_FOLDER: str(folder.path.resolve()),
         TAG_VERSIONS: json.dumps(package_versions(), sort_keys=True),
         TAG_GIT: git_revision(),
@@ -98,3 +101,15 @@ def run_start_tags(folder: RunFolder) -> dict[str, str]:
 def run_parent(folder: RunFolder) -> str | None:
     """The MLflow run a training run is a child of (its sweep's parent run), from ``run.json``."""
     return folder.state().get("parent_run_id") or None
+
+
+def answer_tags(earlier: RunFolder, sweep: str | None) -> dict[str, str]:
+    """The tags of a link to ``earlier``, the run a job of ``sweep`` was answered from: the
+    original's MLflow run id, folder and identity (no fingerprints: the link trained nothing)."""
+    experiment = earlier.experiment()
+    return {
+        TAG_ANSWERED_FROM: str(earlier.state().get("mlflow_run_id") or ""),
+        TAG_RUN_FOLDER: str(earlier.path.resolve()),
+        **({TAG_IDENTITY: experiment["identity"]} if experiment.get("identity") else {}),
+        **({TAG_SWEEP: sweep} if sweep else {}),
+    }

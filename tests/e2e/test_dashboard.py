@@ -40,7 +40,7 @@ from orchestrator.run.trainer_command import free_port
 from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
 from sweeps.summary import SWEEP_FILE
 from tests.support import REPO
-from tests.support.sweeps import datasets_override, mixes_override, multirun, tokenizer_override
+from tests.support.sweeps import mixes_override, multirun, tiny_sweep_overrides
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(900)
@@ -226,13 +226,7 @@ def sweep(server: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
         "hydra/launcher=zephon",
         "tracking=server",
         "tracking.experiment=dashboard",
-        datasets_override(built),
-        tokenizer_override(built),
-        "model=mini",
-        "data.holdout_bytes=4096",
-        "train=smoke",
-        "train.steps=2",
-        "eval.interval=2",
+        *tiny_sweep_overrides(built),
         mixes,
         "resources.dp=1",  # both jobs at once, one core each
         env={"MLFLOW_TRACKING_URI": server},

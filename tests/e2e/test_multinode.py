@@ -84,7 +84,9 @@ def test_two_nodes_train_the_batches_of_one_and_resume_on_one(
             )
         )
     )
-    nodes = [zephon(work, "run", "-c", str(spec), f"resources.node_rank={k}") for k in (0, 1)]
+    nodes = [
+        zephon(work, "run", "-c", str(spec), "--fresh", f"resources.node_rank={k}") for k in (0, 1)
+    ]
     leader, follower = (finished(node) for node in nodes)
 
     assert leader["run_name"] == follower["run_name"]  # one rendezvous id, one run folder

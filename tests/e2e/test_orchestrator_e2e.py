@@ -130,7 +130,7 @@ def runs(work: Path, domains: dict[str, list[Path]]) -> dict[str, api.RunResult]
             results = {"a-dp2": api.run(a, dp=2, run_name="a-dp2")}
             with ThreadPoolExecutor(2) as pool:
                 futures = {
-                    name: pool.submit(api.run, on_one_core(config), dp=1, run_name=name)
+                    name: pool.submit(api.run, on_one_core(config), dp=1, run_name=name, fresh=True)
                     for name, config in side_by_side.items()
                 }
                 results |= {name: future.result() for name, future in futures.items()}
@@ -152,7 +152,7 @@ def interrupted_then_resumed(work: Path, config: dict, other: api.RunResult) -> 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "orchestrator.cli", "run", "-c", str(path), "--dp", "2"]
     agent = subprocess.Popen(
-        [*command, "--name", "b-dp2", "--json"],
+        [*command, "--name", "b-dp2", "--fresh", "--json"],
         cwd=work,
         env=env,
         stdout=subprocess.PIPE,

@@ -26,7 +26,7 @@ from sweeps.search_report import PREDICTIONS_PLOT, TRAJECTORY_PLOT
 from sweeps.summary import SWEEP_FILE
 from tests.support import REPO
 from tests.support.cli import zephon_in_process
-from tests.support.sweeps import datasets_override, multirun_command, tokenizer_override
+from tests.support.sweeps import multirun_command, tiny_sweep_overrides
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1500)
@@ -59,13 +59,7 @@ def test_a_search_runs_its_rounds_and_continues_after_an_interrupt_to_the_same_p
         work,
         "search",
         "hydra/launcher=zephon",
-        datasets_override(built),
-        tokenizer_override(built),
-        "model=mini",
-        "data.holdout_bytes=4096",
-        "train=smoke",
-        "train.steps=2",
-        "eval.interval=2",
+        *tiny_sweep_overrides(built),
         "hydra.sweeper.mix.search={rounds: 2, per_round: 1, initial: 2, seed: 3, stop: false}",
         f"hydra.sweeper.mix.max={{unicode: {UNICODE_MAX}}}",
         "hydra.sweeper.replicate_dp=[1]",

@@ -92,7 +92,9 @@ def on_slurm(domains: dict[str, list[Path]]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def reference(work: Path, domains: dict[str, list[Path]]) -> dict[int, str]:
     """Digests of the experiment trained on one local process."""
-    result = api.run(data_only_experiment(domains, STEPS, max_procs=1), dp=1, run_name="local-dp1")
+    result = api.run(
+        data_only_experiment(domains, STEPS, max_procs=1), dp=1, run_name="local-dp1", fresh=True
+    )
     assert result.status == "succeeded", result.messages
     digests = RunFolder(result.folder).digests()
     assert sorted(digests) == list(range(1, STEPS + 1))
@@ -141,6 +143,7 @@ def test_two_node_job_meets_at_the_first_nodes_address(
         data_only_experiment(domains, STEPS, launcher="slurm", slurm=SLURM_JOB, nodes=2),
         dp=2,
         run_name="slurm-2nodes",
+        fresh=True,  # the reference's experiment, on Slurm: trained again, not answered
     )
 
     assert result.status == "succeeded", result.messages
@@ -159,7 +162,7 @@ def running_on_slurm(
     spec.write_text(json.dumps(on_slurm(domains)))
     folder = RunFolder(work / "runs" / name)
     agent = subprocess.Popen(
-        [*ZEPHON, "run", "-c", str(spec), "--dp", "2", "--name", name, "--json"],
+        [*ZEPHON, "run", "-c", str(spec), "--dp", "2", "--name", name, "--fresh", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -178,7 +181,7 @@ def test_two_task_job_trains_the_same_batches_as_a_local_run(
     planned = api.plan(on_slurm(domains), dp=2)
     assert planned.dp == 2 and planned.command[1:3] == ["-m", "orchestrator.titan.train"]
 
-    result = api.run(on_slurm(domains), dp=2, run_name="slurm-2tasks")
+    result = api.run(on_slurm(domains), dp=2, run_name="slurm-2tasks", fresh=True)
 
     assert result.status == "succeeded", result.messages
     folder = RunFolder(result.folder)

@@ -36,7 +36,13 @@ from sweeps.summary import SWEEP_FILE
 from tests.support import REPO
 from tests.support.cli import zephon_in_process
 from tests.support.helpers import write_jsonl
-from tests.support.sweeps import datasets_override, mixes_override, multirun, tokenizer_override
+from tests.support.sweeps import (
+    datasets_override,
+    mixes_override,
+    multirun,
+    tiny_sweep_overrides,
+    tokenizer_override,
+)
 from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1500)
@@ -56,16 +62,7 @@ def domains(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 def base_overrides(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """The shared test corpus as data.datasets with its small tokenizer, and a 2-step
     schedule."""
-    built = corpus(tmp_path_factory.getbasetemp())
-    return [
-        datasets_override(built),
-        tokenizer_override(built),
-        "model=mini",
-        "data.holdout_bytes=4096",
-        "train=smoke",
-        "train.steps=2",
-        "eval.interval=2",
-    ]
+    return tiny_sweep_overrides(corpus(tmp_path_factory.getbasetemp()))
 
 
 TWO = ((1.0, 1.0, 1.0), (0.0, 0.0, 1.0))
@@ -131,7 +128,9 @@ def test_sweep_logs_parent_children_and_the_accepted_comparison(
 def test_rerun_with_the_basic_launcher_reproduces_the_fingerprints(
     work: Path, domains: list[str], base_overrides: list[str], replicated: dict[str, Any]
 ) -> None:
-    process, sweep_dir = multirun(work, "rerun", *base_overrides, mixes_override(domains, *TWO))
+    process, sweep_dir = multirun(  # fresh: trained again, not answered from the first sweep
+        work, "rerun", *base_overrides, mixes_override(domains, *TWO), "fresh=true"
+    )
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
     rerun = summary(sweep_dir)
     assert len(rerun["jobs"]) == 2 and rerun["comparison"] is not None
@@ -327,7 +326,7 @@ def test_an_interrupted_sweep_stops_everything_and_continues_to_the_same_data(
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     sweep = [sys.executable, "-m", "sweeps.app", "-m", "hydra/sweeper=zephon_mix"]
     sweep += [f"hydra.sweep.dir={sweep_dir}", "hydra/launcher=zephon", *base_overrides]
-    sweep += [mixes_override(domains, *TWO), "hydra.sweeper.replicate_dp=[1]"]
+    sweep += [mixes_override(domains, *TWO), "hydra.sweeper.replicate_dp=[1]", "fresh=true"]
     agent = subprocess.Popen(
         sweep, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )

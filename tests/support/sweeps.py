@@ -65,3 +65,17 @@ def mixes_override(domains: Sequence[str], *weights: Sequence[float]) -> str:
         for ws in weights
     ]
     return f"hydra.sweeper.mix.explicit=[{','.join(items)}]"
+
+
+def tiny_sweep_overrides(built: dict[str, list[Path]]) -> list[str]:
+    """The overrides of the tests' real sweeps: the shared corpus ``built`` as data with its
+    small tokenizer, ``zephon_mini`` trained 2 steps, held-out text scored at step 2."""
+    return [
+        datasets_override(built),
+        tokenizer_override(built),
+        "model=mini",
+        "data.holdout_bytes=4096",
+        "train=smoke",
+        "train.steps=2",
+        "eval.interval=2",
+    ]

@@ -127,7 +127,7 @@ def test_a_warm_launch_trains_what_a_cold_torchrun_trains(
     monkeypatch.setenv(warm_start.WARM_START_ENV, "0")
     cold = api.run(config, dp=2, run_name="cold", tracking=False)
     monkeypatch.setenv(warm_start.WARM_START_ENV, "1")
-    warm = api.run(config, dp=2, run_name="warm", tracking=False)
+    warm = api.run(config, dp=2, run_name="warm", tracking=False, fresh=True)
     assert cold.status == warm.status == RunStatus.SUCCEEDED, cold.messages + warm.messages
     # torchrun's log folders and the launches' temporary files stay in their run folders
     assert sorted(p.name for p in system_tmp.iterdir()) == []

@@ -76,8 +76,9 @@ def _schema_node() -> DictConfig:
     return node
 
 
-OPEN_MAPS = ("data.datasets", "data.mixture", "resources.slurm")
-"""Maps whose keys are the user's (dataset names, submitit parameters), not the schema's."""
+OPEN_MAPS = ("data.datasets", "data.mixture", "data.io_options", "resources.slurm")
+"""Maps whose keys are the user's or a library's (dataset names, the pipeline's remote IO
+options, submitit parameters), not the schema's."""
 
 ConfigStore.instance().store(name=SCHEMA_NAME, node=_schema_node())
 

@@ -91,10 +91,10 @@ class DataSection:
     """``gpt2``, or a tokenizer file: ``PATH[;eos=TOKEN]...`` (docs/tokenizers.md)."""
     cache_dir: str | None = None
     """Shard index cache; None: $ZEPHON_HOME/cache."""
-    io_options: dict[str, Any] | None = None
+    io_options: dict[str, Any] = field(default_factory=dict)
     """How remote shards (``s3://``, ``https://``) are read and cached: a
     :class:`pipeline.Dataset`'s ``io_options``, e.g. ``{cache: {enabled: true}}`` to keep one
-    copy of each shard for every run on the machine; None: each process downloads its own."""
+    copy of each shard for every run on the machine; empty: each process downloads its own."""
     order: str = "v2"
     """Record order: ``v2`` reads only the shards a run reaches; ``v1`` (one permutation of
     every record, indexing the whole corpus) is what runs recorded before orders had versions

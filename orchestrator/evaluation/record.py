@@ -109,9 +109,9 @@ class EvalRecord:
                 for domain, docs in (raw.get("documents") or {}).items()
             }
             scores = _numbers(raw.get("scores"))
-            aggregate = _number(raw.get("aggregate"))
+            aggregate = as_number(raw.get("aggregate"))
             metrics[str(name)] = MetricScores(scores, aggregate, documents)
-        seconds = _number(line.get("seconds"))
+        seconds = as_number(line.get("seconds"))
         return cls(
             step=int(line["step"]),
             metrics=metrics,
@@ -127,7 +127,7 @@ class EvalRecord:
 
 def _bits_per_byte(line: dict[str, Any]) -> MetricScores:
     scores = _numbers(line.get("bpb"))
-    aggregate = _number(line.get("aggregate_bpb"))
+    aggregate = as_number(line.get("aggregate_bpb"))
     documents = {
         str(domain): DocumentScores(list(docs["bits"]), [float(b) for b in docs["bytes"]])
         for domain, docs in (line.get("documents") or {}).items()
@@ -135,8 +135,9 @@ def _bits_per_byte(line: dict[str, Any]) -> MetricScores:
     return MetricScores(scores, aggregate, documents)
 
 
-def _number(value: Any) -> float | None:
-    """``value`` as a float if it is a number (not a bool), else None."""
+def as_number(value: object) -> float | None:
+    """``value`` as a float if it is a number (not a bool), else None (tracking reads every
+    metric of a run's records through it)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
@@ -144,5 +145,5 @@ def _number(value: Any) -> float | None:
 
 def _numbers(values: dict[str, Any] | None) -> dict[str, float]:
     """The entries of ``values`` that are numbers."""
-    numbers = {str(k): _number(v) for k, v in (values or {}).items()}
+    numbers = {str(k): as_number(v) for k, v in (values or {}).items()}
     return {k: v for k, v in numbers.items() if v is not None}

@@ -9,7 +9,7 @@ verdict with one :class:`ComparisonRow` per variant. How the guard decides is in
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -100,6 +100,22 @@ class RunSummary:
     """Task -> metric -> whether higher is better (lm-eval's flags, from ``eval.jsonl``)."""
     shards_read: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
     """Dataset -> shard index -> ``{"file", "sha256"}`` of every shard the run read."""
+
+    def with_scores(
+        self, step: int, scores: dict[str, tuple[list[float], list[float]]]
+    ) -> RunSummary:
+        """This run with more scores at ``step``: key -> (per-document values on a
+        lower-is-better scale, their weights), each key's score their ratio (a task's items,
+        another held-out metric's domains, decided on as held-out domains are)."""
+        documents = {
+            k: {"bits": values, "bytes": weights} for k, (values, weights) in scores.items()
+        }
+        evals = {k: sum(values) / sum(weights) for k, (values, weights) in scores.items()}
+        return replace(
+            self,
+            documents={**self.documents, step: {**self.documents.get(step, {}), **documents}},
+            evals={**self.evals, step: {**self.evals.get(step, {}), **evals}},
+        )
 
     @property
     def seed(self) -> str:

@@ -9,8 +9,6 @@ a task's do (:mod:`orchestrator.guard.tasks`).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from orchestrator.evaluation import DEFAULT_METRIC, METRICS, HeldOutMetric, held_out_metric
 from orchestrator.guard.comparison import RunSummary
 
@@ -60,27 +58,11 @@ def with_metric_scores(
                 f"run {run.name} has no held-out {metric.name} per document at step {step} "
                 "(evaluated before Zephon computed it); train it again to decide on it"
             )
-        documents = {
-            **run.documents.get(step, {}),
-            **{
-                key: {
-                    "bits": [sign * v for v in found.documents[d].values],
-                    "bytes": found.documents[d].weights,
-                }
-                for key, d in zip(keys, domains, strict=True)
-            },
+        scores = {
+            key: ([sign * v for v in found.documents[d].values], found.documents[d].weights)
+            for key, d in zip(keys, domains, strict=True)
         }
-        evals = {
-            **run.evals.get(step, {}),
-            **{key: sign * found.scores[d] for key, d in zip(keys, domains, strict=True)},
-        }
-        scored.append(
-            replace(
-                run,
-                documents={**run.documents, step: documents},
-                evals={**run.evals, step: evals},
-            )
-        )
+        scored.append(run.with_scores(step, scores))
     direction = (
         f"-{metric.name} (higher {metric.name} is better; lower score is better)"
         if metric.higher_is_better

@@ -8,8 +8,6 @@ otherwise). Design: docs/tasks.md, "Deciding on a task".
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import Any
 
 from orchestrator.guard.comparison import RunSummary
 
@@ -88,16 +86,5 @@ def with_task_scores(
             sign = -1.0 if higher else 1.0
             bits = [sign * items[i][metric] for i in ids]
             weights = [1.0] * len(ids)
-        documents: dict[str, Any] = {
-            **run.documents.get(step, {}),
-            key: {"bits": bits, "bytes": weights},
-        }
-        evals = {**run.evals.get(step, {}), key: sum(bits) / sum(weights)}
-        scored.append(
-            replace(
-                run,
-                documents={**run.documents, step: documents},
-                evals={**run.evals, step: evals},
-            )
-        )
+        scored.append(run.with_scores(step, {key: (bits, weights)}))
     return scored, key, what

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,11 +50,10 @@ def record_identity(record: dict[str, Any]) -> str:
     )
 
 
-@contextlib.contextmanager
-def identity_lock(runs_root: Path, identity: str) -> Iterator[None]:
-    """Hold the lock of ``identity`` under ``runs_root`` for the block (module docstring)."""
-    with file_lock(Path(runs_root) / INDEX_DIR / f"{identity}.lock"):
-        yield
+def identity_lock(runs_root: Path, identity: str) -> contextlib.AbstractContextManager[None]:
+    """The lock of ``identity`` under ``runs_root``, to hold in a ``with`` block (module
+    docstring)."""
+    return file_lock(Path(runs_root) / INDEX_DIR / f"{identity}.lock")
 
 
 def indexed_run(runs_root: Path, identity: str) -> RunFolder | None:

@@ -43,7 +43,13 @@ from orchestrator.run.answered import (
 from orchestrator.run.cpu_env import cpu_start_env
 from orchestrator.run.init_checkpoint import InitCheckpoint, ensure_init_checkpoint
 from orchestrator.run.launch import stop_leftover_launch
-from orchestrator.run.plan import RunPlan, placement, plan, with_absolute_paths
+from orchestrator.run.plan import (
+    RunPlan,
+    is_follower_node,
+    placement,
+    plan,
+    with_absolute_paths,
+)
 from orchestrator.run.recipe import recipe_of
 from orchestrator.run.result import RunResult, run_result
 from orchestrator.run.segment import train_segment
@@ -113,7 +119,8 @@ def run(
             earlier,
             the_plan,
             progress=progress,
-            parent_run_id=parent_run_id if tracking else None,
+            tracker=tracker,
+            parent_run_id=parent_run_id,
             sweep=sweep,
         )
 
@@ -163,6 +170,7 @@ def _answer(
     the_plan: RunPlan,
     *,
     progress: TextIO | None,
+    tracker: Tracker | None,
     parent_run_id: str | None,
     sweep: str | None,
 ) -> RunResult:
@@ -182,10 +190,8 @@ def _answer(
         result.answered_from = earlier.name
         return result
     mlflow_run_id = state.get("mlflow_run_id")
-    if parent_run_id is not None:
-        tracker = _open_tracker(the_plan.config)
-        if tracker is not None:
-            link_answer(tracker, earlier, parent_run_id=parent_run_id, sweep=sweep)
+    if parent_run_id is not None and tracker is not None:  # the tracker run() opened
+        link_answer(tracker, earlier, parent_run_id=parent_run_id, sweep=sweep)
     result = run_result(
         earlier,
         0,
@@ -219,7 +225,7 @@ def resume(
     if not folder.exists():
         raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
     config = _recorded_config(folder, steps=steps, like=like, overrides=overrides)
-    follower = config.resources.launcher == Launcher.MULTINODE and config.resources.node_rank > 0
+    follower = is_follower_node(config)
     # The run that answers its identity resumes under its lock: no twin answered by resuming
     # it trains beside it. A follower trains beside node 0, which holds it; a fresh run, none.
     identity = None if follower else indexed_identity(folder)
@@ -240,7 +246,7 @@ def _continue(
     """:func:`resume`'s work on the experiment ``config`` recorded in ``folder``; the caller
     holds the lock of the run's identity (if it has one)."""
     state = folder.state()
-    follower = config.resources.launcher == Launcher.MULTINODE and config.resources.node_rank > 0
+    follower = is_follower_node(config)
     if not follower:  # node 0 keeps the records; a follower only trains beside it
         if state.get("status") == RunStatus.SUCCEEDED and not extending:
             tracked = TrackingState.SYNCED if state.get("mlflow_run_id") else TrackingState.OFF

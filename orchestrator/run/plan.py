@@ -85,8 +85,7 @@ class RunPlan:
     @property
     def is_follower(self) -> bool:
         """Whether this machine is node k > 0 of a multi-node run (node 0 keeps the records)."""
-        r = self.config.resources
-        return r.launcher == Launcher.MULTINODE and r.node_rank > 0
+        return is_follower_node(self.config)
 
     def to_dict(self) -> dict[str, Any]:
         """What ``zephon plan`` prints."""
@@ -114,10 +113,16 @@ class RunPlan:
             "contract_fingerprint": self.contract_fingerprint,
             "variant": self.variant,
             **self.recipe.to_dict(),
-            "init_checkpoint": str(init_checkpoint_path(self.config, self.recipe)),
+            "init_checkpoint": None if self.init_path is None else str(self.init_path),
             "command": self.command,
             "config": self.config.to_dict(),
         }
+
+
+def is_follower_node(config: ExperimentConfig) -> bool:
+    """Whether ``config`` trains node k > 0 of a multi-node run here (node 0 keeps the records)."""
+    r = config.resources
+    return r.launcher == Launcher.MULTINODE and r.node_rank > 0
 
 
 def plan(

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.evaluation.record import EvalRecord
+from orchestrator.evaluation.record import EvalRecord, as_number
 from orchestrator.tracking.names import (
     METRIC_DATA_WAIT,
     METRIC_LOSS,
@@ -44,13 +44,6 @@ class Unit:
     cursor: str
     step: int
     values: dict[str, float]
-
-
-def as_number(value: object) -> float | None:
-    """``value`` as a float if it is a number (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 def metric_units(

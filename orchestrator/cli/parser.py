@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable
 
 from orchestrator.service.job import KINDS
+from orchestrator.service.slurm_settings import ServiceLauncher
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,6 +171,27 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
         "--budgets",
         help="YAML/JSON file: {default: {runs_per_day, device_hours_per_day}, users: {NAME: ...}}",
     )
+    p.add_argument(
+        "--launcher",
+        default="local",
+        choices=[str(launcher) for launcher in ServiceLauncher],
+        help="local: attempts on this machine's devices; slurm: one Slurm job per attempt",
+    )
+    p.add_argument("--partition", help="Slurm partition (default: the cluster's)")
+    p.add_argument("--account", help="Slurm account (default: the user's)")
+    p.add_argument(
+        "--job-devices",
+        type=int,
+        default=1,
+        help="Slurm: cores or GPUs per job whose spec sets no resources.dp",
+    )
+    p.add_argument(
+        "--slurm-parameter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Slurm: another submitit parameter for every job, e.g. slurm_qos=high (repeatable)",
+    )
     p.add_argument("--until-idle", action="store_true", help="exit when no job is left")
     p = service("submit", "queue an experiment (idempotent per --key)")
     p.add_argument("-c", "--config", help="experiment file (YAML or JSON)")
@@ -206,3 +228,4 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--devices", type=int, required=True, help="cores or GPUs leased")
     p.add_argument("--gpu-ids", default="", help="the leased GPUs, comma-separated")
     p.add_argument("--dp", type=int, required=True, help="data-parallel size on the lease")
+    p.add_argument("--job-file", help="the job as JSON (an attempt in Slurm), not the queue's")

@@ -7,8 +7,10 @@ import argparse
 import json
 import signal
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 
 from orchestrator.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TIMED_OUT
@@ -18,9 +20,10 @@ from orchestrator.service import attempt
 from orchestrator.service import client as service
 from orchestrator.service.budget import Budgets
 from orchestrator.service.client import ServiceConfig, load_service
-from orchestrator.service.job import JobState
+from orchestrator.service.job import Job, JobState
 from orchestrator.service.pool import Lease
 from orchestrator.service.scheduler import Scheduler
+from orchestrator.service.slurm_settings import SlurmSettings
 from pipeline import ConfigError
 
 
@@ -34,6 +37,13 @@ def command_serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         extra_processes=args.extra_processes,
         max_queued_per_submitter=args.max_queued,
         budgets=_read_budgets(args),
+        launcher=args.launcher,
+        slurm=SlurmSettings(
+            partition=args.partition,
+            account=args.account,
+            job_devices=args.job_devices,
+            parameters=_read_slurm_parameters(args.slurm_parameter),
+        ),
     )
     scheduler = Scheduler(service)
     signal.signal(signal.SIGTERM, lambda *_: scheduler.stop())
@@ -42,6 +52,18 @@ def command_serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     except KeyboardInterrupt:
         scheduler.stop()
     return EXIT_OK, {"root": str(service.path), "counts": scheduler.queue.counts()}
+
+
+def _read_slurm_parameters(given: list[str]) -> dict[str, Any]:
+    """``--slurm-parameter KEY=VALUE`` options as submitit parameters (values read as YAML,
+    so numbers are numbers)."""
+    parameters = {}
+    for option in given:
+        key, equals, value = option.partition("=")
+        if not equals or not key:
+            raise ConfigError(f"--slurm-parameter {option!r} is not KEY=VALUE, e.g. slurm_qos=high")
+        parameters[key] = yaml.safe_load(value)
+    return parameters
 
 
 def _read_budgets(args: argparse.Namespace) -> Budgets:
@@ -116,7 +138,12 @@ def command_datasets(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def command_attempt(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     gpus = tuple(int(i) for i in args.gpu_ids.split(",") if i)
     lease = Lease(Devices(args.device, args.devices, args.device, gpus), args.dp)
-    result = attempt.run(load_service(args.root), args.job_id, lease)
+    svc = load_service(args.root)
+    if args.job_file is None:
+        job = svc.queue().get(args.job_id)
+    else:  # an attempt in Slurm: compute nodes read the job's file, not the queue
+        job = Job.from_dict(json.loads(Path(args.job_file).read_text()))
+    result = attempt.run(svc, job, lease)
     code = {RunStatus.SUCCEEDED: EXIT_OK, RunStatus.INTERRUPTED: EXIT_INTERRUPTED}.get(
         result["status"]
     )

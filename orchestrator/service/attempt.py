@@ -21,6 +21,7 @@ from orchestrator.run import api, interrupts
 from orchestrator.run.elastic_check import verify_elastic
 from orchestrator.service.admission import admit_job
 from orchestrator.service.client import ServiceConfig
+from orchestrator.service.job import Job
 from orchestrator.service.pool import Lease
 
 
@@ -61,10 +62,9 @@ def on_lease(config: ExperimentConfig, lease: Lease) -> ExperimentConfig:
     return replace(config, resources=resources)
 
 
-def run(service: ServiceConfig, job_id: str, lease: Lease) -> dict[str, Any]:
-    """Run one attempt of ``job_id`` on ``lease`` (its design: docs/design/orchestrator_service.md);
+def run(service: ServiceConfig, job: Job, lease: Lease) -> dict[str, Any]:
+    """Run one attempt of ``job`` on ``lease`` (its design: docs/design/orchestrator_service.md);
     its result object."""
-    job = service.queue().get(job_id)
     admitted = admit_job(job.kind, job.spec, service.rules())
     config = on_lease(admitted.config, lease)
     if admitted.check is None:

@@ -25,6 +25,8 @@ from orchestrator.service.admission import Limits, Rules, admit_job
 from orchestrator.service.budget import Budgets
 from orchestrator.service.job import FINAL, JobKind, JobState, to_kind
 from orchestrator.service.queue import JobQueue
+from orchestrator.service.slurm_settings import ServiceLauncher, SlurmSettings
+from pipeline.choice import parse_choice
 from pipeline.errors import ConfigError
 from pipeline.formats import COMPRESSIONS, detect_format
 
@@ -61,6 +63,13 @@ class ServiceConfig:
     """Runs and device-hours per submitter and UTC day (:mod:`.budget`); none by default."""
     object_store_prefixes: tuple[str, ...] = ()
     """URL prefixes (``s3://bucket/prefix/``) dataset URLs may start with; none: no URLs."""
+    launcher: ServiceLauncher = ServiceLauncher.LOCAL
+    """What starts training attempts: local processes on leased devices, or Slurm jobs."""
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    """What each Slurm job asks for (with ``launcher=slurm``)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "launcher", parse_choice(ServiceLauncher, self.launcher, "launcher"))
 
     @property
     def path(self) -> Path:
@@ -115,7 +124,8 @@ def load_service(root: str | Path = DEFAULT_ROOT) -> ServiceConfig:
     budgets = Budgets.from_dict(data.pop("budgets", {}))
     data["data_roots"] = tuple(data.get("data_roots", ()))
     data["object_store_prefixes"] = tuple(data.get("object_store_prefixes", ()))
-    return ServiceConfig(**data, limits=limits, budgets=budgets)
+    slurm = SlurmSettings.from_dict(data.pop("slurm", {}))
+    return ServiceConfig(**data, limits=limits, budgets=budgets, slurm=slurm)
 
 
 def caller() -> str:

@@ -111,10 +111,19 @@ class Job:
     """Why it failed, if it did."""
     cancel_requested: bool
     """A cancel arrived while it was running; the scheduler is to stop it."""
+    slurm_job_id: str | None = None
+    """The Slurm job of the current (or last) attempt, on a service with the Slurm launcher."""
+    slurm_state: str | None = None
+    """That Slurm job's state as last polled (PENDING, RUNNING, REQUEUED, COMPLETED, ...)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The job as plain JSON-able data (its kind and state as plain strings)."""
         return {**asdict(self), "kind": self.kind.value, "state": self.state.value}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        """The job :meth:`to_dict` gave; QueueError naming a bad kind or state."""
+        return cls(**{**data, "kind": to_kind(data["kind"]), "state": to_state(data["state"])})
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,8 @@ FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "pid": ((int,), "an integer"),
     "result": ((dict,), "a dict"),
     "error": ((str,), "a string"),
+    "slurm_job_id": ((str,), "a string"),
+    "slurm_state": ((str,), "a string"),
 }
 """Job fields ``transition`` and ``update`` may set, their types and how to name them
 (``transition`` also takes ``dp``)."""

@@ -21,9 +21,10 @@ from typing import Any
 from orchestrator.errors import QueueError
 from orchestrator.service.job import Event, Job, JobKind, JobState
 
-SCHEMA_VERSION = 2
-"""1: jobs and events; 2: attempts (for device-hours). Every statement of the schema is
-``IF NOT EXISTS``, so opening an older file adds what it lacks."""
+SCHEMA_VERSION = 3
+"""1: jobs and events; 2: attempts (for device-hours); 3: the jobs' Slurm job and state.
+Every statement of the schema is ``IF NOT EXISTS`` and missing columns are added
+(:data:`ADDED_COLUMNS`), so opening an older file adds what it lacks."""
 BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = (
@@ -44,7 +45,9 @@ _SCHEMA = (
         pid INTEGER,
         result TEXT,
         error TEXT,
-        cancel_requested INTEGER NOT NULL DEFAULT 0
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        slurm_job_id TEXT,
+        slurm_state TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at, id)",
     "CREATE INDEX IF NOT EXISTS jobs_by_submitter ON jobs (submitter, state)",
@@ -71,6 +74,9 @@ _SCHEMA = (
     # One submitter's runs of the day, without reading its older jobs.
     "CREATE INDEX IF NOT EXISTS jobs_by_submitter_created ON jobs (submitter, created_at)",
 )
+
+ADDED_COLUMNS = {"jobs": ("slurm_job_id TEXT", "slurm_state TEXT")}
+"""Columns added to a table after its first version: a file older than them gets them."""
 
 
 class QueueDatabase:
@@ -148,6 +154,11 @@ class QueueDatabase:
                 )
             for statement in _SCHEMA:
                 db.execute(statement)
+            for table, columns in ADDED_COLUMNS.items():
+                present = {row["name"] for row in db.execute(f"PRAGMA table_info({table})")}
+                for column in columns:
+                    if column.split()[0] not in present:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
@@ -217,4 +228,6 @@ def job_from_row(row: sqlite3.Row) -> Job:
         result=None if row["result"] is None else json.loads(row["result"]),
         error=row["error"],
         cancel_requested=bool(row["cancel_requested"]),
+        slurm_job_id=row["slurm_job_id"],
+        slurm_state=row["slurm_state"],
     )

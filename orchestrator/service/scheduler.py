@@ -1,9 +1,10 @@
 """``zephon serve``: start queued experiments when devices are free; lose no job on a crash.
 
-Each attempt of a training job runs as its own process on a lease from the device pool,
-its JSON result in ``<root>/jobs/<id>/attempt-<n>.json``, so the job does not depend on
-the scheduler: it only starts, watches and records. At start it adopts running jobs
-whose process still lives and records or preempts the others.
+Each attempt of a training job runs as its own process, on a lease from the device pool
+or (``launcher=slurm``) as a Slurm job, its JSON result in
+``<root>/jobs/<id>/attempt-<n>.json``, so the job does not depend on the scheduler: it
+only starts, watches and records. At start it adopts running jobs whose process (or
+Slurm job) still lives and records or preempts the others.
 
 Design: docs/design/orchestrator_service.md
 """
@@ -29,11 +30,15 @@ from orchestrator.experiment import ExperimentConfig, divisors, dp_problems
 from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.machine.devices import discover
 from orchestrator.run import api
-from orchestrator.service import attempt
+from orchestrator.experiment import DeviceKind, DeviceRequest
+from orchestrator.run.slurm import SETTLED_RECHECK_S
+from orchestrator.service import attempt, slurm_jobs
 from orchestrator.service.admission import AdmittedJob, admit, admit_job
 from orchestrator.service.client import ServiceConfig
 from orchestrator.service.job import PENDING, Job, JobKind, JobState
 from orchestrator.service.pool import DevicePool, Lease
+from orchestrator.service.slurm_jobs import SlurmJobRequest, SlurmUnavailable
+from orchestrator.service.slurm_settings import ServiceLauncher
 from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.names import (
     PARAM_MIX_PREFIX,
@@ -50,6 +55,8 @@ POLL_S = 0.5
 CREATE_TIME_SLACK_S = 2.0
 """How much later than its attempt's start a job process's creation time may read: Linux
 derives it from the boot time in whole seconds."""
+SLURM_TIMEOUT_MARGIN_MIN = 10
+"""Minutes a Slurm job's time limit adds to its spec's ``resources.timeout_s`` (start-up)."""
 
 
 class Scheduler:
@@ -66,6 +73,11 @@ class Scheduler:
         self.plans = ThreadPoolExecutor(service.plan_workers, thread_name_prefix="plan")
         self.active: dict[str, Future[Any]] = {}
         self.stopping = threading.Event()
+        self._slurm_polled_at = -float("inf")
+        self._slurm_retry_at = -float("inf")
+        self._slurm_settled_since: dict[str, float] = {}
+        """Job id -> when its Slurm job was first seen ended (believed on a later poll)."""
+        self._scancelled: set[str] = set()
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -76,7 +88,8 @@ class Scheduler:
         self.recover()
         while not self.stopping.is_set():
             self.tick()
-            if until_idle and not self.active and not self.queue.pending():
+            idle = not self.active and not self.queue.pending() and not self._in_slurm()
+            if until_idle and idle:
                 break
             time.sleep(self.poll_s)
         self.plans.shutdown(wait=True)
@@ -86,15 +99,23 @@ class Scheduler:
         self.stopping.set()
 
     def tick(self) -> None:
-        """One pass: forget finished work, hand out pending jobs."""
+        """One pass: forget finished work, read the Slurm jobs' states, hand out pending jobs."""
         for job_id, future in list(self.active.items()):
             if future.done():
                 del self.active[job_id]
                 if future.exception() is not None:
                     self._fail_job(job_id, f"scheduler error: {future.exception()}")
+        self._poll_slurm()
+        to_slurm = []
         for job in self.queue.pending():
-            if job.id not in self.active and not self.stopping.is_set():
+            if job.id in self.active or self.stopping.is_set():
+                continue
+            if self.service.launcher == ServiceLauncher.SLURM and job.kind != JobKind.PLAN:
+                to_slurm.append(job)
+            else:
                 self.active[job.id] = self._start_job(job)
+        if to_slurm:
+            self._hand_to_slurm(to_slurm)
 
     def _start_job(self, job: Job) -> Future[Any]:
         if job.kind == JobKind.PLAN:
@@ -227,6 +248,9 @@ class Scheduler:
             if job.kind == JobKind.PLAN:  # in-process work: it died with the old scheduler
                 self.queue.transition(job.id, JobState.PREEMPTED, detail="scheduler restarted")
                 continue
+            if job.slurm_job_id is not None:  # adopted: every tick polls its state
+                log.info("adopting %s (Slurm job %s)", job.id, job.slurm_job_id)
+                continue
             started = [e.at for e in self.queue.events(job.id) if e.state == JobState.RUNNING][-1]
             process = None if job.pid is None else job_process(job.pid, job.id, started)
             if process is None:
@@ -240,6 +264,106 @@ class Scheduler:
                     j.id, p.pid, j.attempts, lambda: 0 if _has_ended(p) else None
                 ),
             )
+
+
+    # -- training jobs on Slurm ---------------------------------------------------------------
+
+    def _in_slurm(self) -> list[Job]:
+        """Running jobs whose attempt is a Slurm job."""
+        return [j for j in self.queue.list(states=[JobState.RUNNING]) if j.slurm_job_id]
+
+    def _hand_to_slurm(self, jobs: list[Job]) -> None:
+        """Submit an attempt of each of ``jobs`` (pending) to Slurm, or adopt the Slurm job
+        a stopped scheduler submitted for it before it could record it."""
+        if time.monotonic() < self._slurm_retry_at:
+            return
+        held = sum(j.dp_sizes[-1] for j in self._in_slurm() if j.dp_sizes)
+        try:
+            submitted = slurm_jobs.find_active([j.id for j in jobs])
+            for job in jobs:
+                try:
+                    admitted = admit_job(job.kind, job.spec, self.rules)
+                except ExperimentError as e:
+                    self._fail_job(job.id, str(e))
+                    continue
+                request = self._slurm_request(job, admitted)
+                if self.service.capacity and held + request.dp > self.service.capacity:
+                    continue  # the service's own cap on devices in Slurm
+                slurm_id = submitted.get(job.id) or slurm_jobs.submit(self.service, request)
+                held += request.dp
+                self._record_slurm_start(job, request, slurm_id)
+        except SlurmUnavailable as e:
+            log.warning("%s; trying again in %.0f s", e, 6 * self.service.slurm.poll_s)
+            self._slurm_retry_at = time.monotonic() + 6 * self.service.slurm.poll_s
+
+    def _slurm_request(self, job: Job, admitted: AdmittedJob) -> SlurmJobRequest:
+        """The Slurm job of ``job``'s next attempt: its dp (the spec's, else the largest
+        acceptable size up to ``slurm.job_devices``), device kind and time limit."""
+        sizes = _list_lease_sizes(admitted)
+        fitting = [k for k in sizes if k <= self.service.slurm.job_devices]
+        dp = fitting[-1] if fitting and admitted.check is None else sizes[0]
+        wanted = admitted.config.resources.device
+        cuda = wanted == DeviceRequest.CUDA or (
+            wanted == DeviceRequest.AUTO and self.service.device == DeviceRequest.CUDA
+        )
+        timeout_s = admitted.config.resources.timeout_s
+        timeout_min = (
+            self.service.slurm.timeout_min
+            if timeout_s is None
+            else -(-timeout_s // 60) + SLURM_TIMEOUT_MARGIN_MIN
+        )
+        kind = DeviceKind.CUDA if cuda else DeviceKind.CPU
+        return SlurmJobRequest(job, dp, kind, timeout_min)
+
+    def _record_slurm_start(self, job: Job, request: SlurmJobRequest, slurm_id: str) -> None:
+        folder = self.service.runs_root / job.id if job.kind == JobKind.RUN else None
+        try:
+            self.queue.transition(
+                job.id,
+                JobState.RUNNING,
+                expect=PENDING,
+                dp=request.dp,
+                run_folder=folder,
+                slurm_job_id=slurm_id,
+                slurm_state="PENDING",
+                detail=f"Slurm job {slurm_id}",
+            )
+        except TransitionError:  # cancelled between the pick and the submission
+            slurm_jobs.cancel(slurm_id)
+
+    def _poll_slurm(self) -> None:
+        """Read every Slurm job's state (one ``squeue``, at most every ``slurm.poll_s``);
+        pass on cancels; record the jobs Slurm is done with."""
+        now = time.monotonic()
+        if now - self._slurm_polled_at < self.service.slurm.poll_s:
+            return
+        self._slurm_polled_at = now
+        jobs = self._in_slurm()
+        try:
+            found = slurm_jobs.states([j.slurm_job_id for j in jobs])
+            for job in jobs:
+                self._follow_slurm_job(job, found.get(job.slurm_job_id), now)
+        except SlurmUnavailable as e:
+            log.warning("%s; the next poll tries again", e)
+
+    def _follow_slurm_job(self, job: Job, state: str | None, now: float) -> None:
+        settled = slurm_jobs.is_settled(state)
+        if job.cancel_requested and not settled and job.id not in self._scancelled:
+            slurm_jobs.cancel(job.slurm_job_id)
+            self._scancelled.add(job.id)
+        if state is not None and state != job.slurm_state:
+            self.queue.update(job.id, slurm_state=state)
+        if not settled:
+            self._slurm_settled_since.pop(job.id, None)
+            return
+        # a requeue passes through an ended-looking state: believe it on a later poll
+        if now - self._slurm_settled_since.setdefault(job.id, now) < SETTLED_RECHECK_S:
+            return
+        del self._slurm_settled_since[job.id]
+        if (state or "").startswith("CANCELLED") and not job.cancel_requested:
+            log.info("%s: Slurm job %s was cancelled in Slurm", job.id, job.slurm_job_id)
+            self.queue.request_cancel(job.id)
+        self._record_outcome(job.id, job.attempts)
 
 
 def _list_lease_sizes(admitted: AdmittedJob) -> list[int]:

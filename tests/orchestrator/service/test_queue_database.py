@@ -74,6 +74,23 @@ def test_a_version_1_queue_gets_the_attempts_table_and_keeps_its_jobs(tmp_path: 
         ]
 
 
+def test_a_version_2_queue_gets_the_slurm_columns_and_keeps_its_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    queue = JobQueue(path)
+    job, _ = queue.submit({"n": 1}, key="k", submitter="alice")
+    queue.close()
+    with closing(sqlite3.connect(path)) as db:  # as version 2 wrote it: no Slurm columns
+        db.execute("ALTER TABLE jobs DROP COLUMN slurm_job_id")
+        db.execute("ALTER TABLE jobs DROP COLUMN slurm_state")
+        db.execute("PRAGMA user_version = 2")
+    queue = JobQueue(path)
+    assert queue.get(job.id).slurm_job_id is None
+    queue.transition(job.id, JobState.RUNNING, dp=1, slurm_job_id="41", slurm_state="PENDING")
+    assert (queue.get(job.id).slurm_job_id, queue.get(job.id).slurm_state) == ("41", "PENDING")
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
 def test_kinds_and_states_are_stored_as_their_names(tmp_path: Path) -> None:
     # queue files written before the states were an enum read the same, and vice versa
     queue = JobQueue(tmp_path / "jobs.db")

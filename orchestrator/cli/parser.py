@@ -192,6 +192,12 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
         metavar="KEY=VALUE",
         help="Slurm: another submitit parameter for every job, e.g. slurm_qos=high (repeatable)",
     )
+    p.add_argument(
+        "--slurm-poll-s",
+        type=float,
+        default=5.0,
+        help="Slurm: seconds between reads of the jobs' states (one squeue each)",
+    )
     p.add_argument("--until-idle", action="store_true", help="exit when no job is left")
     p = service("submit", "queue an experiment (idempotent per --key)")
     p.add_argument("-c", "--config", help="experiment file (YAML or JSON)")
@@ -202,6 +208,11 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
         default="run",
         choices=KINDS,
         help='plan: dry run; verify: elasticity check, spec {"experiment", "first_dp", "second_dp"}',
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="train a new run even if this experiment already trained (default: answer from it)",
     )
     for name, text in (
         ("status", "a job's state, history and result"),

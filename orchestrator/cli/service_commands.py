@@ -43,6 +43,7 @@ def command_serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
             account=args.account,
             job_devices=args.job_devices,
             parameters=_read_slurm_parameters(args.slurm_parameter),
+            poll_s=args.slurm_poll_s,
         ),
     )
     scheduler = Scheduler(service)
@@ -98,6 +99,7 @@ def command_submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         spec,
         key=args.key,
         kind=args.kind,
+        fresh=args.fresh,
     )
 
 

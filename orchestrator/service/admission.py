@@ -79,6 +79,13 @@ class AdmittedJob:
 
     config: ExperimentConfig
     check: ElasticCheck | None = None
+    fresh: bool = False
+    """A ``run`` job that trains even if a run of the same experiment exists (spec key
+    ``fresh``), instead of being answered from it."""
+
+
+FRESH_KEY = "fresh"
+"""The key of a ``run`` job's spec, beside the experiment's sections, that asks for a new run."""
 
 
 VERIFY_KEYS = ("experiment", "first_dp", "second_dp", "split_step")
@@ -100,7 +107,13 @@ def admit_job(kind: JobKind, spec: Any, rules: Rules) -> AdmittedJob:
     """:func:`admit` for a job of ``kind`` (``run``, ``plan`` or ``verify``); ExperimentError
     listing every reason if the service may not run it."""
     if kind != JobKind.VERIFY:
-        return AdmittedJob(admit(spec, rules))
+        spec = dict(spec) if isinstance(spec, dict) else spec
+        fresh = spec.pop(FRESH_KEY, False) if isinstance(spec, dict) else False
+        if not isinstance(fresh, bool) or (fresh and kind != JobKind.RUN):
+            raise ExperimentError(
+                [f"{FRESH_KEY} must be true or false, and only a run job trains: got {fresh!r}"]
+            )
+        return AdmittedJob(admit(spec, rules), fresh=fresh)
     if not isinstance(spec, dict) or set(spec) - set(VERIFY_KEYS) or "experiment" not in spec:
         raise ExperimentError(
             [f"a verify job's spec is a JSON object with the keys {list(VERIFY_KEYS)}"]

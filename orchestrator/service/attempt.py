@@ -71,7 +71,7 @@ def run(service: ServiceConfig, job: Job, lease: Lease) -> dict[str, Any]:
         folder = RunFolder(service.runs_root / job.id)
         if folder.exists():
             return api.resume(folder, dp=lease.dp, like=config).to_dict()
-        return api.run(config, dp=lease.dp, run_name=job.id).to_dict()
+        return api.run(config, dp=lease.dp, run_name=job.id, fresh=admitted.fresh).to_dict()
     check = admitted.check
     try:
         report = verify_elastic(

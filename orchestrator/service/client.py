@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from orchestrator.errors import QueueError
-from orchestrator.service.admission import Limits, Rules, admit_job
+from orchestrator.service.admission import FRESH_KEY, Limits, Rules, admit_job
 from orchestrator.service.budget import Budgets
 from orchestrator.service.job import FINAL, JobKind, JobState, to_kind
 from orchestrator.service.queue import JobQueue
@@ -69,7 +69,9 @@ class ServiceConfig:
     """What each Slurm job asks for (with ``launcher=slurm``)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "launcher", parse_choice(ServiceLauncher, self.launcher, "launcher"))
+        object.__setattr__(
+            self, "launcher", parse_choice(ServiceLauncher, self.launcher, "launcher")
+        )
 
     @property
     def path(self) -> Path:
@@ -135,9 +137,18 @@ def caller() -> str:
 
 
 def submit(
-    service: ServiceConfig, spec: Any, *, key: str, kind: JobKind | str = JobKind.RUN
+    service: ServiceConfig,
+    spec: Any,
+    *,
+    key: str,
+    kind: JobKind | str = JobKind.RUN,
+    fresh: bool = False,
 ) -> dict[str, Any]:
     """Queue ``spec`` once per ``key`` as a job of :func:`caller`: a retry returns the same job.
+
+    A ``run`` job whose experiment already trained (under another key, or by ``zephon
+    run``) is answered from that run; ``fresh`` trains a new one (stored as the spec's
+    ``fresh`` key, so a retry must say it again).
 
     ``kind``: ``run`` (an experiment), ``plan`` (its dry run) or ``verify`` (an elasticity
     check, :func:`orchestrator.service.admission.verify_request`). The spec is admitted
@@ -147,6 +158,8 @@ def submit(
     budget (:mod:`orchestrator.service.budget`).
     """
     kind = to_kind(kind)
+    if fresh and isinstance(spec, dict):
+        spec = {**spec, FRESH_KEY: True}
     admit_job(kind, spec, service.rules())
     job, created = service.queue().submit(spec, key=key, submitter=caller(), kind=kind)
     return {"job": job.to_dict(), "created": created}

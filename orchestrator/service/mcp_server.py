@@ -84,12 +84,15 @@ def build_server(root: str) -> FastMCP:
         return service.load_service(root)
 
     @mcp.tool()
-    def submit(spec: ExperimentSpec, key: str, kind: JobKind = JobKind.RUN) -> dict[str, Any]:
+    def submit(
+        spec: ExperimentSpec, key: str, kind: JobKind = JobKind.RUN, fresh: bool = False
+    ) -> dict[str, Any]:
         """Queue an experiment (a Zephon experiment as a JSON object: data, train, eval, ...;
         data.datasets from list_datasets; leave runs_root, data.cache_dir, tracking.uri and
         model.args out, the service sets them). A retry with the same key returns the same
-        job; kind "plan" only plans it."""
-        return service.submit(svc(), spec, key=key, kind=kind)
+        job; kind "plan" only plans it. An experiment that already trained is answered from
+        that run (its result names it in answered_from); fresh=true trains a new run."""
+        return service.submit(svc(), spec, key=key, kind=kind, fresh=fresh)
 
     @mcp.tool()
     def experiment_schema() -> dict[str, Any]:

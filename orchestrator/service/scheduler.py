@@ -26,11 +26,16 @@ from typing import Any
 import psutil
 
 from orchestrator.errors import ExperimentError, TransitionError
-from orchestrator.experiment import ExperimentConfig, divisors, dp_problems
+from orchestrator.experiment import (
+    DeviceKind,
+    DeviceRequest,
+    ExperimentConfig,
+    divisors,
+    dp_problems,
+)
 from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.machine.devices import discover
 from orchestrator.run import api
-from orchestrator.experiment import DeviceKind, DeviceRequest
 from orchestrator.run.slurm import SETTLED_RECHECK_S
 from orchestrator.service import attempt, slurm_jobs
 from orchestrator.service.admission import AdmittedJob, admit, admit_job
@@ -264,7 +269,6 @@ class Scheduler:
                     j.id, p.pid, j.attempts, lambda: 0 if _has_ended(p) else None
                 ),
             )
-
 
     # -- training jobs on Slurm ---------------------------------------------------------------
 

@@ -93,20 +93,18 @@ def states(slurm_job_ids: list[str]) -> dict[str, str]:
     forgotten, where the cluster has accounting); SlurmUnavailable when ``squeue`` fails."""
     if not slurm_job_ids:
         return {}
+    ids = ",".join(slurm_job_ids)
+    # squeue fails on a list whose every id it forgot: then none is known
     listed = _run(
-        ["squeue", "--states=all", "--noheader", f"--jobs={','.join(slurm_job_ids)}"]
-        + ["--format=%i|%T"],
-        # squeue fails on a list whose every id it forgot: then none is known
+        ["squeue", "--states=all", "--noheader", f"--jobs={ids}", "--format=%i|%T"],
         forgotten_ok=True,
     )
     found = _parse_states(listed)
     missing = [i for i in slurm_job_ids if i not in found]
     if missing:
-        accounted = _run(
-            ["sacct", "--noheader", "--parsable2", "--allocations"]
-            + [f"--jobs={','.join(missing)}", "--format=JobID,State"],
-            forgotten_ok=True,
-        )
+        wanted = ",".join(missing)
+        sacct = ["sacct", "--noheader", "--parsable2", "--allocations", "--format=JobID,State"]
+        accounted = _run([*sacct, f"--jobs={wanted}"], forgotten_ok=True)
         found.update(_parse_states(accounted))
     return found
 
@@ -210,4 +208,3 @@ class SlurmAttempt(submitit.helpers.Checkpointable):
             return subprocess.run(
                 command, cwd=self.service.path, stdout=out, stderr=err, check=False
             ).returncode
-

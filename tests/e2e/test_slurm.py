@@ -33,9 +33,8 @@ import pytest
 
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api
-from tests.support import REPO
 from tests.support.experiments import data_only_experiment
-from tests.support.slurm import LocalSlurm
+from tests.support.slurm import LocalSlurm, cluster_for_tests
 from tests.support.sweeps import (
     datasets_override,
     mixes_override,
@@ -54,18 +53,8 @@ SLURM_JOB = {"timeout_min": 20}
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalSlurm]:
-    slurm = LocalSlurm().start()
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("SLURM_CONF", str(slurm.conf))
-            # the jobs' trainers import this checkout; Slurm passes the environment on
-            patch.setenv(
-                "PYTHONPATH",
-                os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-            )
-            yield slurm
-    finally:
-        slurm.stop()
+    with cluster_for_tests() as slurm:
+        yield slurm
 
 
 @pytest.fixture(scope="module")

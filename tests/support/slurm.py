@@ -26,15 +26,20 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
 from orchestrator.run.trainer_command import free_port
+from tests.support import REPO
 
 PACKAGES = ("slurm-wlm", "munge")
 NODES = ("n1", "n2")
 START_TIMEOUT_S = 60.0
+REQUEUE_DELAY_S = 10
+"""Seconds a requeued job waits before it starts again (Slurm's ``cred_expire``)."""
 
 
 def ensure_installed() -> None:
@@ -51,6 +56,24 @@ def ensure_installed() -> None:
     if subprocess.run(apt, env=env, check=False).returncode != 0:
         subprocess.run(["apt-get", "update", "-q"], env=env, check=True)
         subprocess.run(apt, env=env, check=True)
+
+
+@contextlib.contextmanager
+def cluster_for_tests() -> Iterator[LocalSlurm]:
+    """A started :class:`LocalSlurm` whose clients this process and its children find:
+    ``SLURM_CONF`` set, and this checkout on ``PYTHONPATH`` (the jobs' processes import it;
+    Slurm passes the environment on). Stopped, and the environment restored, on exit."""
+    slurm = LocalSlurm().start()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("SLURM_CONF", str(slurm.conf))
+            patch.setenv(
+                "PYTHONPATH",
+                os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            )
+            yield slurm
+    finally:
+        slurm.stop()
 
 
 class LocalSlurm:
@@ -103,7 +126,9 @@ class LocalSlurm:
             "SlurmdUser=root",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            f"AuthInfo=socket={self.socket}",
+            # a requeued job waits cred_expire seconds before it may start again (120 s
+            # by default): preemption tests would mostly wait
+            f"AuthInfo=socket={self.socket},cred_expire={REQUEUE_DELAY_S}",
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "SelectType=select/cons_tres",

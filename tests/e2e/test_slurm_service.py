@@ -186,3 +186,29 @@ def test_twenty_jobs_on_slurm_survive_requeue_cancel_and_a_killed_service(
             jobs["alice", seed].result["data_fingerprint"] == reference.result["data_fingerprint"]
         )
     print(f"local references: {len(local_ids)}, every digest equal")
+
+
+def test_a_slurm_job_submitted_before_a_crash_is_adopted_not_submitted_again(
+    cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    """The scheduler died between ``sbatch`` and recording the Slurm job id: the next one
+    finds the job by its Slurm name and records it, instead of submitting a second one."""
+    domains = corpus(tmp_path.parent)
+    tokenizer = corpus_tokenizer(domains)
+    data_roots = [str(Path(min(p for ps in domains.values() for p in ps)).parents[1]), tokenizer]
+    svc = service.ServiceConfig(
+        root=str(tmp_path / "svc"), data_roots=tuple(data_roots), launcher="slurm"
+    )
+    svc.save()
+    job_id = submit_as(svc, "alice", experiment(domains, 0), key="k")
+    # what the dead scheduler left: a Slurm job of that name, not in the queue
+    orphan = cluster.run("sbatch", "--parsable", f"--job-name=zephon-{job_id}", "--wrap=sleep 60")
+    scheduler = Scheduler(svc)
+    scheduler.tick()
+    job = svc.queue().get(job_id)
+    assert (job.state, job.slurm_job_id) == (JobState.RUNNING, orphan.strip())
+    listed = cluster.run("squeue", "--noheader", "--format=%i")
+    assert listed.split() == [orphan.strip()]  # no second Slurm job
+    service_status = service.status(svc, job_id)["job"]
+    assert service_status["slurm_job_id"] == orphan.strip()
+    cluster.run("scancel", orphan.strip())

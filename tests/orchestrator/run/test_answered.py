@@ -89,6 +89,20 @@ def test_another_mixture_or_learning_rate_trains(
     assert launches(result.folder) == 1
 
 
+def test_a_search_proposal_equal_to_a_trained_mixture_is_answered(
+    experiment: dict[str, Any],
+) -> None:
+    """The search proposes shares on a grid (``propose(decimals=3)``); a proposal whose
+    shares equal, once normalised, the weights a run trained with is that run's mixture."""
+    trained = api.run(more_code(experiment), dp=1, tracking=False)  # code 2, the others 1
+    assert trained.status == "succeeded", trained.messages
+    shares = {name: 0.25 for name in experiment["data"]["mixture"]} | {"code": 0.5}
+    proposal = {**experiment, "data": {**experiment["data"], "mixture": shares}}
+    answer = api.run(proposal, dp=1, tracking=False)
+    assert answer.answered_from == (trained.answered_from or trained.run_name)
+    assert launches(answer.folder) == 1
+
+
 def test_fresh_trains_a_new_run(experiment: dict[str, Any], first: api.RunResult) -> None:
     result = api.run(experiment, dp=1, tracking=False, fresh=True)
     assert result.status == "succeeded", result.messages

@@ -178,22 +178,23 @@ class Scheduler:
             process = _spawn_attempt(
                 attempt.command(self.service, job.id, lease), self.service.path, out, err
             )
-        folder = self.service.runs_root / job.id if job.kind == JobKind.RUN else None
-        try:
-            self.queue.transition(
-                job.id,
-                JobState.RUNNING,
-                expect=PENDING,
-                dp=lease.dp,
-                devices=lease.size,
-                pid=process.pid,
-                run_folder=folder,
-            )
-        except TransitionError:  # cancelled between the pick and the start
+        if not self._mark_running(job, dp=lease.dp, devices=lease.size, pid=process.pid):
             _send_sigterm(process.pid)
             process.wait()
             return
         self._watch_process(job.id, process.pid, number, process.poll)
+
+    def _mark_running(self, job: Job, *, dp: int, **fields: Any) -> bool:
+        """Record that ``job``'s next attempt started on ``dp`` ranks (its run folder and
+        ``fields`` with it); False if it was cancelled between the pick and the start."""
+        folder = self.service.runs_root / job.id if job.kind == JobKind.RUN else None
+        try:
+            self.queue.transition(
+                job.id, JobState.RUNNING, expect=PENDING, dp=dp, run_folder=folder, **fields
+            )
+        except TransitionError:
+            return False
+        return True
 
     def _watch_process(self, job_id: str, pid: int, attempt: int, exited: Any) -> None:
         """Wait for job ``job_id``'s process; pass on a cancel; record the outcome."""
@@ -320,19 +321,14 @@ class Scheduler:
         return SlurmJobRequest(job, dp, kind, timeout_min)
 
     def _record_slurm_start(self, job: Job, request: SlurmJobRequest, slurm_id: str) -> None:
-        folder = self.service.runs_root / job.id if job.kind == JobKind.RUN else None
-        try:
-            self.queue.transition(
-                job.id,
-                JobState.RUNNING,
-                expect=PENDING,
-                dp=request.dp,
-                run_folder=folder,
-                slurm_job_id=slurm_id,
-                slurm_state="PENDING",
-                detail=f"Slurm job {slurm_id}",
-            )
-        except TransitionError:  # cancelled between the pick and the submission
+        started = self._mark_running(
+            job,
+            dp=request.dp,
+            slurm_job_id=slurm_id,
+            slurm_state="PENDING",
+            detail=f"Slurm job {slurm_id}",
+        )
+        if not started:
             slurm_jobs.cancel(slurm_id)
 
     def _poll_slurm(self) -> None:

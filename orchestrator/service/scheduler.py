@@ -79,7 +79,7 @@ class Scheduler:
         self.active: dict[str, Future[Any]] = {}
         self.stopping = threading.Event()
         self._slurm_polled_at = -float("inf")
-        self._slurm_retry_at = -float("inf")
+        self._slurm_next_pass_at = -float("inf")
         self._slurm_settled_since: dict[str, float] = {}
         """Job id -> when its Slurm job was first seen ended (believed on a later poll)."""
         self._scancelled: set[str] = set()
@@ -279,27 +279,31 @@ class Scheduler:
 
     def _hand_to_slurm(self, jobs: list[Job]) -> None:
         """Submit an attempt of each of ``jobs`` (pending) to Slurm, or adopt the Slurm job
-        a stopped scheduler submitted for it before it could record it."""
-        if time.monotonic() < self._slurm_retry_at:
+        a stopped scheduler submitted for it before it could record it. Jobs over the
+        service's device cap wait; they are looked at again on the next poll, not tick."""
+        if time.monotonic() < self._slurm_next_pass_at:
             return
         held = sum(j.dp_sizes[-1] for j in self._in_slurm() if j.dp_sizes)
+        starting: list[SlurmJobRequest] = []
+        for job in jobs:
+            try:
+                request = self._slurm_request(job, admit_job(job.kind, job.spec, self.rules))
+            except ExperimentError as e:
+                self._fail_job(job.id, str(e))
+                continue
+            if self.service.capacity and held + request.dp > self.service.capacity:
+                self._slurm_next_pass_at = time.monotonic() + self.service.slurm.poll_s
+                continue
+            held += request.dp
+            starting.append(request)
         try:
-            submitted = slurm_jobs.find_active([j.id for j in jobs])
-            for job in jobs:
-                try:
-                    admitted = admit_job(job.kind, job.spec, self.rules)
-                except ExperimentError as e:
-                    self._fail_job(job.id, str(e))
-                    continue
-                request = self._slurm_request(job, admitted)
-                if self.service.capacity and held + request.dp > self.service.capacity:
-                    continue  # the service's own cap on devices in Slurm
-                slurm_id = submitted.get(job.id) or slurm_jobs.submit(self.service, request)
-                held += request.dp
-                self._record_slurm_start(job, request, slurm_id)
+            submitted = slurm_jobs.find_active([r.job.id for r in starting]) if starting else {}
+            for request in starting:
+                slurm_id = submitted.get(request.job.id) or slurm_jobs.submit(self.service, request)
+                self._record_slurm_start(request, slurm_id)
         except SlurmUnavailable as e:
             log.warning("%s; trying again in %.0f s", e, 6 * self.service.slurm.poll_s)
-            self._slurm_retry_at = time.monotonic() + 6 * self.service.slurm.poll_s
+            self._slurm_next_pass_at = time.monotonic() + 6 * self.service.slurm.poll_s
 
     def _slurm_request(self, job: Job, admitted: AdmittedJob) -> SlurmJobRequest:
         """The Slurm job of ``job``'s next attempt: its dp (the spec's, else the largest
@@ -320,9 +324,9 @@ class Scheduler:
         kind = DeviceKind.CUDA if cuda else DeviceKind.CPU
         return SlurmJobRequest(job, dp, kind, timeout_min)
 
-    def _record_slurm_start(self, job: Job, request: SlurmJobRequest, slurm_id: str) -> None:
+    def _record_slurm_start(self, request: SlurmJobRequest, slurm_id: str) -> None:
         started = self._mark_running(
-            job,
+            request.job,
             dp=request.dp,
             slurm_job_id=slurm_id,
             slurm_state="PENDING",

@@ -212,3 +212,24 @@ def test_a_slurm_job_submitted_before_a_crash_is_adopted_not_submitted_again(
     service_status = service.status(svc, job_id)["job"]
     assert service_status["slurm_job_id"] == orphan.strip()
     cluster.run("scancel", orphan.strip())
+
+
+def test_the_services_device_cap_keeps_jobs_in_its_queue(
+    cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    """``capacity`` caps the devices the service has in Slurm at once: the rest stay queued."""
+    domains = corpus(tmp_path.parent)
+    tokenizer = corpus_tokenizer(domains)
+    data_roots = [str(Path(min(p for ps in domains.values() for p in ps)).parents[1]), tokenizer]
+    svc = service.ServiceConfig(
+        root=str(tmp_path / "svc"), data_roots=tuple(data_roots), launcher="slurm", capacity=1
+    )
+    svc.save()
+    first, second = (submit_as(svc, "alice", experiment(domains, s), key=str(s)) for s in (0, 1))
+    Scheduler(svc).tick()
+    states = [(svc.queue().get(i).state, svc.queue().get(i).slurm_job_id) for i in (first, second)]
+    in_slurm = cluster.run("squeue", "--noheader", "--format=%j").split()
+    cluster.run("scancel", "--user=root")
+    assert states[0][0] == JobState.RUNNING and states[0][1] is not None
+    assert states[1] == (JobState.QUEUED, None)
+    assert in_slurm == [f"zephon-{first}"]

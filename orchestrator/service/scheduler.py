@@ -89,6 +89,8 @@ class Scheduler:
     def serve(self, *, until_idle: bool = False) -> None:
         """Recover, then start and watch jobs until :meth:`stop` (or, with ``until_idle``,
         until no job is pending or active)."""
+        if self.service.launcher == ServiceLauncher.SLURM:
+            slurm_jobs.check_commands()
         self.service.save()
         self.recover()
         while not self.stopping.is_set():

@@ -12,6 +12,7 @@ Design: docs/design/orchestrator_service.md, On Slurm
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +28,11 @@ from orchestrator.service import attempt
 from orchestrator.service.client import ServiceConfig
 from orchestrator.service.job import Job
 from orchestrator.service.pool import Lease
+from pipeline.errors import ConfigError
 
 JOB_NAME_PREFIX = "zephon-"
 """Slurm job names are this plus the service's job id (how a restarted service finds them)."""
+SLURM_COMMANDS = ("sbatch", "squeue", "scancel")
 SLURM_COMMAND_TIMEOUT_S = 60.0
 """How long one ``sbatch``/``squeue``/``scancel`` may take before the poll gives up on it."""
 
@@ -47,6 +50,17 @@ class SlurmJobRequest:
     kind: DeviceKind
     """CPU: ``dp`` cores; CUDA: ``dp`` GPUs on one node."""
     timeout_min: int
+
+
+def check_commands() -> None:
+    """ConfigError unless Slurm's client commands are on ``PATH`` (checked at start)."""
+    missing = [command for command in SLURM_COMMANDS if shutil.which(command) is None]
+    if missing:
+        raise ConfigError(
+            f"--launcher slurm needs Slurm's commands on PATH, and {missing} are not: run "
+            "`zephon serve` on a machine that submits to the cluster (a login node), or "
+            "use --launcher local"
+        )
 
 
 def job_name(job_id: str) -> str:

@@ -11,8 +11,6 @@ from orchestrator.errors import ExperimentError
 from orchestrator.service.admission import Rules, admit, admit_job
 from orchestrator.service.client import ServiceConfig, list_datasets, load_service
 from orchestrator.service.job import JobKind
-from orchestrator.service.slurm_settings import ServiceLauncher, SlurmSettings
-from pipeline.errors import ConfigError
 
 PREFIX = "s3://corpus/shared/"
 
@@ -72,17 +70,3 @@ def test_fresh_is_a_run_jobs_choice_beside_the_experiment(tmp_path: Path) -> Non
     for kind, value in ((JobKind.RUN, "yes"), (JobKind.PLAN, True)):
         with pytest.raises(ExperimentError, match="only a run job trains"):
             admit_job(kind, {**url_spec, "fresh": value}, allowed)
-
-
-def test_slurm_settings_are_kept_and_checked(tmp_path: Path) -> None:
-    slurm = SlurmSettings(partition="gpu", job_devices=4, parameters={"slurm_qos": "high"})
-    service = ServiceConfig(root=str(tmp_path / "svc"), launcher="slurm", slurm=slurm)
-    service.save()
-    loaded = load_service(tmp_path / "svc")
-    assert (loaded.launcher, loaded.slurm) == (ServiceLauncher.SLURM, slurm)
-    with pytest.raises(ConfigError, match=r"launcher='pbs' is invalid; use one of \['local'"):
-        ServiceConfig(root=str(tmp_path / "x"), launcher="pbs")
-    with pytest.raises(ConfigError, match=r"sets \['cpus_per_task'\]: the service sets them"):
-        SlurmSettings(parameters={"cpus_per_task": 8})
-    with pytest.raises(ConfigError, match="slurm.job_devices must be an integer >= 1, not 0"):
-        SlurmSettings(job_devices=0)

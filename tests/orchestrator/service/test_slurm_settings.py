@@ -22,7 +22,7 @@ def test_slurm_settings_are_kept_and_checked(tmp_path: Path) -> None:
         ServiceConfig(root=str(tmp_path / "x"), launcher="pbs")
     with pytest.raises(ConfigError, match=r"sets \['cpus_per_task'\]: the service sets them"):
         SlurmSettings(parameters={"cpus_per_task": 8})
-    with pytest.raises(ConfigError, match="slurm.job_devices must be an integer >= 1, not 0"):
+    with pytest.raises(ConfigError, match=r"slurm\.job_devices must be an integer >= 1, not 0"):
         SlurmSettings(job_devices=0)
 
 

@@ -37,33 +37,40 @@ def mlflow_server(folder: Path, backend_uri: str, *, workers: int = 1) -> Iterat
     """``mlflow server`` on ``backend_uri`` with its artifacts and log in ``folder``, healthy
     when entered, stopped (its process group) when left."""
     port = free_port()
-    server = RunningServer(f"http://127.0.0.1:{port}", folder / "server.log")
     command = server_command(
         backend_uri, str(folder / "server-artifacts"), host="127.0.0.1", port=port, workers=workers
     )
+    with serving(command, RunningServer(f"http://127.0.0.1:{port}", folder / "server.log")) as up:
+        yield up
+
+
+@contextlib.contextmanager
+def serving(command: list[str], server: RunningServer) -> Iterator[RunningServer]:
+    """``command`` (a tracking server at ``server.uri``) started in its own process group,
+    output to ``server.log``, in the log's folder; healthy when entered, stopped when left."""
     with server.log.open("w") as log:
         process = subprocess.Popen(
             command,
-            cwd=folder,  # whatever the server writes relative to its folder stays in the test's
+            cwd=server.log.parent,  # what the server writes relative to its folder stays there
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    try:
+        started = time.perf_counter()
+        while not _healthy(server.uri):
+            assert process.poll() is None, server.log_tail()
+            assert time.perf_counter() - started < STARTUP_TIMEOUT_S, "the server is not up"
+            time.sleep(0.25)
+        print(f"\ntracking server healthy after {time.perf_counter() - started:.1f} s")
+        yield server
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
         try:
-            started = time.perf_counter()
-            while not _healthy(server.uri):
-                assert process.poll() is None, server.log_tail()
-                assert time.perf_counter() - started < STARTUP_TIMEOUT_S, "mlflow server is not up"
-                time.sleep(0.25)
-            print(f"\nmlflow server healthy after {time.perf_counter() - started:.1f} s")
-            yield server
-        finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=15)
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=15)
 
 
 def _healthy(uri: str) -> bool:

@@ -10,14 +10,10 @@ side of a run is exactly this (the tracker reads nothing else of a run folder).
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 import traceback
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +38,7 @@ from orchestrator.tracking.reading import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from pipeline.errors import ConfigError
 from tests.support import REPO
+from tests.support.mlflow_server import RunningServer, serving
 from tests.support.postgres import TemporaryPostgres
 from tests.support.processes import forked_process_context
 from tests.support.tracked_folders import METRICS_PER_STEP, make_folder, write_metrics, write_steps
@@ -133,7 +130,6 @@ def team_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("team")
     postgres = TemporaryPostgres()  # its folder and port; the script creates the cluster
     port = free_port()
-    log = work / "server.log"
     command = [
         "bash",
         str(REPO / "scripts" / "tracking_server.sh"),
@@ -148,33 +144,11 @@ def team_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--workers",
         "2",
     ]
-    with log.open("w") as out:
-        server = subprocess.Popen(
-            command, cwd=work, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    uri = f"http://127.0.0.1:{port}"
     try:
-        started = time.perf_counter()
-        while not _healthy(uri):
-            assert server.poll() is None, log.read_text()[-3000:]
-            assert time.perf_counter() - started < 120, "the team server is not up"
-            time.sleep(0.25)
-        print(
-            f"\nteam server (PostgreSQL, 2 workers) up after {time.perf_counter() - started:.1f} s"
-        )
-        yield uri
+        with serving(command, RunningServer(f"http://127.0.0.1:{port}", work / "server.log")) as up:
+            yield up.uri
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
         postgres.close()
-
-
-def _healthy(uri: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{uri}/health", timeout=1) as response:
-            return response.read().strip() == b"OK"
-    except OSError:
-        return False
 
 
 def _write(uri: str, folder_path: str, deadline: float, results: Any) -> None:

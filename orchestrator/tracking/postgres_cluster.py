@@ -43,7 +43,7 @@ class PostgresCluster:
     port: int
 
     def uri(self, database: str) -> str:
-        """The SQLAlchemy URI of ``database`` in this cluster (what ``mlflow server`` takes)."""
+        """The ``postgresql://`` URI of ``database`` in this cluster (libpq reads it as is)."""
         return f"postgresql://{CLUSTER_USER}@127.0.0.1:{self.port}/{database}"
 
     @property

@@ -30,11 +30,19 @@ POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg2")
 
 
 def server_command(
-    backend_uri: str, artifacts: str, *, host: str, port: int, workers: int
+    backend_uri: str,
+    artifacts: str,
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    allowed_hosts: str | None = None,
 ) -> list[str]:
-    """The ``mlflow server`` command line: store ``backend_uri`` (a PostgreSQL one gets the
-    driver psycopg2 named: :func:`with_driver`; others, e.g. SQLite, are kept), artifacts proxied by the server
-    to ``artifacts`` (a folder, or an ``s3://`` URL: then only the server needs S3 keys)."""
+    """The ``mlflow server`` command line: store ``backend_uri`` (a PostgreSQL one with its
+    driver named, :func:`with_driver`; another, e.g. SQLite, as it is), artifacts proxied by
+    the server to ``artifacts`` (a folder, or an ``s3://`` URL: then only the server needs S3
+    keys); ``allowed_hosts``: the host names clients may use for it, beyond MLflow's default
+    (localhost and private addresses)."""
     return [
         sys.executable,
         "-m",
@@ -51,20 +59,25 @@ def server_command(
         str(port),
         "--workers",
         str(workers),
+        *(["--allowed-hosts", allowed_hosts] if allowed_hosts else []),
     ]
 
 
 def with_driver(uri: str) -> str:
     """A PostgreSQL ``uri`` as ``postgresql+psycopg2://``: SQLAlchemy 2.1 reads a bare
     ``postgresql://`` as the psycopg 3 driver, which the `team` extra does not install."""
-    scheme, separator, rest = uri.partition("://")
-    return f"{POSTGRES_SCHEMES[-1]}://{rest}" if separator and scheme in POSTGRES_SCHEMES else uri
+    return _with_scheme(uri, POSTGRES_SCHEMES[-1])
 
 
 def as_libpq(uri: str) -> str:
     """A PostgreSQL ``uri`` as libpq (psycopg2.connect) reads it: ``postgresql://``."""
-    scheme, separator, rest = uri.partition("://")
-    return f"postgresql://{rest}" if separator and scheme in POSTGRES_SCHEMES else uri
+    return _with_scheme(uri, POSTGRES_SCHEMES[0])
+
+
+def _with_scheme(uri: str, scheme: str) -> str:
+    """A PostgreSQL ``uri`` starting ``scheme://``; any other URI as it is."""
+    given, separator, rest = uri.partition("://")
+    return f"{scheme}://{rest}" if separator and given in POSTGRES_SCHEMES else uri
 
 
 def artifacts_destination(root: str) -> str:
@@ -99,6 +112,8 @@ def check_database(uri: str, timeout_s: int = 5) -> None:
 def check_port_free(host: str, port: int) -> None:
     """:class:`TrackingError` if ``host:port`` cannot be listened on (another server has it)."""
     with socket.socket() as probe:
+        # as the server binds: a port whose last connections are closing is free
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as e:
@@ -161,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="interface (0.0.0.0: all)")
     parser.add_argument("--port", type=int, default=5000, help="port (default: 5000)")
     parser.add_argument("--workers", type=int, default=4, help="server processes (default: 4)")
+    parser.add_argument(
+        "--allowed-hosts",
+        help="host names clients use to reach the server, e.g. mlflow.internal,mlflow.internal:5000 "
+        "(MLflow refuses other Host headers than localhost and private addresses)",
+    )
     return parser
 
 

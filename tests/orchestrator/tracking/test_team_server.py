@@ -16,12 +16,15 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from mlflow import MlflowClient
 
+from benchmarks.object_store import BUCKET, ObjectStore, local_object_store
 from orchestrator.errors import EXIT_TRACKING, TrackingError
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.guard.runs import load_runs
@@ -51,6 +54,7 @@ LOAD_S = 20.0
 STEPS_PER_ROUND = 3
 """Steps a writer appends between two syncs."""
 EXPERIMENT = "team-load"
+ARTIFACTS_PREFIX = "mlflow-artifacts"
 TRAINING_RUNS = f"tags.`{TAG_KIND}` = 'run'"
 
 
@@ -101,8 +105,14 @@ def test_no_database_and_other_stores_are_refused(
 
 def test_the_server_command_names_the_driver_and_proxies_the_artifacts(tmp_path: Path) -> None:
     command = team_server.server_command(
-        "postgresql://u@db/mlflow", "s3://bucket/mlflow", host="0.0.0.0", port=5000, workers=2
+        "postgresql://u@db/mlflow",
+        "s3://bucket/mlflow",
+        host="0.0.0.0",
+        port=5000,
+        workers=2,
+        allowed_hosts="mlflow.internal",
     )
+    assert command[command.index("--allowed-hosts") + 1] == "mlflow.internal"
     assert command[command.index("--backend-store-uri") + 1] == "postgresql+psycopg2://u@db/mlflow"
     assert command[command.index("--artifacts-destination") + 1] == "s3://bucket/mlflow"
     assert "--serve-artifacts" in command  # clients need no S3 keys
@@ -111,6 +121,7 @@ def test_the_server_command_names_the_driver_and_proxies_the_artifacts(tmp_path:
     )
     assert local[local.index("--artifacts-destination") + 1] == str(tmp_path / "a")
     assert (tmp_path / "a").is_dir() and "sqlite:///x.db" in local
+    assert "--allowed-hosts" not in local
 
 
 def test_a_cluster_is_not_created_over_other_files(tmp_path: Path) -> None:
@@ -123,10 +134,19 @@ def test_a_cluster_is_not_created_over_other_files(tmp_path: Path) -> None:
 # -- the script's server under load ----------------------------------------------------------
 
 
+@dataclass
+class TeamServer:
+    """The server the script started, and the S3 bucket holding its artifacts."""
+
+    uri: str
+    artifacts: ObjectStore
+
+
 @pytest.fixture(scope="module")
-def team_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``scripts/tracking_server.sh --init-cluster``: PostgreSQL created and started in a
-    temporary folder, MLflow on it with 2 workers; both stopped after the module."""
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamServer]:
+    """``scripts/tracking_server.sh --init-cluster DIR --artifacts s3://...``: PostgreSQL created
+    and started in a temporary folder, MLflow on it (2 workers) keeping the artifacts in a
+    local S3 endpoint (moto's); all stopped after the module."""
     work = tmp_path_factory.mktemp("team")
     postgres = TemporaryPostgres()  # its folder and port; the script creates the cluster
     port = free_port()
@@ -138,15 +158,19 @@ def team_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--pg-port",
         str(postgres.cluster.port),
         "--artifacts",
-        str(work / "artifacts"),
+        f"s3://{BUCKET}/{ARTIFACTS_PREFIX}",
         "--port",
         str(port),
         "--workers",
         "2",
     ]
     try:
-        with serving(command, RunningServer(f"http://127.0.0.1:{port}", work / "server.log")) as up:
-            yield up.uri
+        # the endpoint and its keys reach the server through the environment, as on S3
+        with (
+            local_object_store() as store,
+            serving(command, RunningServer(f"http://127.0.0.1:{port}", work / "server.log")) as up,
+        ):
+            yield TeamServer(up.uri, store)
     finally:
         postgres.close()
 
@@ -217,7 +241,7 @@ def _list_as_agent(uri: str, deadline: float, results: Any) -> None:
 
 @pytest.mark.timeout(300)
 def test_twenty_writers_guards_and_agents_lose_nothing_and_duplicate_nothing(
-    team_uri: str, tmp_path: Path
+    team: TeamServer, tmp_path: Path
 ) -> None:
     folders = [make_folder(tmp_path, f"writer-{n:02d}", steps=0) for n in range(WRITERS)]
     context = forked_process_context(__name__)
@@ -225,15 +249,15 @@ def test_twenty_writers_guards_and_agents_lose_nothing_and_duplicate_nothing(
     deadline = time.monotonic() + LOAD_S
     workers = [
         *(
-            context.Process(target=_write, args=(team_uri, str(f.path), deadline, results))
+            context.Process(target=_write, args=(team.uri, str(f.path), deadline, results))
             for f in folders
         ),
         *(
-            context.Process(target=_read_as_guard, args=(team_uri, deadline, results))
+            context.Process(target=_read_as_guard, args=(team.uri, deadline, results))
             for _ in range(GUARDS)
         ),
         *(
-            context.Process(target=_list_as_agent, args=(team_uri, deadline, results))
+            context.Process(target=_list_as_agent, args=(team.uri, deadline, results))
             for _ in range(AGENTS)
         ),
     ]
@@ -248,8 +272,8 @@ def test_twenty_writers_guards_and_agents_lose_nothing_and_duplicate_nothing(
     assert not errors, "\n".join(errors)
 
     # Every run folder is one MLflow run, holding every point the folder holds, once.
-    client = MlflowClient(tracking_uri=team_uri)
-    tracker = Tracker(team_uri, EXPERIMENT)
+    client = MlflowClient(tracking_uri=team.uri)
+    tracker = Tracker(team.uri, EXPERIMENT)
     runs = tracker.find_runs(TRAINING_RUNS)
     by_folder = Counter(r.data.tags[TAG_RUN_FOLDER] for r in runs)
     duplicates = sum(count - 1 for count in by_folder.values())
@@ -272,11 +296,14 @@ def test_twenty_writers_guards_and_agents_lose_nothing_and_duplicate_nothing(
         assert values[METRIC_DATA_WAIT] == {s: pytest.approx(0.001 * s) for s in steps}
     assert read == written
 
-    # The guard sees each run exactly once.
-    seen = Counter(
-        s.name for s in load_runs(tracker, training_run_ids(team_uri, experiment=EXPERIMENT))
+    # The guard sees each run exactly once, with its records (artifacts, kept on S3).
+    summaries = load_runs(tracker, training_run_ids(team.uri, experiment=EXPERIMENT))
+    assert Counter(s.name for s in summaries) == Counter(f.name for f in folders)
+    assert all(len(s.digests) == len(RunFolder(tmp_path / s.name).steps()) for s in summaries)
+    stored = boto3.client("s3", endpoint_url=team.artifacts.endpoint).list_objects_v2(
+        Bucket=BUCKET, Prefix=ARTIFACTS_PREFIX
     )
-    assert seen == Counter(f.name for f in folders)
+    assert sum(o["Key"].endswith("/zephon/steps.jsonl") for o in stored["Contents"]) == WRITERS
 
     by_role = {
         role: [r for r in reports if r["role"] == role] for role in ("writer", "guard", "agent")

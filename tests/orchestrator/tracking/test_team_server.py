@@ -62,6 +62,7 @@ TRAINING_RUNS = f"tags.`{TAG_KIND}` = 'run'"
 
 
 def closed_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -177,13 +178,13 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamServer]:
 
 def _write(uri: str, folder_path: str, deadline: float, results: Any) -> None:
     """A writer: a run folder appended to and synced in rounds until ``deadline``, then
-    ended as a trainer ends it (the final sync)."""
+    ended as a trainer ends it (the final sync, counted in ``syncs``)."""
     try:
         folder = RunFolder(folder_path)
         tracker = Tracker(uri, EXPERIMENT)
         tracker.start(folder)
         steps = syncs = 0
-        while time.monotonic() < deadline:
+        while not syncs or time.monotonic() < deadline:  # one round at least, however late
             new = range(steps + 1, steps + STEPS_PER_ROUND + 1)
             write_steps(folder, new)
             write_metrics(folder, new)

@@ -103,10 +103,11 @@ def undisturbed(folders: list[RunFolder], into: Path) -> tuple[dict[str, Any], d
 def test_a_sweep_trains_through_a_postgres_restart_and_reaches_the_undisturbed_verdict(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """PostgreSQL is killed while a run trains (after its first step, before its last eval), and
-    restarted once the trainers wrote more records with it down (and after
-    :data:`MIN_DOWNTIME_S`); an agent lists the runs meanwhile. The sweep then ends as an undisturbed one: every run folder one MLflow run
-    holding every metric point, and the same verdict.
+    """PostgreSQL is killed while a run trains (after its first step, before its last eval),
+    and restarted once the trainers wrote more records with it down (and after
+    :data:`MIN_DOWNTIME_S`); an agent lists the runs meanwhile. The sweep then ends as an
+    undisturbed one: every run folder one MLflow run holding every metric point, and the
+    same verdict.
 
     "Undisturbed" is established without a second sweep: training on CPU is deterministic
     (tests/e2e/test_sweeps_e2e.py reruns a sweep to the same fingerprints), so an undisturbed
@@ -175,8 +176,8 @@ def test_a_sweep_trains_through_a_postgres_restart_and_reaches_the_undisturbed_v
                 f"tags.`{TAG_KIND}` = 'run'",
             )
             folders = [RunFolder(j["folder"]) for j in jobs]
-            by_folder = {str(f.path.resolve()): f for f in folders}
-            assert sorted(r.data.tags[TAG_RUN_FOLDER] for r in runs) == sorted(by_folder)
+            tagged = sorted(r.data.tags[TAG_RUN_FOLDER] for r in runs)
+            assert tagged == sorted(str(f.path.resolve()) for f in folders)  # once each
             team_histories = {
                 RunFolder(r.data.tags[TAG_RUN_FOLDER]).name: histories(server.uri, r.info.run_id)
                 for r in runs
@@ -192,8 +193,8 @@ def test_a_sweep_trains_through_a_postgres_restart_and_reaches_the_undisturbed_v
         points = sum(len(h) for run in team_histories.values() for h in run.values())
         print(
             f"PostgreSQL restart during a sweep: down {postgres.downtimes[0]:.1f} s, "
-            f"{written_down} training records written meanwhile, {outage_errors} store errors met by the "
-            f"server (retried), agent listed {listed} runs across it; {len(runs)} runs, "
+            f"{written_down} training records written meanwhile, {outage_errors} store errors "
+            f"met by the server (retried), agent listed {listed} runs across it; {len(runs)} runs, "
             f"{points} metric points in MLflow = the undisturbed store's, duplicated runs 0, "
             f"verdict {'accepted' if reference['accepted'] else 'refused'} = the undisturbed one"
         )

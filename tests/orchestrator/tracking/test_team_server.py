@@ -203,7 +203,7 @@ def _read_as_guard(uri: str, deadline: float, results: Any) -> None:
     try:
         tracker = Tracker(uri, EXPERIMENT)
         reads = most = 0
-        while time.monotonic() < deadline:
+        while not reads or time.monotonic() < deadline:  # one read at least
             try:
                 ids = training_run_ids(uri, experiment=EXPERIMENT)
             except ConfigError:  # no run yet
@@ -224,7 +224,7 @@ def _list_as_agent(uri: str, deadline: float, results: Any) -> None:
     try:
         tracker = Tracker(uri, EXPERIMENT)
         listings = 0
-        while time.monotonic() < deadline:
+        while not listings or time.monotonic() < deadline:
             runs = tracker.find_runs(TRAINING_RUNS)
             # A run just created gets its folder's tags a moment later: untagged ones only
             # count by id.

@@ -17,6 +17,8 @@ How each command is checked (:func:`check_of`):
   (``--cfg hydra``) and the search settings validated as the sweeper does.
 * The rest go through the CLI's own argument parser (``orchestrator.cli.parse_arguments``):
   commands that need a trained run folder, a running job service, or serve forever.
+* ``bash scripts/tracking_server.sh`` (a server that runs until stopped) has its arguments
+  parsed by the parser of the module it runs (:data:`SCRIPT_PARSERS`).
 * ``bash scripts/test.sh`` and ``bash scripts/bench.sh`` are skipped, each for a reason
   named in :data:`SKIPPED_SCRIPTS`.
 """
@@ -51,6 +53,7 @@ from orchestrator import cli
 from orchestrator.errors import EXIT_INVALID, EXIT_OK
 from orchestrator.experiment import ExperimentConfig, load_experiment
 from orchestrator.run.recipe import recipe_of
+from orchestrator.tracking import team_server
 from sweeps.mixes import MixSpace
 from sweeps.search_state import SearchSpec
 from sweeps.summary import SWEEP_FILE
@@ -75,6 +78,9 @@ SKIPPED_SCRIPTS = {
     "scripts/bench.sh": "the benchmarks take minutes each",
 }
 """Scripts not run, each with its reason (``scripts/main.sh`` is dry-run instead)."""
+
+SCRIPT_PARSERS = {"scripts/tracking_server.sh": team_server.build_parser}
+"""Scripts that serve until stopped: their arguments are parsed by their module's parser."""
 
 PARSED_ONLY = {
     "resume": "needs a run folder with a checkpoint, which only training makes",
@@ -145,8 +151,8 @@ class Block:
 @dataclass
 class Check:
     """How a command is checked: ``run`` (``zephon`` in this process), ``dry-run``
-    (``zephon-run`` with ``dry_run=true``), ``compose`` (a search's config), ``parse`` or
-    ``skip``; ``argv`` what runs; ``reason`` why not more."""
+    (``zephon-run`` with ``dry_run=true``), ``compose`` (a search's config), ``parse``,
+    ``parse-script`` or ``skip``; ``argv`` what runs; ``reason`` why not more."""
 
     how: str
     argv: list[str] = field(default_factory=list)
@@ -276,6 +282,8 @@ def check_of(command: DocCommand) -> Check:
         script, *rest = arguments
         if script in SKIPPED_SCRIPTS:
             return Check("skip", reason=SKIPPED_SCRIPTS[script])
+        if script in SCRIPT_PARSERS:
+            return Check("parse-script", [script, *rest], "a server that runs until stopped")
         assert script == "scripts/main.sh", f"{command.id}: an unknown script {script}"
         if rest[:1] == ["--search"]:
             return sweep_check(["--config-name", "search", *rest[1:]])
@@ -393,6 +401,10 @@ def test_a_documented_command_runs(command: DocCommand, work: Path) -> None:
         cli.parse_arguments(list(command.words[1:]))
     if check.how == "parse":
         cli.parse_arguments(check.argv)
+        return
+    if check.how == "parse-script":
+        script, *arguments = check.argv
+        SCRIPT_PARSERS[script]().parse_args(arguments)
         return
     if check.how == "run":
         done = zephon_in_process(work, *check.argv)

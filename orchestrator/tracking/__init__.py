@@ -1,4 +1,5 @@
-"""The only code that talks to MLflow: names, URIs, and the Tracker that writes every run.
+"""The only code that talks to MLflow: names, URIs, the Tracker that writes every run, and
+the team's tracking server.
 
 ::
 
@@ -11,4 +12,6 @@
     tracker.py        Tracker: a run folder -> its MLflow run (incremental, batched, resumable),
                       and the other runs Zephon creates (sweep parents, comparisons, planned jobs)
     reading.py        reading runs back for the guard
+    team_server.py    the team's `mlflow server` on PostgreSQL (scripts/tracking_server.sh)
+    postgres_cluster.py  a private PostgreSQL cluster in a folder, for a team without one
 """

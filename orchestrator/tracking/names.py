@@ -89,6 +89,8 @@ METRIC_EVAL_PREFIX = "eval/"
 """``eval/<domain>_<metric>`` per held-out domain and metric (``eval/code_bpb``), and
 ``eval/aggregate_<metric>`` (the mean over the domains)."""
 METRIC_EVAL_AGGREGATE = f"{METRIC_EVAL_PREFIX}aggregate_{DEFAULT_METRIC}"
+METRIC_EVAL_SECONDS = f"{METRIC_EVAL_PREFIX}seconds"
+"""How long the held-out eval of a step took."""
 METRIC_TASK_PREFIX = "task/"
 """``task/<task>/<metric>`` per downstream task metric (``eval.tasks``)."""
 

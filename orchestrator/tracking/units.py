@@ -15,6 +15,8 @@ from typing import Any
 from orchestrator.evaluation.record import EvalRecord, as_number
 from orchestrator.tracking.names import (
     METRIC_DATA_WAIT,
+    METRIC_EVAL_PREFIX,
+    METRIC_EVAL_SECONDS,
     METRIC_LOSS,
     METRIC_TOKENS_PER_S,
     eval_aggregate_metric,
@@ -70,11 +72,16 @@ def metric_units(
 
 def _step_values(logged: dict[str, Any], record: dict[str, Any]) -> dict[str, float]:
     """The metrics of one step: TorchTitan's ``logged`` numbers, and the data wait of its
-    ``steps.jsonl`` ``record``."""
+    ``steps.jsonl`` ``record``.
+
+    The held-out eval's numbers (``eval/...``) are left out: the evaluator logs them to
+    ``metrics.jsonl`` after the step's loss, when a sync may have sent the step already, so
+    they come from ``eval.jsonl`` (:func:`eval_units`), written whole before them.
+    """
     values: dict[str, float] = {}
     for name, raw in logged.items():
         value = as_number(raw)
-        if name == "step" or value is None:
+        if name == "step" or name.startswith(METRIC_EVAL_PREFIX) or value is None:
             continue
         key = TITAN_RENAMED.get(name, metric_key(name))
         if key:
@@ -97,9 +104,10 @@ def eval_units(evals: dict[int, dict[str, Any]], sent: int | None) -> list[Unit]
 
 def _eval_scores(step: int, line: dict[str, Any]) -> dict[str, float]:
     """The metrics of one ``eval.jsonl`` line: each held-out metric per domain and its
-    aggregate (the mean of the domains' if the line has none), and the tasks' metrics."""
+    aggregate (the mean of the domains' if the line has none), the tasks' metrics, and the
+    eval's seconds."""
     record = EvalRecord.from_json({**line, "step": step})
-    values = {}
+    values = {} if record.seconds is None else {METRIC_EVAL_SECONDS: record.seconds}
     for metric, scores in record.metrics.items():
         values.update({eval_metric(d, metric): x for d, x in scores.scores.items()})
         aggregate = scores.aggregate

@@ -14,6 +14,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from orchestrator.experiment import load_experiment
+from orchestrator.experiment.config import TrackingSection
 from orchestrator.experiment.fingerprints import build_pipeline
 from orchestrator.run import api
 from sweeps.app import CONFIG_PATH
@@ -77,3 +78,16 @@ def test_every_preset_plans_on_the_local_corpus(
             assert held_out == (data.holdout_docs if data.holdout_bytes else 0), dataset.name
     finally:
         pipeline.close()
+
+
+def test_the_team_preset_points_at_the_team_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tracking=team``: the server ``ZEPHON_TEAM_TRACKING_URI`` names, else the one that
+    ``scripts/tracking_server.sh`` starts on this machine; runs train while it is down."""
+    with initialize_config_module(config_module=CONF_MODULE, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["tracking=team"])
+    monkeypatch.delenv("ZEPHON_TEAM_TRACKING_URI", raising=False)
+    assert load_experiment(split(cfg)[0]).tracking == TrackingSection(
+        uri="http://127.0.0.1:5000", offline_ok=True
+    )
+    monkeypatch.setenv("ZEPHON_TEAM_TRACKING_URI", "http://mlflow.internal:5000")
+    assert load_experiment(split(cfg)[0]).tracking.uri == "http://mlflow.internal:5000"

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +19,11 @@ from mlflow.exceptions import MlflowException
 
 from orchestrator.errors import EXIT_INVALID, TrackingError, TrackingUnavailable
 from orchestrator.experiment.runfolder import (
-    EVAL_FILE,
     METRICS_FILE,
     RUN_SUBDIR,
     STEPS_FILE,
     RunFolder,
 )
-from orchestrator.run.trainer_command import free_port
 from orchestrator.tracking import provenance
 from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.names import (
@@ -56,19 +50,19 @@ from orchestrator.tracking.reading import training_run_ids
 from orchestrator.tracking.tracker import Tracker, sync_folder
 from orchestrator.tracking.uris import check_tracking, resolve_uri
 from pipeline.errors import ConfigError
+from tests.support.mlflow_server import mlflow_server
 from tests.support.processes import forked_process_context
+from tests.support.tracked_folders import (
+    METRICS_PER_STEP,
+    append_records,
+    history,
+    make_folder,
+    write_evals,
+    write_metrics,
+    write_steps,
+)
 
-CONTRACT = {
-    "datasets": [
-        {"name": "code", "fingerprint": "f00d", "paths": ["a.py", "b.py"]},
-        {"name": "docs", "fingerprint": "beef", "paths": ["x.md"]},
-    ],
-    "tokenizer": {"name": "cl100k_base", "eos": 100257},
-    "seq_len": 64,
-    "shuffle": True,
-}
 REAL_GIT_REVISION = provenance.git_revision  # before the autouse fixture replaces it
-METRICS_PER_STEP = 7  # loss, max loss, tokens_per_s, grad_norm, memory, mfu, data_wait_s
 
 
 @pytest.fixture(autouse=True)
@@ -89,84 +83,6 @@ def db_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
 def experiment_name(request: pytest.FixtureRequest) -> str:
     """A fresh experiment per test, so searches see only this test's runs."""
     return f"t-{request.node.name}"
-
-
-# -- synthetic run folders --------------------------------------------------------------------
-
-
-def _append(path: Path, records: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
-
-
-def write_steps(folder: RunFolder, steps: range, dp_size: int = 2) -> None:
-    _append(
-        folder.titan_dir / RUN_SUBDIR / STEPS_FILE,
-        [
-            {
-                "step": s,
-                "global_digest": f"d{s}",
-                "data_fingerprint": f"fp{s}",
-                "tokens": 1024,
-                "data_wait_s": 0.001 * s,
-                "dp_size": dp_size,
-            }
-            for s in steps
-        ],
-    )
-
-
-def write_metrics(folder: RunFolder, steps: range, loss_scale: float = 10.0) -> None:
-    _append(
-        folder.titan_dir / RUN_SUBDIR / METRICS_FILE,
-        [
-            {
-                "step": s,
-                "loss_metrics/global_avg_loss": loss_scale / s,
-                "loss_metrics/global_max_loss": 2 * loss_scale / s,
-                "throughput_tps": 1000.0 + s,
-                "grad_norm": 1.0,
-                "memory/max_active_GiB": 1.5,
-                "mfu_pct": 3,
-                "note": "not a number",
-                "flag": True,
-            }
-            for s in steps
-        ],
-    )
-
-
-def write_evals(folder: RunFolder, steps: list[int]) -> None:
-    _append(
-        folder.titan_dir / RUN_SUBDIR / EVAL_FILE,
-        [
-            {"step": s, "bpb": {"code": 1.0 + s, "docs": 2.0 + s}, "aggregate_bpb": 1.5 + s}
-            for s in steps
-        ],
-    )
-
-
-def make_folder(root: Path, name: str = "run-a", steps: int = 10) -> RunFolder:
-    folder = RunFolder(root / name)
-    folder.write_experiment(
-        {
-            "config": {"steps": steps, "lr": 3e-4},
-            "contract": CONTRACT,
-            "mixture": {"code": 0.5, "docs": 0.5},
-            "contract_fingerprint": "ab" * 32,
-            "variant": "cd" * 32,
-        }
-    )
-    folder.update_state(status="running", segments=[{"dp_size": 2, "start_step": 0}])
-    write_steps(folder, range(1, steps + 1))
-    write_metrics(folder, range(1, steps + 1))
-    folder.log_path.write_text("torchrun says hello\n")
-    return folder
-
-
-def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
-    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
 def cursor(folder: RunFolder) -> dict[str, Any]:
@@ -313,7 +229,9 @@ def test_sync_is_incremental_and_idempotent(
     # Step 16's data is handed over (steps.jsonl, and the trainer's data line in
     # metrics.jsonl) but its loss is not in yet: held back.
     write_steps(folder, range(16, 17))
-    _append(folder.titan_dir / RUN_SUBDIR / METRICS_FILE, [{"step": 16, "zephon/tokens": 1024}])
+    append_records(
+        folder.titan_dir / RUN_SUBDIR / METRICS_FILE, [{"step": 16, "zephon/tokens": 1024}]
+    )
     assert tracker.sync(folder)["steps"] == 0
     write_metrics(folder, range(16, 17))
     assert tracker.sync(folder)["steps"] == 1
@@ -634,45 +552,8 @@ def test_git_revision_unknown_outside_a_checkout(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(240)
 def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
-            f"sqlite:///{tmp_path / 'server.db'}",
-            "--artifacts-destination",
-            str(tmp_path / "server-artifacts"),
-            "--workers",
-            "1",
-        ],
-        cwd=tmp_path,  # whatever the server writes relative to its folder stays in the test's
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        t0 = time.perf_counter()
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=1) as r:
-                    if r.read().strip() == b"OK":
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            assert time.perf_counter() - t0 < 120, "mlflow server did not come up"
-            time.sleep(0.25)
-        print(f"\nmlflow server healthy after {time.perf_counter() - t0:.1f} s")
-
+    with mlflow_server(tmp_path, f"sqlite:///{tmp_path / 'server.db'}") as server:
+        uri = server.uri
         check_tracking(uri)
         folder = make_folder(tmp_path / "runs", steps=150)
         write_evals(folder, [50, 100, 150])
@@ -713,11 +594,3 @@ def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
         assert (
             Path(steps_copy).read_text() == (folder.titan_dir / RUN_SUBDIR / STEPS_FILE).read_text()
         )
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=15)
-        log.close()

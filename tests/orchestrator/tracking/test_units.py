@@ -8,6 +8,7 @@ import sys
 from orchestrator.tracking.names import (
     METRIC_DATA_WAIT,
     METRIC_EVAL_AGGREGATE,
+    METRIC_EVAL_SECONDS,
     METRIC_LOSS,
     eval_metric,
 )
@@ -47,6 +48,21 @@ def test_eval_units_average_the_datasets_when_no_aggregate_is_recorded() -> None
     }
     assert second.values == {METRIC_EVAL_AGGREGATE: 3.0}
     assert eval_units(evals, 5) == [second]
+
+
+def test_the_held_out_eval_is_sent_from_eval_jsonl_whole_not_from_its_late_metrics_line() -> None:
+    """The evaluator logs ``eval/...`` to metrics.jsonl after the step's loss line: a sync
+    between the two sends the step without them, and its cursor passes the step. So the
+    eval's numbers, its seconds too, come from its eval.jsonl line alone."""
+    metrics = {2: {TITAN_LOSS: 1.5, "eval/seconds": 4.25, eval_metric("code"): 1.0}}
+    (step,) = metric_units(metrics, {2: {}}, None, final=False)
+    assert step.values == {METRIC_LOSS: 1.5}
+    (scores,) = eval_units({2: {"bpb": {"code": 1.0}, "aggregate_bpb": 1.0, "seconds": 4.25}}, None)
+    assert scores.values == {
+        eval_metric("code"): 1.0,
+        METRIC_EVAL_AGGREGATE: 1.0,
+        METRIC_EVAL_SECONDS: 4.25,
+    }
 
 
 def test_batches_keep_a_unit_whole_when_it_fits() -> None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What CI runs: set-up (and Debian's chromium, slurm-wlm and munge for the tests), lint,
+# What CI runs: set-up (and Debian's chromium, slurm-wlm, munge and postgresql for the tests), lint,
 # format check and the tests. Arguments go to pytest.
 # pytest's exit code is the script's (5, "no tests collected", is a failure too).
 set -euo pipefail
@@ -15,6 +15,10 @@ missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v slurmctld >/dev/null 2>&1 || missing+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || missing+=(munge)
+# PostgreSQL's server programs, for the team tracking server's tests: Debian keeps them
+# off PATH, in /usr/lib/postgresql/<version>/bin
+postgres_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+command -v initdb >/dev/null 2>&1 || [[ -n "$(postgres_bin)" ]] || missing+=(postgresql)
 if ((${#missing[@]})); then
     apt=(env DEBIAN_FRONTEND=noninteractive apt-get)
     if [[ "$(id -u)" != 0 ]] && command -v sudo >/dev/null 2>&1; then
@@ -23,6 +27,7 @@ if ((${#missing[@]})); then
     echo "test: installing ${missing[*]}"
     "${apt[@]}" install -y -q "${missing[@]}" || { "${apt[@]}" update -q && "${apt[@]}" install -y -q "${missing[@]}"; }
 fi
+command -v initdb >/dev/null 2>&1 || export PATH="$PATH:$(postgres_bin)"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # Two workers, each taking whole test files (module fixtures train once): a training

@@ -152,6 +152,9 @@ def _service_parsers(command: Callable[..., argparse.ArgumentParser]) -> None:
         default=[],
         help="allowed dataset URL prefix, e.g. s3://bucket/corpus/ (default: no URLs)",
     )
+    p.add_argument(
+        "--tracking-uri", help="the MLflow server every job logs to (default: <root>/mlflow.db)"
+    )
     p.add_argument("--capacity", type=int, help="most devices used at once (default: all free)")
     p.add_argument("--device", default="auto", help="auto, cuda or cpu")
     p.add_argument(

@@ -32,6 +32,7 @@ def command_serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         root=args.root,
         data_roots=tuple(args.data_root),
         object_store_prefixes=tuple(args.object_store_prefix),
+        tracking_uri=args.tracking_uri,
         device=args.device,
         capacity=args.capacity,
         extra_processes=args.extra_processes,

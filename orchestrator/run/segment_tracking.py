@@ -34,7 +34,9 @@ class TrackingState(StrEnum):
 
 @dataclass
 class SegmentTracking:
-    """A segment's tracking: its tracker (None once unreachable), its state, its messages."""
+    """A segment's tracking: its tracker (None: not tracked), its state, its messages. A
+    tracker whose server was unreachable at the start is kept: each later sync tries again,
+    and the first that reaches the server creates the MLflow run."""
 
     tracker: Tracker | None
     state: TrackingState
@@ -50,8 +52,9 @@ class SegmentTracking:
         try:
             tracker.start(folder)
         except TrackingError as e:
+            # kept: start recorded where the run goes, so a later sync creates it
             message = f"tracking unavailable, training continues: {e}"
-            return cls(None, TrackingState.PENDING, [message])
+            return cls(tracker, TrackingState.PENDING, [message])
         return cls(tracker, TrackingState.SYNCED)
 
     def sync_now_and_then(self, folder: RunFolder) -> None:

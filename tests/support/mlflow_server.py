@@ -26,6 +26,16 @@ class RunningServer:
 
     uri: str
     log: Path
+    process_group: int = 0
+    """The server's process group (set once it is started)."""
+
+    def pause(self) -> None:
+        """Stop the server's processes (SIGSTOP): it accepts connections and answers nothing."""
+        os.killpg(self.process_group, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused server go on (SIGCONT)."""
+        os.killpg(self.process_group, signal.SIGCONT)
 
     def log_tail(self, chars: int = 3000) -> str:
         """The end of the server's log (for a failed assertion's message)."""
@@ -56,6 +66,7 @@ def serving(command: list[str], server: RunningServer) -> Iterator[RunningServer
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    server.process_group = process.pid
     try:
         started = time.perf_counter()
         while not _healthy(server.uri):
@@ -65,6 +76,7 @@ def serving(command: list[str], server: RunningServer) -> Iterator[RunningServer
         print(f"\ntracking server healthy after {time.perf_counter() - started:.1f} s")
         yield server
     finally:
+        os.killpg(process.pid, signal.SIGCONT)  # a paused server could not stop
         os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=15)

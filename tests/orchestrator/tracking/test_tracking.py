@@ -24,6 +24,7 @@ from orchestrator.experiment.runfolder import (
     STEPS_FILE,
     RunFolder,
 )
+from orchestrator.run.segment_tracking import SYNC_EVERY_S, SegmentTracking, TrackingState
 from orchestrator.tracking import provenance
 from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.names import (
@@ -594,3 +595,21 @@ def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
         assert (
             Path(steps_copy).read_text() == (folder.titan_dir / RUN_SUBDIR / STEPS_FILE).read_text()
         )
+
+        # A run that starts while the server answers nothing trains on; once the server is
+        # back, its next periodic sync creates its MLflow run and sends what it wrote.
+        late = make_folder(tmp_path / "runs", name="run-late", steps=20)
+        server.pause()
+        try:
+            segment = SegmentTracking.start(Tracker(uri, experiment_name), late, offline_ok=True)
+        finally:
+            server.resume()
+        assert (
+            segment.state == TrackingState.PENDING and "training continues" in segment.messages[0]
+        )
+        assert "mlflow_run_id" not in late.state()
+        segment.last_sync = -SYNC_EVERY_S  # the next periodic sync is due
+        segment.sync_now_and_then(late)
+        assert segment.state == TrackingState.SYNCED
+        late_id = late.state()["mlflow_run_id"]
+        assert [s for s, _ in history(client, late_id, METRIC_LOSS)] == list(range(1, 21))

@@ -26,7 +26,6 @@ from orchestrator.run import api
 from orchestrator.run.trainer_command import free_port
 from tests.support import REPO
 from tests.support.experiments import data_only_experiment
-from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -36,11 +35,6 @@ STEPS = 6
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("multinode-e2e")
-
-
-@pytest.fixture(scope="module")
-def domains(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
-    return corpus(tmp_path_factory.getbasetemp())
 
 
 def zephon(work: Path, *args: str) -> subprocess.Popen[str]:

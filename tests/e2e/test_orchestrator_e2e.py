@@ -60,7 +60,6 @@ from orchestrator.tracking.uris import resolve_uri
 from tests.support import REPO
 from tests.support.cli import zephon_in_process
 from tests.support.experiments import scored_experiment
-from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -78,11 +77,6 @@ def experiment(domains: dict[str, list[Path]], mixture: dict[str, float], **data
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("orchestrator-e2e")
-
-
-@pytest.fixture(scope="module")
-def domains(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
-    return corpus(tmp_path_factory.getbasetemp())
 
 
 def zephon(work: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:

@@ -34,7 +34,7 @@ import pytest
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api
 from tests.support.experiments import data_only_experiment
-from tests.support.slurm import LocalSlurm, cluster_for_tests
+from tests.support.slurm import LocalSlurm
 from tests.support.sweeps import (
     datasets_override,
     mixes_override,
@@ -42,24 +42,12 @@ from tests.support.sweeps import (
     multirun_command,
     tokenizer_override,
 )
-from tests.support.titan_run import corpus
 
 pytestmark = pytest.mark.timeout(1200)
 
 STEPS = 6
 ZEPHON = [sys.executable, "-m", "orchestrator.cli"]
 SLURM_JOB = {"timeout_min": 20}
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalSlurm]:
-    with cluster_for_tests() as slurm:
-        yield slurm
-
-
-@pytest.fixture(scope="module")
-def domains(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
-    return corpus(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,8 @@ from orchestrator.service.admission import admit_job
 from orchestrator.service.job import FINAL, JobKind, JobState
 from orchestrator.service.scheduler import Scheduler
 from tests.support.experiments import data_only_experiment
-from tests.support.slurm import LocalSlurm, cluster_for_tests
-from tests.support.titan_run import corpus, corpus_tokenizer
+from tests.support.slurm import LocalSlurm
+from tests.support.titan_run import corpus_tokenizer
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -50,9 +49,17 @@ CANCELLED_SEED = 3
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalSlurm]:
-    with cluster_for_tests() as slurm:
-        yield slurm
+def data_roots(domains: dict[str, list[Path]]) -> list[str]:
+    """The corpus's folder and its tokenizer's, as a service's data roots."""
+    shards = Path(min(p for paths in domains.values() for p in paths))
+    return [str(shards.parents[1]), corpus_tokenizer(domains)]
+
+
+def new_service(root: Path, data_roots: list[str], **settings: Any) -> service.ServiceConfig:
+    """A service root at ``root`` admitting the corpus, saved."""
+    svc = service.ServiceConfig(root=str(root), data_roots=tuple(data_roots), **settings)
+    svc.save()
+    return svc
 
 
 def experiment(domains: dict[str, list[Path]], seed: int) -> dict[str, Any]:
@@ -95,13 +102,12 @@ def wait_for(
 
 
 def test_twenty_jobs_on_slurm_survive_requeue_cancel_and_a_killed_service(
-    cluster: LocalSlurm, tmp_path: Path
+    cluster: LocalSlurm,
+    domains: dict[str, list[Path]],
+    data_roots: list[str],
+    tmp_path: Path,
 ) -> None:
-    domains = corpus(tmp_path.parent)
-    tokenizer = corpus_tokenizer(domains)
-    data_roots = [str(Path(min(p for ps in domains.values() for p in ps)).parents[1]), tokenizer]
-    svc = service.ServiceConfig(root=str(tmp_path / "svc"), data_roots=tuple(data_roots))
-    svc.save()
+    svc = new_service(tmp_path / "svc", data_roots)
     ids = {
         (who, seed): submit_as(svc, who, experiment(domains, seed), key=f"{who}-{seed}")
         for who, seed in SUBMISSIONS
@@ -170,8 +176,7 @@ def test_twenty_jobs_on_slurm_survive_requeue_cancel_and_a_killed_service(
     assert [s["dp_size"] for s in segments] == [1, 1], segments
 
     # every result matches a local run of the same spec (the local launcher, its own root)
-    local = service.ServiceConfig(root=str(tmp_path / "local"), data_roots=tuple(data_roots))
-    local.save()
+    local = new_service(tmp_path / "local", data_roots)
     local_ids = {
         seed: submit_as(local, "alice", experiment(domains, seed), key=str(seed))
         for seed in sorted(owners)
@@ -189,17 +194,14 @@ def test_twenty_jobs_on_slurm_survive_requeue_cancel_and_a_killed_service(
 
 
 def test_a_slurm_job_submitted_before_a_crash_is_adopted_not_submitted_again(
-    cluster: LocalSlurm, tmp_path: Path
+    cluster: LocalSlurm,
+    domains: dict[str, list[Path]],
+    data_roots: list[str],
+    tmp_path: Path,
 ) -> None:
     """The scheduler died between ``sbatch`` and recording the Slurm job id: the next one
     finds the job by its Slurm name and records it, instead of submitting a second one."""
-    domains = corpus(tmp_path.parent)
-    tokenizer = corpus_tokenizer(domains)
-    data_roots = [str(Path(min(p for ps in domains.values() for p in ps)).parents[1]), tokenizer]
-    svc = service.ServiceConfig(
-        root=str(tmp_path / "svc"), data_roots=tuple(data_roots), launcher="slurm"
-    )
-    svc.save()
+    svc = new_service(tmp_path / "svc", data_roots, launcher="slurm")
     job_id = submit_as(svc, "alice", experiment(domains, 0), key="k")
     # what the dead scheduler left: a Slurm job of that name, not in the queue
     orphan = cluster.run("sbatch", "--parsable", f"--job-name=zephon-{job_id}", "--wrap=sleep 60")
@@ -215,16 +217,13 @@ def test_a_slurm_job_submitted_before_a_crash_is_adopted_not_submitted_again(
 
 
 def test_the_services_device_cap_keeps_jobs_in_its_queue(
-    cluster: LocalSlurm, tmp_path: Path
+    cluster: LocalSlurm,
+    domains: dict[str, list[Path]],
+    data_roots: list[str],
+    tmp_path: Path,
 ) -> None:
     """``capacity`` caps the devices the service has in Slurm at once: the rest stay queued."""
-    domains = corpus(tmp_path.parent)
-    tokenizer = corpus_tokenizer(domains)
-    data_roots = [str(Path(min(p for ps in domains.values() for p in ps)).parents[1]), tokenizer]
-    svc = service.ServiceConfig(
-        root=str(tmp_path / "svc"), data_roots=tuple(data_roots), launcher="slurm", capacity=1
-    )
-    svc.save()
+    svc = new_service(tmp_path / "svc", data_roots, launcher="slurm", capacity=1)
     first, second = (submit_as(svc, "alice", experiment(domains, s), key=str(s)) for s in (0, 1))
     Scheduler(svc).tick()
     states = [(svc.queue().get(i).state, svc.queue().get(i).slurm_job_id) for i in (first, second)]

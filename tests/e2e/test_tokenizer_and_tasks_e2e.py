@@ -30,7 +30,6 @@ from orchestrator.tracking.uris import resolve_uri
 from pipeline import ConfigError, load_tokenizer
 from tests.support import REPO
 from tests.support.tasks import MC_ITEMS, PPL_TEXTS, write_tasks
-from tests.support.titan_run import corpus
 from tests.support.tokenizers import GPT_NEOX, GPT_NEOX_VOCAB
 
 pytestmark = pytest.mark.timeout(1200)
@@ -61,11 +60,6 @@ def experiment(domains: dict[str, list[Path]], mixture: dict[str, float], task_d
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("tokenizer-tasks-e2e")
-
-
-@pytest.fixture(scope="module")
-def domains(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
-    return corpus(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(scope="module")

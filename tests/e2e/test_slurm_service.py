@@ -161,6 +161,8 @@ def test_twenty_jobs_on_slurm_survive_requeue_cancel_and_a_killed_service(
     }
     assert sorted(set(owners.values())) == sorted(n for n in trained if n != cancelled.id)
     for (who, seed), job in jobs.items():
+        # one attempt, one Slurm job each: the requeue and the restart started nothing twice
+        assert job.attempts == 1, (who, seed, queue.events(job.id))
         if seed == CANCELLED_SEED:
             continue
         assert job.slurm_state == "COMPLETED" and job.slurm_job_id, (who, seed, job)

@@ -209,10 +209,14 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     command = server_command(
-        backend, artifacts, host=args.host, port=args.port, workers=args.workers
+        backend,
+        artifacts,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        allowed_hosts=args.allowed_hosts,
     )
-    os.execv(command[0], command)
-    return 0  # pragma: no cover - execv does not return
+    os.execv(command[0], command)  # does not return
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import socket
 import sys
 import time
 import traceback
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,6 +57,8 @@ STEPS_PER_ROUND = 3
 """Steps a writer appends between two syncs."""
 EXPERIMENT = "team-load"
 ARTIFACTS_PREFIX = "mlflow-artifacts"
+ALLOWED_HOST = "mlflow.team.test"
+"""The host name clients use for the module's server (``--allowed-hosts``)."""
 TRAINING_RUNS = f"tags.`{TAG_KIND}` = 'run'"
 
 
@@ -164,6 +168,8 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamServer]:
         str(port),
         "--workers",
         "2",
+        "--allowed-hosts",
+        f"{ALLOWED_HOST}:{port}",
     ]
     try:
         # the endpoint and its keys reach the server through the environment, as on S3
@@ -174,6 +180,24 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamServer]:
             yield TeamServer(up.uri, store)
     finally:
         postgres.close()
+
+
+def _status_for_host(uri: str, host: str) -> int:
+    """The HTTP status the server answers a search of experiments sent with ``Host: host``."""
+    request = urllib.request.Request(
+        f"{uri}/api/2.0/mlflow/experiments/search?max_results=1", headers={"Host": host}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_the_server_answers_the_allowed_host_names_only(team: TeamServer) -> None:
+    port = team.uri.rsplit(":", 1)[1]
+    assert _status_for_host(team.uri, f"{ALLOWED_HOST}:{port}") == 200
+    assert _status_for_host(team.uri, f"elsewhere.example:{port}") >= 400
 
 
 def _write(uri: str, folder_path: str, deadline: float, results: Any) -> None:

@@ -178,10 +178,15 @@ def _is_job_settled(job: Any) -> bool:
     for look in range(2):
         if look:  # a requeue passes through an ended-looking state: it must still hold
             time.sleep(SETTLED_RECHECK_S)
-        state = job.watcher.get_state(job.job_id, mode="force").upper()
-        if state in UNSETTLED or state.startswith("REQUEUE"):
+        if not is_settled(job.watcher.get_state(job.job_id, mode="force").upper()):
             return False
     return True
+
+
+def is_settled(state: str | None) -> bool:
+    """Whether Slurm is done with a job in ``state`` (None: Slurm forgot the job): not
+    pending, running, completing, suspended or requeued."""
+    return state is None or not (state in UNSETTLED or state.startswith("REQUEUE"))
 
 
 def _append_to_log(folder: RunFolder, text: str) -> None:

@@ -107,8 +107,10 @@ def admit_job(kind: JobKind, spec: Any, rules: Rules) -> AdmittedJob:
     """:func:`admit` for a job of ``kind`` (``run``, ``plan`` or ``verify``); ExperimentError
     listing every reason if the service may not run it."""
     if kind != JobKind.VERIFY:
-        spec = dict(spec) if isinstance(spec, dict) else spec
-        fresh = spec.pop(FRESH_KEY, False) if isinstance(spec, dict) else False
+        fresh = False
+        if isinstance(spec, dict) and FRESH_KEY in spec:
+            fresh = spec[FRESH_KEY]
+            spec = {key: value for key, value in spec.items() if key != FRESH_KEY}
         if not isinstance(fresh, bool) or (fresh and kind != JobKind.RUN):
             raise ExperimentError(
                 [f"{FRESH_KEY} must be true or false, and only a run job trains: got {fresh!r}"]

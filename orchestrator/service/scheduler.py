@@ -36,7 +36,7 @@ from orchestrator.experiment import (
 from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.machine.devices import discover
 from orchestrator.run import api
-from orchestrator.run.slurm import SETTLED_RECHECK_S
+from orchestrator.run.slurm import SETTLED_RECHECK_S, is_settled
 from orchestrator.service import attempt, slurm_jobs
 from orchestrator.service.admission import AdmittedJob, admit, admit_job
 from orchestrator.service.client import ServiceConfig
@@ -95,8 +95,8 @@ class Scheduler:
         self.recover()
         while not self.stopping.is_set():
             self.tick()
-            idle = not self.active and not self.queue.pending() and not self._in_slurm()
-            if until_idle and idle:
+            # the queue is read for idleness only when asked to stop at it
+            if until_idle and not self.active and not self.queue.pending() and not self._in_slurm():
                 break
             time.sleep(self.poll_s)
         self.plans.shutdown(wait=True)
@@ -353,7 +353,7 @@ class Scheduler:
             log.warning("%s; the next poll tries again", e)
 
     def _follow_slurm_job(self, job: Job, state: str | None, now: float) -> None:
-        settled = slurm_jobs.is_settled(state)
+        settled = is_settled(state)
         if job.cancel_requested and not settled and job.id not in self._scancelled:
             slurm_jobs.cancel(job.slurm_job_id)
             self._scancelled.add(job.id)

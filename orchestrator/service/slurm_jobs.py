@@ -23,7 +23,7 @@ from orchestrator.errors import ExperimentError
 from orchestrator.experiment import DeviceKind
 from orchestrator.experiment.runfolder import write_json_atomic
 from orchestrator.machine.devices import discover
-from orchestrator.run.slurm import ENDED_BY_SLURM, UNSETTLED
+from orchestrator.run.slurm import is_settled
 from orchestrator.service import attempt
 from orchestrator.service.client import ServiceConfig
 from orchestrator.service.job import Job
@@ -133,7 +133,7 @@ def find_active(job_ids: list[str]) -> dict[str, str]:
     active = {}
     for line in listed.splitlines():
         slurm_id, name, state = line.strip().split("|")
-        if name in wanted and (state in UNSETTLED or state.startswith("REQUEUE")):
+        if name in wanted and not is_settled(state):
             active[wanted[name]] = slurm_id
     return active
 
@@ -141,19 +141,6 @@ def find_active(job_ids: list[str]) -> dict[str, str]:
 def cancel(slurm_job_id: str) -> None:
     """``scancel`` the Slurm job (its attempt is told with SIGTERM and stops)."""
     _run(["scancel", slurm_job_id])
-
-
-def is_settled(state: str | None) -> bool:
-    """Whether a job in ``state`` (None: Slurm forgot it) is done with: not pending,
-    running, completing or requeued."""
-    if state is None:
-        return True
-    return not (state in UNSETTLED or state.startswith("REQUEUE"))
-
-
-def ended_by_slurm(state: str | None) -> bool:
-    """Whether Slurm ended the job itself: cancelled, preempted, timed out, a node failure."""
-    return state is not None and any(state.startswith(s) for s in ENDED_BY_SLURM)
 
 
 def _parse_states(text: str) -> dict[str, str]:

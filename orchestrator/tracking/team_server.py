@@ -59,8 +59,17 @@ def server_command(
         str(port),
         "--workers",
         str(workers),
-        *(["--allowed-hosts", allowed_hosts] if allowed_hosts else []),
+        *(["--allowed-hosts", _with_default_hosts(allowed_hosts)] if allowed_hosts else []),
     ]
+
+
+def _with_default_hosts(allowed_hosts: str) -> str:
+    """``allowed_hosts`` and MLflow's default ones: ``--allowed-hosts`` replaces the default
+    list, which would refuse the clients on this machine and the private network."""
+    # deferred: imports mlflow (3 s), needed only when a team names its hosts
+    from mlflow.server.security_utils import get_default_allowed_hosts
+
+    return ",".join([allowed_hosts, *get_default_allowed_hosts()])
 
 
 def with_driver(uri: str) -> str:

@@ -117,7 +117,8 @@ def test_the_server_command_names_the_driver_and_proxies_the_artifacts(tmp_path:
         workers=2,
         allowed_hosts="mlflow.internal",
     )
-    assert command[command.index("--allowed-hosts") + 1] == "mlflow.internal"
+    allowed = command[command.index("--allowed-hosts") + 1].split(",")
+    assert allowed[0] == "mlflow.internal" and "127.0.0.1:*" in allowed  # MLflow's default kept
     assert command[command.index("--backend-store-uri") + 1] == "postgresql+psycopg2://u@db/mlflow"
     assert command[command.index("--artifacts-destination") + 1] == "s3://bucket/mlflow"
     assert "--serve-artifacts" in command  # clients need no S3 keys

@@ -117,13 +117,21 @@ def test_twenty_jobs_on_slurm_survive_requeue_cancel_and_a_killed_service(
     log = tmp_path / "serve.log"
     serving = start_service(svc, data_roots, log)
     try:
-        # preemption with requeue: Slurm kills alice's seed-0 attempt after its checkpoint
-        requeued = RunFolder(svc.runs_root / ids["alice", REQUEUED_SEED])
-        wait_for(lambda: 3 in requeued.steps(), "the requeued run's step-2 checkpoint", svc)
-        slurm_id = queue.get(requeued.path.name).slurm_job_id
-        cluster.run("scontrol", "requeue", slurm_id)
-        # dave's last job is cancelled through the service, wherever it is by then
-        queue.request_cancel(ids["dave", CANCELLED_SEED])
+        # dave's last job is cancelled once the service has handed it to Slurm
+        cancelled_id = ids["dave", CANCELLED_SEED]
+        wait_for(lambda: queue.get(cancelled_id).slurm_job_id, "dave's job in Slurm", svc)
+        queue.request_cancel(cancelled_id)
+        # preemption with requeue: Slurm kills the attempt training seed 0 (whichever of its
+        # submitters took the experiment's lock first) after its step-2 checkpoint
+        seed_zero = [RunFolder(svc.runs_root / i) for (_, s), i in ids.items() if s == 0]
+        wait_for(
+            lambda: any(3 in f.steps() for f in seed_zero if f.exists()),
+            "the step-2 checkpoint of the run training seed 0",
+            svc,
+        )
+        requeued = next(f for f in seed_zero if f.exists() and 3 in f.steps())
+        requeued_slurm_id = queue.get(requeued.path.name).slurm_job_id
+        cluster.run("scontrol", "requeue", requeued_slurm_id)
         # the service dies mid-sweep and a new one adopts its Slurm jobs
         wait_for(
             lambda: sum(queue.get(i).state in FINAL for i in ids.values()) >= 4,
@@ -172,7 +180,8 @@ def test_twenty_jobs_on_slurm_survive_requeue_cancel_and_a_killed_service(
         steps = RunFolder(svc.runs_root / folder).steps()
         assert folder == cancelled.id or sorted(steps) == list(range(1, STEPS + 1))
     # the requeued run: the same Slurm job ran twice, and resumed from its checkpoint
-    restarts = cluster.run("scontrol", "show", "job", "--oneliner", jobs["alice", 0].slurm_job_id)
+    assert owners[REQUEUED_SEED] == requeued.path.name
+    restarts = cluster.run("scontrol", "show", "job", "--oneliner", requeued_slurm_id)
     assert "Restarts=1" in restarts, restarts
     segments = RunFolder(svc.runs_root / owners[REQUEUED_SEED]).state()["segments"]
     assert [s["dp_size"] for s in segments] == [1, 1], segments

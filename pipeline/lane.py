@@ -19,12 +19,23 @@ from typing import Any
 
 from pipeline.errors import StageError
 from pipeline.lane_plan import LanePlan
+from pipeline.processing import StepKind
 from pipeline.runners import Runner, Ticket
 from pipeline.source import WorkSource
 from pipeline.stages.pack import PackedSequence, TokenizedChunk, WrapPacker
 from pipeline.stages.shuffle import ShuffleBuffer
 from pipeline.stages.tokenize import WorkChunk, first_pointer
 from pipeline.stats import PipelineCounters
+
+
+class _Made:
+    """The ticket of a chunk whose tokens a processed plan made already."""
+
+    def __init__(self, tokenized: TokenizedChunk) -> None:
+        self._tokenized = tokenized
+
+    def result(self) -> TokenizedChunk:
+        return self._tokenized
 
 
 class LaneExhausted(Exception):
@@ -55,9 +66,8 @@ class LaneStream:
     def __init__(
         self,
         source: WorkSource,
-        lane: int,
+        plan: LanePlan,
         *,
-        num_lanes: int,
         runner: Runner[WorkChunk, TokenizedChunk],
         packer: WrapPacker,
         shuffle: ShuffleBuffer[PackedSequence],
@@ -68,7 +78,7 @@ class LaneStream:
         ordered: bool = True,
     ) -> None:
         assert flush_every >= 1, f"flush_every must be >= 1, got {flush_every}"
-        self.lane = lane
+        self.lane = plan.lane
         self._datasets = source.datasets
         self._runner = runner
         self._counters = counters
@@ -78,16 +88,14 @@ class LaneStream:
         self._flush_every = flush_every
         self._prefetch = max(1, prefetch)
         start_window = 0 if state is None else int(state["window"])
-        self._plan: LanePlan = source.lane_plan(
-            lane, num_lanes, None if state is None else state["plan"]
-        )
+        self._plan = plan
         self._windows: deque[_Window] = deque()
         self._inflight: deque[_InFlightChunk] = deque()
         self._plan_done = False
         self._next_window = start_window  # window of the next chunk to submit
         self._chunks_in_window = 0
         self._open_window = start_window  # window the packer/shuffle are working on
-        self._shuffle.start_window(lane, start_window)
+        self._shuffle.start_window(self.lane, start_window)
         skip = 0 if state is None else int(state["delivered"])
         self._pending_skip = (start_window, skip)
 
@@ -151,7 +159,11 @@ class LaneStream:
             self._chunks_in_window += 1
             closes = self._chunks_in_window == self._flush_every
             try:
-                ticket = self._runner.submit(chunk)
+                ticket = (
+                    self._runner.submit(chunk)
+                    if chunk.tokenized is None
+                    else _Made(chunk.tokenized)
+                )
             except Exception as exc:  # e.g. BrokenProcessPool: a worker died since the last chunk
                 raise self._stage_error(chunk, exc) from exc
             self._inflight.append(_InFlightChunk(self._next_window, closes, chunk, ticket))
@@ -212,6 +224,8 @@ class LaneStream:
         c.tokens += len(tokenized.tokens)
         c.bytes += tokenized.text_bytes
         c.busy_s += tokenized.busy_s
+        for d in tokenized.removed.tolist():
+            self._counters.count_removed(self._datasets[d].name, str(StepKind.DECONTAMINATE))
         self._counters.pack.tokens += len(tokenized.tokens)
         return tokenized
 

@@ -86,13 +86,13 @@ class LanePlan:
             if self._staged:
                 self._enter_due_phase()
             shares = self.source.phases[self._phase][1].shares
-            for e, (w, active) in enumerate(zip(shares, self._active, strict=True)):
-                if active and w > 0:
+            for e, w in enumerate(shares):
+                if self._active[e] and w > 0:
                     pending = self._next[e]
                     if pending is None:
-                        record = self._find_lane_record(e, self._drawn[e])
-                        pending = self._next[e] = (record, self.source.record_cost(e, record))
-                    next_costs[e] = pending[1]
+                        pending = self._next[e] = self._upcoming(e)
+                    if pending is not None:  # None: the dataset ended while looking ahead
+                        next_costs[e] = pending[1]
             if self._fresh and self._start is not None and self._active[self._start]:
                 d = self._start  # the lane's first record (design doc)
             else:
@@ -110,6 +110,7 @@ class LanePlan:
             assert pending is not None
             record, cost = pending
             self._next[d] = None
+            self._take(d, record)
             self._drawn[d] += 1
             self._tokens[d] += cost
             self._lane_tokens += cost
@@ -122,14 +123,29 @@ class LanePlan:
                 )
         if not ds_ids:
             return None
-        chunk = WorkChunk(
+        chunk = self._make_chunk(ds_ids, rec_ids)
+        self._chunk += 1
+        return chunk
+
+    # -- what a processed plan (pipeline/processed_plan.py) changes ----------------------------
+
+    def _upcoming(self, d: int) -> tuple[int, int] | None:
+        """The record dataset ``d`` gives next and its token cost (here: estimated from its
+        bytes); None if the dataset has ended."""
+        record = self._find_lane_record(d, self._drawn[d])
+        return record, self.source.record_cost(d, record)
+
+    def _take(self, d: int, record: int) -> None:
+        """Called when the plan draws ``record``, dataset ``d``'s upcoming record."""
+
+    def _make_chunk(self, ds_ids: list[int], rec_ids: list[int]) -> WorkChunk:
+        """The work chunk of the records drawn, in draw order."""
+        return WorkChunk(
             lane=self.lane,
             index=self._chunk,
             datasets=np.asarray(ds_ids, dtype=np.int16),
             records=np.asarray(rec_ids, dtype=np.int64),
         )
-        self._chunk += 1
-        return chunk
 
     def _enter_due_phase(self) -> None:
         """Enter the next phase once this lane has drawn its part of the current phase's

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import time
 import warnings
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,10 +29,20 @@ from pipeline.dataset import Dataset, ShardIdentity
 from pipeline.digest import lane_digest
 from pipeline.errors import ConfigError, StateError
 from pipeline.lane import LaneExhausted, LaneStream
+from pipeline.lane_plan import LanePlan
 from pipeline.prefetch import BackgroundIterator
+from pipeline.processed_plan import ProcessedLanePlan
+from pipeline.processing import (
+    NORMALIZATION,
+    Decontaminator,
+    ProcessChain,
+    ProcessStep,
+    parse_step,
+)
 from pipeline.runners import Runner
 from pipeline.source import WorkSource
 from pipeline.stages.pack import PackedSequence, PackingAlgorithm, WrapPacker
+from pipeline.stages.process import ProcessWork
 from pipeline.stages.shuffle import ShuffleBuffer
 from pipeline.stages.tokenize import TokenizeWork
 from pipeline.state import STATE_FORMAT, check_state, fingerprint
@@ -62,6 +72,8 @@ class Pipeline:
         self.pack_config: PackConfig | None = None
         self.shuffle_config = ShuffleConfig()
         self.batch_config: BatchConfig | None = None
+        self.process_chain = ProcessChain([])
+        self.scored_documents: list[str] = []
         self._restore: Mapping[str, Any] | None = None
         self._lanes: list[LaneStream] = []
         self._runner: Runner | None = None
@@ -87,6 +99,24 @@ class Pipeline:
         """Add the tokenize stage."""
         self._check_not_started()
         self.tokenize_config = TokenizeConfig(tokenizer_id, field, parallelism)
+        return self
+
+    def process(self, *steps: ProcessStep | str | Mapping[str, Any]) -> Pipeline:
+        """Add per-record processing before tokenizing: steps (or ``data.process`` entries:
+        ``"gopher_quality"``, ``"mypkg.filters:keep"``, ``{"step": "length", "min_chars":
+        200}``) applied in order in the workers. The plan then draws only kept records, by
+        their real token counts, so token shares hold after filtering."""
+        self._check_not_started()
+        self.process_chain = ProcessChain(
+            [s if isinstance(s, ProcessStep) else parse_step(s) for s in steps]
+        )
+        return self
+
+    def score_documents(self, documents: Sequence[str]) -> Pipeline:
+        """Documents scored besides the held-out ones (fixed evaluation sets): like every
+        held-out document, never trained on, in any dataset."""
+        self._check_not_started()
+        self.scored_documents = list(documents)
         return self
 
     def pack_flat(
@@ -164,7 +194,7 @@ class Pipeline:
         self.validate()
         tokenizer = self._load_tokenizer()
         assert self.pack_config is not None and self.batch_config is not None
-        return {
+        contract = {
             **self.source.contract(),
             "tokenizer": {"name": tokenizer.name, "fingerprint": tokenizer.fingerprint},
             "max_length": self.pack_config.max_length,
@@ -174,6 +204,16 @@ class Pipeline:
             "lanes": self.lane_options.lanes,
             "flush_every": self.lane_options.flush_every,
         }
+        # Without a chain or extra scored documents the contract is what it always was.
+        if self.process_chain:
+            contract["process"] = {
+                "steps": self.process_chain.contract(),
+                "decontaminate": NORMALIZATION,
+                "costs": "processed-tokens",
+            }
+        if self.scored_documents:
+            contract["scored_documents"] = Decontaminator(self.scored_documents).settings()
+        return contract
 
     def contract_fingerprint(self) -> str:
         """SHA-256 of the canonical data contract."""
@@ -208,6 +248,11 @@ class Pipeline:
                 f"(indexed {report['shards_indexed']}, {report['records']} records) "
                 f"skipped={skipped} "
                 f"exhausted={ds.exhausted}{measured}"
+            )
+        if self.process_chain:
+            lines.append(
+                f"  process   {' -> '.join(self.process_chain.names)} (in the workers; the plan "
+                "draws kept records by their real tokens)"
             )
         lines += [
             f"  tokenize  {t.tokenizer_id} field={t.field!r} runner={o.runner} parallelism={t.parallelism}"
@@ -312,14 +357,34 @@ class Pipeline:
         self._contract = contract
         o, t, p = self.lane_options, self.tokenize_config, self.pack_config
         assert t is not None and p is not None
-        work = TokenizeWork(self.source.datasets, t.tokenizer_id)
-        self._runner = Runner(o.runner, t.parallelism, "tokenize", work)
+        decontaminator = Decontaminator(self._scored_texts())
+        if self.process_chain:
+            chain = ProcessChain([decontaminator, *self.process_chain.steps])
+            work: Any = ProcessWork(self.source.datasets, t.tokenizer_id, chain)
+            self._runner = Runner(o.runner, t.parallelism, "process", work)
+        else:
+            work = TokenizeWork(self.source.datasets, t.tokenizer_id, decontaminator)
+            self._runner = Runner(o.runner, t.parallelism, "tokenize", work)
         for lane in self.owned_lanes:
+            plan_state = (
+                None if self._restore is None else self._restore["lanes"][str(lane)]["plan"]
+            )
+            if self.process_chain:
+                plan: LanePlan = ProcessedLanePlan(
+                    self.source,
+                    lane,
+                    o.lanes,
+                    plan_state,
+                    runner=self._runner,
+                    step_names=chain.names,
+                    counters=self._counters,
+                )
+            else:
+                plan = self.source.lane_plan(lane, o.lanes, plan_state)
             self._lanes.append(
                 LaneStream(
                     self.source,
-                    lane,
-                    num_lanes=o.lanes,
+                    plan,
                     runner=self._runner,
                     packer=WrapPacker(p.max_length, tokenizer.eos_id),
                     shuffle=ShuffleBuffer(
@@ -336,6 +401,16 @@ class Pipeline:
         for stream in self._lanes:
             stream.submit_ahead()
         self._started = True
+
+    def _scored_texts(self) -> list[str]:
+        """Every document the run scores: each dataset's held-out records (whole, not cut to
+        the scoring budget) and the extra scored documents."""
+        texts = list(self.scored_documents)
+        for d, ds in enumerate(self.source.datasets):
+            keys = self.source.heldout_records(d)
+            if len(keys):
+                texts += ds.read_records(keys)
+        return texts
 
     def _auto_prefetch(self) -> int:
         """Chunks per lane to keep in flight: a whole step's worth plus one, so the workers

@@ -59,10 +59,18 @@ class PipelineCounters:
     """Seconds the consumer waited for the latest micro-batch."""
     undelivered_at_end: int = 0
     """Sequences left in this rank's lanes when a finite plan ended."""
+    removed: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Records read but not trained on, per dataset and step that dropped them
+    (``decontaminate``, a processing step's name), counted as the lanes take them."""
 
     def snapshot(self) -> dict[str, Any]:
         """A plain, JSON-serialisable copy."""
         return asdict(self)
+
+    def count_removed(self, dataset: str, step: str) -> None:
+        """Count one record of ``dataset`` that ``step`` dropped."""
+        by_step = self.removed.setdefault(dataset, {})
+        by_step[step] = by_step.get(step, 0) + 1
 
     def count_step(self, sequences: Sequence[PackedSequence], datasets: Sequence[str]) -> None:
         """Count a step's sequences and label tokens per dataset (``datasets``: the names,

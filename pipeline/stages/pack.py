@@ -10,7 +10,7 @@ Design: docs/design/pipeline_lanes.md
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
@@ -47,6 +47,8 @@ class TokenizedChunk:
     """int64, token count of each document including its EOS."""
     doc_sources: np.ndarray
     """int16, dataset index of each document."""
+    removed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
+    """int16, dataset index of each record read but not trained on (decontamination)."""
     text_bytes: int = 0
     """UTF-8 bytes of text read for the chunk (for counters)."""
     busy_s: float = 0.0

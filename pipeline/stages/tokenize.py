@@ -17,6 +17,7 @@ import numpy as np
 
 from pipeline.dataset import Dataset
 from pipeline.errors import StageError
+from pipeline.processing import Decontaminator
 from pipeline.stages.pack import TokenizedChunk
 from pipeline.tokenizer import Tokenizer, load_tokenizer
 
@@ -33,6 +34,8 @@ class WorkChunk:
     """int16, dataset index of each record."""
     records: np.ndarray
     """int64, record key within its dataset (``shard << 32 | row``, see ``record_keys``)."""
+    tokenized: TokenizedChunk | None = None
+    """The chunk's tokens, when a processed plan made them already (no work left to do)."""
 
 
 class TokenizeWork:
@@ -42,13 +45,20 @@ class TokenizeWork:
     (by id, from the provisioned file) instead of pickling it.
     """
 
-    def __init__(self, datasets: Sequence[Dataset], tokenizer_id: str) -> None:
+    def __init__(
+        self,
+        datasets: Sequence[Dataset],
+        tokenizer_id: str,
+        decontaminator: Decontaminator | None = None,
+    ) -> None:
         self.datasets = list(datasets)
         self.tokenizer_id = tokenizer_id
+        self.decontaminator = decontaminator
+        """Drops records that are scored documents (None: no document is scored)."""
         self._tokenizer: Tokenizer | None = None
 
     def __getstate__(self) -> dict:
-        return {"datasets": self.datasets, "tokenizer_id": self.tokenizer_id, "_tokenizer": None}
+        return {**self.__dict__, "_tokenizer": None}
 
     def __call__(self, chunk: WorkChunk) -> TokenizedChunk:
         """Read and tokenize every record of ``chunk``; errors name the record pointer."""
@@ -56,6 +66,16 @@ class TokenizeWork:
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.tokenizer_id)
         texts, text_bytes = _read_in_order(chunk, self.datasets)
+        sources = chunk.datasets.astype(np.int16, copy=True)
+        removed = np.zeros(0, dtype=np.int16)
+        if self.decontaminator is not None and self.decontaminator.digests:
+            keep = np.fromiter(
+                (self.decontaminator.apply(t) is not None for t in texts), bool, len(texts)
+            )
+            if not keep.all():
+                removed = sources[~keep]
+                texts = [t for t, k in zip(texts, keep.tolist(), strict=True) if k]
+                sources = sources[keep]
         try:
             encoded = self._tokenizer.encode_arrays(texts)
         except Exception as exc:  # name the chunk's first record; the encoder gives no finer detail
@@ -65,11 +85,12 @@ class TokenizeWork:
         # result reinterpreted as int32 holds the same values.
         pieces = [np.array([self._tokenizer.eos_id], dtype=np.uint32)] * (2 * len(encoded))
         pieces[0::2] = encoded
-        tokens = np.concatenate(pieces).view(np.int32)
+        tokens = np.concatenate(pieces).view(np.int32) if pieces else np.zeros(0, np.int32)
         return TokenizedChunk(
             tokens=tokens,
             doc_lengths=lengths,
-            doc_sources=chunk.datasets.astype(np.int16, copy=True),
+            doc_sources=sources,
+            removed=removed,
             text_bytes=text_bytes,
             busy_s=time.perf_counter() - began,
         )
@@ -88,19 +109,19 @@ def _read_in_order(chunk: WorkChunk, datasets: Sequence[Dataset]) -> tuple[list[
     dataset_ids = chunk.datasets.tolist()
     first = dataset_ids[0] if dataset_ids else 0
     if dataset_ids.count(first) == len(dataset_ids):  # one dataset: no reordering to do
-        return _read_dataset(datasets[first], chunk.records)
+        return read_dataset(datasets[first], chunk.records)
     texts: list[str] = [""] * len(dataset_ids)
     text_bytes = 0
     for ds_index in sorted(set(dataset_ids)):
         positions = np.flatnonzero(chunk.datasets == ds_index)
-        got, got_bytes = _read_dataset(datasets[ds_index], chunk.records[positions])
+        got, got_bytes = read_dataset(datasets[ds_index], chunk.records[positions])
         for pos, text in zip(positions.tolist(), got, strict=True):
             texts[pos] = text
         text_bytes += got_bytes
     return texts, text_bytes
 
 
-def _read_dataset(ds: Dataset, records: np.ndarray) -> tuple[list[str], int]:
+def read_dataset(ds: Dataset, records: np.ndarray) -> tuple[list[str], int]:
     """Texts and UTF-8 bytes of ``records`` of one dataset; a failure names its record."""
     try:
         return ds.read_records_and_bytes(records)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from pipeline import Pipeline, WorkSource
 
 
@@ -20,6 +23,8 @@ def make_pipeline(
     flush_every: int = 2,
     prefetch: int = 0,
     prefetch_steps: int = 2,
+    process: Sequence[Any] = (),
+    scored: Sequence[str] = (),
 ) -> Pipeline:
     """A small pipeline over ``source``; micro-batch defaults to the whole local batch."""
     local = global_batch_size // dp_size
@@ -34,6 +39,8 @@ def make_pipeline(
             prefetch=prefetch,
             prefetch_steps=prefetch_steps,
         )
+        .process(*process)
+        .score_documents(scored)
         .tokenize(tokenizer_id="gpt2", field="text", parallelism=parallelism)
         .pack_flat(max_length=max_length, algorithm="wrap")
         .shuffle(buffer_size=shuffle_buffer, seed=3)

@@ -1,0 +1,97 @@
+"""``ProcessChain``: the steps a record goes through before it is tokenized.
+
+A record passes each step in order; the first step that drops it is the one counted. The
+chain is built from ``data.process``-style entries: a step's name (``"gopher_quality"``),
+a user function (``"mypkg.filters:keep"``) or a mapping with ``step`` and the step's
+settings (``{"step": "length", "min_chars": 200}``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pipeline.choice import parse_choice
+from pipeline.errors import ConfigError
+from pipeline.processing.datatrove_filter import DATATROVE_STEPS, DatatroveFilter
+from pipeline.processing.length import LengthFilter
+from pipeline.processing.step import ProcessStep, StepKind
+from pipeline.processing.user_function import UserFunction
+
+KEPT = -1
+""":meth:`ProcessChain.apply`'s step index of a kept record."""
+
+
+class ProcessChain:
+    """Steps applied in order to each record's text (see the module docstring)."""
+
+    def __init__(self, steps: Sequence[ProcessStep]) -> None:
+        self.steps = list(steps)
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    @property
+    def names(self) -> list[str]:
+        """Each step's name, in order."""
+        return [s.name for s in self.steps]
+
+    def apply(self, text: str) -> tuple[str | None, int]:
+        """The text to train on (None: dropped) and the index of the step that dropped it
+        (:data:`KEPT` if none did)."""
+        for index, step in enumerate(self.steps):
+            result = step.apply(text)
+            if result is None:
+                return None, index
+            text = result
+        return text, KEPT
+
+    def contract(self) -> list[dict[str, Any]]:
+        """Every step's contract, in order."""
+        return [s.contract() for s in self.steps]
+
+
+def parse_step(entry: str | Mapping[str, Any]) -> ProcessStep:
+    """One ``data.process`` entry as its step; ConfigError naming the valid steps."""
+    if isinstance(entry, str):
+        entry = {"function": entry} if ":" in entry else {"step": entry}
+    if not isinstance(entry, Mapping):
+        raise ConfigError(
+            f"a process entry must be a step name or a mapping with 'step', got {entry!r}"
+        )
+    settings = dict(entry)
+    if "function" in settings and "step" not in settings:
+        settings["step"] = str(StepKind.FUNCTION)
+    if "step" not in settings:
+        raise ConfigError(f"process entry {dict(entry)!r} has no 'step'")
+    kind = parse_choice(StepKind, settings.pop("step"), "process step")
+    if kind is StepKind.DECONTAMINATE:
+        raise ConfigError(
+            "'decontaminate' is not a step to list: every scored document (held-out documents "
+            "and eval sets) is removed from training whatever the chain"
+        )
+    if kind is StepKind.LENGTH:
+        try:
+            return LengthFilter(**settings)
+        except TypeError as e:
+            raise ConfigError(f"process step 'length': {e}") from None
+    if kind is StepKind.FUNCTION:
+        function = settings.pop("function", None)
+        if settings or not isinstance(function, str):
+            raise ConfigError(
+                "process step 'function' takes one setting, function: 'module:function'"
+            )
+        return UserFunction(function)
+    assert kind in DATATROVE_STEPS
+    return DatatroveFilter(kind, settings)
+
+
+def parse_chain(entries: Sequence[str | Mapping[str, Any]]) -> ProcessChain:
+    """The chain of ``data.process``-style entries; ConfigError naming the entry at fault."""
+    steps = []
+    for k, entry in enumerate(entries):
+        try:
+            steps.append(parse_step(entry))
+        except ConfigError as e:
+            raise ConfigError(f"process entry {k}: {e}") from None
+    return ProcessChain(steps)

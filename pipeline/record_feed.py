@@ -1,0 +1,90 @@
+"""``RecordFeed``: one lane's upcoming records of one dataset, processed ahead by workers.
+
+The records a lane will take from a dataset are known in advance (stream positions
+``k*L + lane``), whatever the mixture draws in between, so the feed can have them read,
+processed and tokenized by the stage's workers in batches, ahead of the plan. Results are
+consumed strictly in stream order, so the plan sees the same records whatever the number of
+workers, batch sizes or where a restore started.
+
+Design: docs/design/pipeline_processing.md
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from pipeline.order import DatasetOrder
+from pipeline.runners import Runner, Ticket
+from pipeline.stages.process import FeedBatch, ProcessedRecords
+
+
+class RecordFeed:
+    """Processed records of dataset ``dataset`` at a lane's stream positions, in order."""
+
+    def __init__(
+        self,
+        order: DatasetOrder,
+        dataset: int,
+        *,
+        lane: int,
+        num_lanes: int,
+        start: int,
+        runner: Runner[FeedBatch, ProcessedRecords],
+        batch_records: int,
+        depth: int,
+        first_epoch_only: bool,
+    ) -> None:
+        self._order = order
+        self._dataset = dataset
+        self._lane = lane
+        self._num_lanes = num_lanes
+        self._runner = runner
+        self._batch_records = max(1, batch_records)
+        self._depth = max(1, depth)
+        self._first_epoch_only = first_epoch_only
+        self._next_submit = start  # lane position of the next record to submit
+        self._tickets: deque[tuple[np.ndarray, Ticket[ProcessedRecords]]] = deque()
+        self._head: tuple[np.ndarray, ProcessedRecords] | None = None
+        self._offset = 0  # next record within the head batch
+
+    def peek(self) -> tuple[int, np.ndarray | None, int] | None:
+        """The next record: its key, its tokens (None: dropped) and the index of the step that
+        dropped it; None past the first epoch of a dataset that stops there."""
+        if self._head is None or self._offset == len(self._head[0]):
+            self._submit_ahead()
+            if not self._tickets:
+                return None
+            keys, ticket = self._tickets.popleft()
+            self._head, self._offset = (keys, ticket.result()), 0
+            self._submit_ahead()
+        keys, processed = self._head
+        i = self._offset
+        return int(keys[i]), processed.tokens[i], int(processed.dropped_by[i])
+
+    def pop(self) -> ProcessedRecords | None:
+        """Move past the record :meth:`peek` gave; the batch it came from when it was the
+        batch's first record (so its bytes and seconds are counted once), else None."""
+        assert self._head is not None, "peek() before pop()"
+        first = self._offset == 0
+        self._offset += 1
+        return self._head[1] if first else None
+
+    def _submit_ahead(self) -> None:
+        while len(self._tickets) < self._depth:
+            positions = range(self._next_submit, self._next_submit + self._batch_records)
+            if self._first_epoch_only:
+                positions = [p for p in positions if self._in_first_epoch(p)]
+                if not positions:
+                    return
+            keys = np.fromiter(
+                (self._order.key_at(p * self._num_lanes + self._lane) for p in positions),
+                np.int64,
+                len(positions),
+            )
+            self._tickets.append((keys, self._runner.submit(FeedBatch(self._dataset, keys))))
+            self._next_submit += len(positions)
+
+    def _in_first_epoch(self, position: int) -> bool:
+        return self._order.in_first_epoch(position * self._num_lanes + self._lane)

@@ -37,7 +37,7 @@ from pipeline.processing import (
     Decontaminator,
     ProcessChain,
     ProcessStep,
-    parse_step,
+    parse_chain,
 )
 from pipeline.runners import Runner
 from pipeline.source import WorkSource
@@ -107,8 +107,9 @@ class Pipeline:
         200}``) applied in order in the workers. The plan then draws only kept records, by
         their real token counts, so token shares hold after filtering."""
         self._check_not_started()
-        self.process_chain = ProcessChain(
-            [s if isinstance(s, ProcessStep) else parse_step(s) for s in steps]
+        names = [ds.name for ds in self.source.datasets]
+        self.process_chain = ProcessChain([s for s in steps if isinstance(s, ProcessStep)]).then(
+            parse_chain([s for s in steps if not isinstance(s, ProcessStep)], names)
         )
         return self
 
@@ -359,7 +360,7 @@ class Pipeline:
         assert t is not None and p is not None
         decontaminator = Decontaminator(self._scored_texts())
         if self.process_chain:
-            chain = ProcessChain([decontaminator, *self.process_chain.steps])
+            chain = ProcessChain([decontaminator]).then(self.process_chain)
             work: Any = ProcessWork(self.source.datasets, t.tokenizer_id, chain)
             self._runner = Runner(o.runner, t.parallelism, "process", work)
         else:

@@ -3,7 +3,8 @@
 A record passes each step in order; the first step that drops it is the one counted. The
 chain is built from ``data.process``-style entries: a step's name (``"gopher_quality"``),
 a user function (``"mypkg.filters:keep"``) or a mapping with ``step`` and the step's
-settings (``{"step": "length", "min_chars": 200}``).
+settings (``{"step": "length", "min_chars": 200}``), and the ``datasets`` it is limited to
+(``{"step": "gopher_quality", "datasets": ["web"]}``).
 """
 
 from __future__ import annotations
@@ -23,10 +24,19 @@ KEPT = -1
 
 
 class ProcessChain:
-    """Steps applied in order to each record's text (see the module docstring)."""
+    """Steps applied in order to each record's text (see the module docstring); a step may
+    apply to some datasets only (``only``: their names, None: every dataset)."""
 
-    def __init__(self, steps: Sequence[ProcessStep]) -> None:
+    def __init__(
+        self, steps: Sequence[ProcessStep], only: Sequence[frozenset[str] | None] = ()
+    ) -> None:
         self.steps = list(steps)
+        self.only = list(only) or [None] * len(self.steps)
+        assert len(self.only) == len(self.steps), "one scope per step"
+
+    def then(self, other: ProcessChain) -> ProcessChain:
+        """This chain's steps, then ``other``'s."""
+        return ProcessChain(self.steps + other.steps, self.only + other.only)
 
     def __bool__(self) -> bool:
         return bool(self.steps)
@@ -36,10 +46,12 @@ class ProcessChain:
         """Each step's name, in order."""
         return [s.name for s in self.steps]
 
-    def apply(self, text: str) -> tuple[str | None, int]:
-        """The text to train on (None: dropped) and the index of the step that dropped it
-        (:data:`KEPT` if none did)."""
-        for index, step in enumerate(self.steps):
+    def apply(self, text: str, dataset: str) -> tuple[str | None, int]:
+        """The text to train on of a record of ``dataset`` (None: dropped) and the index of
+        the step that dropped it (:data:`KEPT` if none did)."""
+        for index, (step, only) in enumerate(zip(self.steps, self.only, strict=True)):
+            if only is not None and dataset not in only:
+                continue
             result = step.apply(text)
             if result is None:
                 return None, index
@@ -47,8 +59,11 @@ class ProcessChain:
         return text, KEPT
 
     def contract(self) -> list[dict[str, Any]]:
-        """Every step's contract, in order."""
-        return [s.contract() for s in self.steps]
+        """Every step's contract, in order (with the datasets it is limited to)."""
+        return [
+            s.contract() if only is None else {**s.contract(), "datasets": sorted(only)}
+            for s, only in zip(self.steps, self.only, strict=True)
+        ]
 
 
 def parse_step(entry: str | Mapping[str, Any]) -> ProcessStep:
@@ -86,12 +101,34 @@ def parse_step(entry: str | Mapping[str, Any]) -> ProcessStep:
     return DatatroveFilter(kind, settings)
 
 
-def parse_chain(entries: Sequence[str | Mapping[str, Any]]) -> ProcessChain:
-    """The chain of ``data.process``-style entries; ConfigError naming the entry at fault."""
-    steps = []
+def parse_chain(
+    entries: Sequence[str | Mapping[str, Any]], dataset_names: Sequence[str] | None = None
+) -> ProcessChain:
+    """The chain of ``data.process``-style entries, each of which may name the ``datasets``
+    it applies to (of ``dataset_names``, when given); ConfigError naming the entry at fault."""
+    steps, only = [], []
     for k, entry in enumerate(entries):
         try:
+            scope = None
+            if isinstance(entry, Mapping) and "datasets" in entry:
+                entry = dict(entry)
+                scope = _scope(entry.pop("datasets"), dataset_names)
             steps.append(parse_step(entry))
+            only.append(scope)
         except ConfigError as e:
             raise ConfigError(f"process entry {k}: {e}") from None
-    return ProcessChain(steps)
+    return ProcessChain(steps, only)
+
+
+def _scope(names: Any, dataset_names: Sequence[str] | None) -> frozenset[str]:
+    """A step's ``datasets``: a non-empty list of known dataset names."""
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, Sequence) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"datasets must be a non-empty list of dataset names, got {names!r}")
+    unknown = sorted(set(names) - set(dataset_names or names))
+    if unknown:
+        raise ConfigError(
+            f"datasets names unknown dataset(s) {unknown}; known: {sorted(dataset_names or [])}"
+        )
+    return frozenset(names)

@@ -70,7 +70,7 @@ class ProcessWork:
         kept: list[str] = []
         for i, (text, key) in enumerate(zip(texts, batch.records.tolist(), strict=True)):
             try:
-                result, step = self.chain.apply(text)
+                result, step = self.chain.apply(text, ds.name)
             except Exception as exc:  # a step failed on this record: name it and the step
                 raise StageError("process", ds.name, ds.pointer(key).as_tuple(), exc) from exc
             dropped_by[i] = step

@@ -16,14 +16,19 @@ if [[ "${1:-}" == "--demo" ]]; then
 fi
 if [[ "${1:-}" == "--anneal" ]]; then
     # Anneals (docs/anneals.md): the base model, trained once (named by the content of its
-    # presets and resumed), then conf/anneal.yaml's sweep from its last checkpoint.
+    # presets and resumed), then conf/anneal.yaml's sweep from its step-120 checkpoint (the
+    # end of its stable phase: conf/anneal_base.yaml's checkpoint_interval, a full one), with
+    # its optimizer state and its learning rate at that step as the anneals' peak.
     shift
     key="$(cat conf/anneal_base.yaml conf/config.yaml conf/model/mini.yaml conf/data/stdlib.yaml \
+        conf/mix/equal.yaml conf/train/short.yaml conf/eval/default.yaml \
+        conf/resources/auto.yaml conf/tracking/embedded.yaml \
         | sha256sum | cut -c1-12)"
     base="anneal-base-$key"
     .venv/bin/zephon-run --config-name anneal_base run_name="$base"
     exec .venv/bin/zephon-run --config-name anneal \
-        train.init_from="$PWD/runs/$base/titan/checkpoint/step-20" "$@"
+        train.init_from="$PWD/runs/$base/titan/checkpoint/step-120" train.init_optimizer=true \
+        train.lr_from_init=true "$@"
 fi
 if [[ "${1:-}" == "--search" ]]; then
     shift

@@ -1,4 +1,5 @@
-"""Names Zephon gives things in MLflow: the tags, params, metrics and artifacts of its runs.
+"""Names Zephon gives things in MLflow: its training runs, and their tags, params, metrics
+and artifacts.
 
 Tracking (:mod:`orchestrator.tracking.tracker`) writes them; the comparison guard
 (:mod:`orchestrator.guard`), sweeps and agents read them. Changing one is a
@@ -7,7 +8,10 @@ format change for every stored run.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from orchestrator.evaluation.metrics import DEFAULT_METRIC
 
@@ -101,6 +105,66 @@ ARTIFACT_EXPERIMENT = "zephon/experiment.json"
 ARTIFACT_STEPS = "zephon/steps.jsonl"
 ARTIFACT_EVAL = "zephon/eval.jsonl"
 ARTIFACT_TASKS = "zephon/tasks.jsonl"
+
+
+# -- run names ---------------------------------------------------------------------------------
+MAX_RUN_NAME = 250
+"""MLflow's run name column holds 250 characters (PostgreSQL enforces it; SQLite does not)."""
+
+
+def run_display_name(
+    experiment: Mapping[str, Any], *, dp: int | None = None, label: str | None = None
+) -> str:
+    """The MLflow run name of a training run: what it varies, not when it started.
+
+    ``<experiment name>-<label>-s<seed>-dp<dp>`` from its ``experiment.json`` record, e.g.
+    ``main-code0.50-docs0.30-unicode0.20-s0-dp2``. ``label`` names the variant (default:
+    :func:`variant_label`, the mixture and any compared dataset version); the seed is the
+    one seed a replicate sets (``data.seed``, ``data.shuffle_seed``, ``train.seed``), or all
+    three as ``s<data>.<shuffle>.<train>`` where they differ; ``dp`` is the data-parallel
+    size the run started on. Parts the record lacks are left out; a name longer than
+    MLflow's :data:`MAX_RUN_NAME` has its variant cut and a hash of it appended.
+
+    Display only: the run folder keeps its own (unique) name, in the tag
+    ``zephon.run_folder``; replicates of one variant, seed and dp share a run name.
+    """
+    config = experiment.get("config") or {}
+    data, train = config.get("data") or {}, config.get("train") or {}
+    variant = label if label is not None else variant_label(experiment)
+    tail = []
+    seeds = [s.get(k) for s, k in ((data, "seed"), (data, "shuffle_seed"), (train, "seed"))]
+    if all(seed is not None for seed in seeds):
+        tail.append(f"s{seeds[0]}" if len(set(seeds)) == 1 else "s" + ".".join(map(str, seeds)))
+    if dp is not None:
+        tail.append(f"dp{dp}")
+    head = str(config.get("name") or "run")
+    room = MAX_RUN_NAME - len("-".join([head, "", *tail]))
+    if len(variant) > room:  # many datasets: cut, and a hash of the whole keeps it apart
+        digest = hashlib.sha256(variant.encode()).hexdigest()[:8]
+        variant = f"{variant[: max(room - 9, 0)]}~{digest}"
+    return "-".join([head, *([variant] if variant else []), *tail])[:MAX_RUN_NAME]
+
+
+def variant_label(experiment: Mapping[str, Any]) -> str:
+    """What a run's variant is, short: :func:`short_mixture` of its mixture, then the
+    version of each dataset its experiment compares (``data.compared=dataset:NAME``,
+    recorded in ``varied``) as ``NAME@<fingerprint[:8]>``: ``code0.50-docs0.50-web@3f2a9c1b``."""
+    parts = [short_mixture(experiment.get("mixture") or {})]
+    for key, version in sorted((experiment.get("varied") or {}).items()):
+        if key.startswith("data.datasets.") and isinstance(version, dict):
+            name = key.removeprefix("data.datasets.")
+            parts.append(f"{name}@{str(version.get('fingerprint') or '')[:8]}")
+    return "-".join(p for p in parts if p)
+
+
+def short_mixture(mixture: Mapping[str, object]) -> str:
+    """``code0.50-docs0.30-unicode0.20``: each dataset's share by name, 2 to 4 decimals."""
+    return "-".join(f"{name}{_short_share(share)}" for name, share in sorted(mixture.items()))
+
+
+def _short_share(share: object) -> str:
+    whole, _, decimals = f"{float(str(share)):.4f}".partition(".")
+    return f"{whole}.{decimals.rstrip('0').ljust(2, '0')}"
 
 
 def eval_metric(domain: str, metric: str = DEFAULT_METRIC) -> str:

@@ -1,12 +1,16 @@
 """The Tracker: the one writer of MLflow runs; a run folder -> its MLflow run, incrementally.
 
-Params, tags, metrics and artifacts, sent from the run folder (see :class:`Tracker` for why
-the folder is the buffer); MLflow is imported on first use (:mod:`.store`), not on import.
+Params, tags, dataset inputs, metrics and artifacts, sent from the run folder (see
+:class:`Tracker` for why the folder is the buffer); MLflow is imported on first use
+(:mod:`.store`), not on import.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +23,12 @@ from orchestrator.experiment.runfolder import (
     TASKS_FILE,
     RunFolder,
     RunStatus,
+)
+from orchestrator.tracking.inputs import (
+    InputRecord,
+    evaluation_input,
+    evaluation_inputs,
+    training_inputs,
 )
 from orchestrator.tracking.mlflow_status import ENDED, MLFLOW_STATUS, MlflowStatus
 from orchestrator.tracking.names import (
@@ -38,6 +48,7 @@ from orchestrator.tracking.names import (
     TAG_STEPS,
     flatten,
     metric_key,
+    run_display_name,
 )
 from orchestrator.tracking.provenance import recorded_precision, run_parent, run_start_tags
 from orchestrator.tracking.reading import StoredRun, download_run
@@ -70,6 +81,8 @@ if TYPE_CHECKING:  # annotations only; load_mlflow() imports MLflow at run time
 _log = logging.getLogger(__name__)
 
 LAUNCH_LOG_ARTIFACT = "logs/launch.log"
+INPUT_ATTEMPTS = 4
+"""Tries to log a run's dataset inputs when MLflow refuses them (see ``Tracker._log_inputs``)."""
 
 
 class Tracker:
@@ -142,29 +155,36 @@ class Tracker:
         *,
         tags: dict[str, str] | None = None,
         parent_run_id: str | None = None,
+        label: str | None = None,
     ) -> str:
         """Create (or, on a resume, reopen) the MLflow run of ``folder``; return its id.
 
-        The run gets :func:`run_start_tags` and :func:`run_parent` of the folder (what a
-        run created later by ``zephon sync`` gets too); ``tags`` and ``parent_run_id`` add
-        to or replace them. The URI, experiment, ``tags`` and ``parent_run_id`` are
-        written to ``run.json`` first, so if the store is unreachable
-        (:class:`TrackingUnavailable`) a later :meth:`sync` or ``zephon sync`` can still
-        create the run. A ``run.json`` that already names an MLflow run found in this
-        store reuses it and marks it RUNNING again; one not found there (another store,
-        a deleted run) gets a new run and everything is sent to it from the start.
+        The run is named by what it varies (:func:`run_display_name`: experiment name,
+        mixture, or ``label`` instead of it, seed and dp size; the run folder keeps its own
+        name) and gets :func:`run_start_tags`, :func:`run_parent` and the folder's datasets
+        as dataset inputs (:mod:`.inputs`): what a run created later by ``zephon sync`` gets
+        too; ``tags`` and ``parent_run_id`` add to or replace them. The URI, experiment,
+        ``tags``, ``parent_run_id`` and ``label`` are written to ``run.json`` first, so if
+        the store is unreachable (:class:`TrackingUnavailable`) a later :meth:`sync` or
+        ``zephon sync`` can still create the run. A ``run.json`` that already names an
+        MLflow run found in this store reuses it and marks it RUNNING again; one not found
+        there (another store, a deleted run) gets a new run and everything is sent to it
+        from the start.
         """
         state = folder.state()
         tracking = dict(state.get("tracking") or {})
         tracking["tags"] = dict(tags or {})
         tracking["parent_run_id"] = parent_run_id
+        tracking["label"] = label
         folder.update_state(
             tracking_uri=self.uri, mlflow_experiment=self.experiment, tracking=tracking
         )
         return self._open_run(folder, reopen=True)
 
     def _open_run(self, folder: RunFolder, *, reopen: bool) -> str:
-        """The id of ``folder``'s run in this store, created if needed; params and tags logged."""
+        """The id of ``folder``'s run in this store, created if needed; params, tags and
+        dataset inputs logged (each once: ``run.json`` records it, and inputs already on
+        the run are not sent again)."""
         if is_http(self.uri):
             ping_server(self.uri, folder=folder)
         state = folder.state()
@@ -182,13 +202,14 @@ class Tracker:
                         self.uri,
                     )
                 run_id = self.new_run(
-                    folder.name,
+                    _display_name(folder, tracking.get("label")),
                     kind="run",
                     parent_run_id=tracking.get("parent_run_id") or run_parent(folder),
                 )
                 tracking = {
                     "tags": tracking.get("tags") or {},
                     "parent_run_id": tracking.get("parent_run_id"),
+                    "label": tracking.get("label"),
                 }
                 folder.update_state(
                     mlflow_run_id=run_id,
@@ -205,6 +226,10 @@ class Tracker:
                 self._log_params(folder, run_id, logged)
                 log_tags(self.client, run_id, self._start_tags(folder, tracking.get("tags") or {}))
                 tracking["params_logged"] = True
+                folder.update_state(tracking=tracking)
+            if reopen or not tracking.get("inputs_logged"):
+                self._log_inputs(run_id, _folder_inputs(folder), run)
+                tracking["inputs_logged"] = True
                 folder.update_state(tracking=tracking)
         return run_id
 
@@ -332,6 +357,50 @@ class Tracker:
                 _log.warning("MLflow param %s of run %s differs from %s; kept", key, run_id, folder)
         log_params(self.client, run_id, params)
 
+    def log_evaluation_set(
+        self,
+        run_id: str,
+        name: str,
+        paths: str | Sequence[str],
+        *,
+        fingerprint: str | None = None,
+    ) -> bool:
+        """Log the evaluation corpus ``name`` (read from ``paths``) as a dataset input of
+        the run ``run_id``, context ``evaluation``; its digest ``fingerprint`` if given,
+        else a hash of its name and paths. Return False if the run has it already (sent
+        once). A run folder's own evaluation sets are logged with its training datasets."""
+        record = evaluation_input(name, paths, fingerprint)
+        with mlflow_errors(self.uri, f"logging evaluation set {name} to MLflow run {run_id}"):
+            return bool(self._log_inputs(run_id, [record], self.client.get_run(run_id)))
+
+    def _log_inputs(self, run_id: str, records: list[InputRecord], run: Any) -> list[InputRecord]:
+        """Log the ``records`` that ``run`` (the run ``run_id`` as read; None: just created)
+        does not hold yet as dataset inputs; return those logged. MLflow keeps one input
+        per dataset name and digest per run; the check makes a retry send nothing twice.
+
+        MLflow's store adds a dataset to the experiment the first time a run logs it,
+        checking first, so jobs of a sweep starting together on the same datasets collide
+        (a unique key: experiment, name, digest), and all but one are refused. Refused,
+        this reads the run again and retries: the dataset is there now, and is reused.
+        """
+        for attempt in range(1, INPUT_ATTEMPTS + 1):
+            held = set()
+            if run is not None and run.inputs is not None:
+                held = {(d.dataset.name, d.dataset.digest) for d in run.inputs.dataset_inputs}
+            missing = [r for r in records if r.key not in held]
+            if not missing:
+                return []
+            try:
+                self.client.log_inputs(run_id, datasets=[r.entity() for r in missing])
+                return missing
+            except Exception as e:
+                if attempt == INPUT_ATTEMPTS or mlflow_error_code(e) is None or is_unavailable(e):
+                    raise
+                _log.info("MLflow refused the inputs of run %s (%s); retrying", run_id, e)
+                time.sleep(0.1 * attempt)
+                run = self.client.get_run(run_id)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
     def _start_tags(self, folder: RunFolder, tags: dict[str, str]) -> dict[str, str]:
         return {**run_start_tags(folder), **{str(k): str(v) for k, v in tags.items()}}
 
@@ -359,7 +428,8 @@ class Tracker:
             run_id = self._open_run(folder, reopen=False)  # trained offline so far
         elif is_http(self.uri):
             ping_server(self.uri, folder=folder)
-        if not (folder.state().get("tracking") or {}).get("params_logged"):
+        opened = folder.state().get("tracking") or {}
+        if not (opened.get("params_logged") and opened.get("inputs_logged")):
             run_id = self._open_run(folder, reopen=False)
         with mlflow_errors(self.uri, f"syncing {folder.path}", folder):
             counts = self._send_metrics(folder, run_id, final)
@@ -454,6 +524,34 @@ class Tracker:
             if self.client.get_run(run_id).info.status != MLFLOW_STATUS[status]:
                 self.client.set_terminated(run_id, status=MLFLOW_STATUS[status])
         return counts
+
+
+def _display_name(folder: RunFolder, label: str | None) -> str:
+    """The MLflow run name of ``folder``: :func:`run_display_name` of its records, the dp
+    size its first segment started on; the folder's name if it has no ``experiment.json``."""
+    if not folder.exists():
+        return folder.name
+    segments = [s for s in folder.state().get("segments") or [] if "dp_size" in s]
+    dp = segments[0]["dp_size"] if segments else None
+    return run_display_name(folder.experiment(), dp=dp, label=label)
+
+
+def _folder_inputs(folder: RunFolder) -> list[InputRecord]:
+    """The dataset inputs of ``folder``: its training datasets and evaluation sets (shard
+    paths from its data spec, local paths absolute, else from ``experiment.json``)."""
+    if not folder.exists():
+        return []
+    experiment = folder.experiment()
+    try:
+        spec = json.loads(folder.data_spec_path.read_text())
+    except (OSError, ValueError):  # none yet, or not readable: experiment.json's paths
+        spec = {}
+    spec = spec if isinstance(spec, dict) else {}
+    paths, eval_paths = (spec.get(key) for key in ("datasets", "eval_sets"))
+    return [
+        *training_inputs(experiment, paths if isinstance(paths, dict) else None),
+        *evaluation_inputs(experiment, eval_paths if isinstance(eval_paths, dict) else None),
+    ]
 
 
 def _advance_cursor(

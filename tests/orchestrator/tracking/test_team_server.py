@@ -235,8 +235,9 @@ def _read_as_guard(uri: str, deadline: float, results: Any) -> None:
                 time.sleep(0.2)
                 continue
             summaries = load_runs(tracker, ids)
-            names = Counter(s.name for s in summaries)
-            assert max(names.values()) == 1, f"a run seen twice in one read: {names}"
+            # by folder: runs of one mixture, seed and dp share their MLflow run name
+            seen = Counter(s.folder or s.run_id for s in summaries)
+            assert max(seen.values()) == 1, f"a run seen twice in one read: {seen}"
             reads += 1
             most = max(most, len(summaries))
         results.put({"role": "guard", "reads": reads, "most": most})
@@ -310,7 +311,10 @@ def test_twenty_writers_guards_and_agents_lose_nothing_and_duplicate_nothing(
         steps = sorted(folder.steps())
         assert steps == list(range(1, len(steps) + 1)) and steps
         written += len(steps) * METRICS_PER_STEP
-        keys = client.get_run(run_id).data.metrics
+        run = client.get_run(run_id)
+        # its datasets, logged by twenty runs at once into one experiment new to them
+        assert sorted(d.dataset.name for d in run.inputs.dataset_inputs) == ["code", "docs"]
+        keys = run.data.metrics
         assert len(keys) == METRICS_PER_STEP, sorted(keys)
         histories = {key: client.get_metric_history(run_id, key) for key in keys}
         for key, points in histories.items():
@@ -324,8 +328,8 @@ def test_twenty_writers_guards_and_agents_lose_nothing_and_duplicate_nothing(
 
     # The guard sees each run exactly once, with its records (artifacts, kept on S3).
     summaries = load_runs(tracker, training_run_ids(team.uri, experiment=EXPERIMENT))
-    assert Counter(s.name for s in summaries) == Counter(f.name for f in folders)
-    assert all(len(s.digests) == len(RunFolder(tmp_path / s.name).steps()) for s in summaries)
+    assert Counter(s.folder for s in summaries) == Counter(str(f.path.resolve()) for f in folders)
+    assert all(len(s.digests) == len(RunFolder(s.folder).steps()) for s in summaries)
     stored = boto3.client("s3", endpoint_url=team.artifacts.endpoint).list_objects_v2(
         Bucket=BUCKET, Prefix=ARTIFACTS_PREFIX
     )

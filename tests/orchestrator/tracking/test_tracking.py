@@ -152,7 +152,8 @@ def test_names_land_where_documented(
 
     client = MlflowClient(tracking_uri=db_uri)
     run = client.get_run(run_id)
-    assert run.info.run_name == folder.name
+    # named by what it varies (this record has no experiment name nor seeds), not by folder
+    assert run.info.run_name == "run-code0.50-docs0.50-dp2" and folder.name == "run-a"
     assert run.info.status == MlflowStatus.FINISHED
     params = run.data.params
     assert params["mix.code"] == "0.5" and params["mix.docs"] == "0.5"
@@ -613,3 +614,13 @@ def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
         assert segment.state == TrackingState.SYNCED
         late_id = late.state()["mlflow_run_id"]
         assert [s for s, _ in history(client, late_id, METRIC_LOSS)] == list(range(1, 21))
+
+        # Dataset inputs go over HTTP too, once, in the run created late as well.
+        for tracked in (run_id, late_id):
+            inputs = client.get_run(tracked).inputs.dataset_inputs
+            assert sorted((d.dataset.name, d.dataset.digest) for d in inputs) == [
+                ("code", "f00d"),
+                ("docs", "beef"),
+            ]
+        found = client.search_runs([tracker.experiment_id()], "dataset.name = 'code'")
+        assert {r.info.run_id for r in found} == {run_id, late_id}

@@ -17,6 +17,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from pipeline.errors import StageError
 from pipeline.lane_plan import LanePlan
 from pipeline.processing import StepKind
@@ -224,9 +226,12 @@ class LaneStream:
         c.tokens += len(tokenized.tokens)
         c.bytes += tokenized.text_bytes
         c.busy_s += tokenized.busy_s
+        self._counters.pack.tokens += len(tokenized.tokens)
         for d in tokenized.removed.tolist():
             self._counters.count_removed(self._datasets[d].name, str(StepKind.DECONTAMINATE))
-        self._counters.pack.tokens += len(tokenized.tokens)
+        for d, count in enumerate(np.bincount(tokenized.doc_sources).tolist()):
+            if count:
+                self._counters.count_read(self._datasets[d].name, count)
         return tokenized
 
     def _stage_error(self, chunk: WorkChunk, exc: BaseException) -> StageError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import time
 import warnings
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,7 +25,6 @@ from pipeline.builder_config import (
     TokenizeConfig,
     with_updates,
 )
-from pipeline.dataset import Dataset, ShardIdentity
 from pipeline.digest import lane_digest
 from pipeline.errors import ConfigError, StateError
 from pipeline.lane import LaneExhausted, LaneStream
@@ -73,7 +72,6 @@ class Pipeline:
         self.shuffle_config = ShuffleConfig()
         self.batch_config: BatchConfig | None = None
         self.process_chain = ProcessChain([])
-        self.scored_documents: list[str] = []
         self._restore: Mapping[str, Any] | None = None
         self._lanes: list[LaneStream] = []
         self._runner: Runner | None = None
@@ -102,22 +100,13 @@ class Pipeline:
         return self
 
     def process(self, *steps: ProcessStep | str | Mapping[str, Any]) -> Pipeline:
-        """Add per-record processing before tokenizing: steps (or ``data.process`` entries:
-        ``"gopher_quality"``, ``"mypkg.filters:keep"``, ``{"step": "length", "min_chars":
-        200}``) applied in order in the workers. The plan then draws only kept records, by
-        their real token counts, so token shares hold after filtering."""
+        """Add per-record processing before tokenizing (steps, or ``data.process`` entries):
+        the plan then draws kept records by their real tokens (docs/curation.md)."""
         self._check_not_started()
         names = [ds.name for ds in self.source.datasets]
         self.process_chain = ProcessChain([s for s in steps if isinstance(s, ProcessStep)]).then(
             parse_chain([s for s in steps if not isinstance(s, ProcessStep)], names)
         )
-        return self
-
-    def score_documents(self, documents: Sequence[str]) -> Pipeline:
-        """Documents scored besides the held-out ones (fixed evaluation sets): like every
-        held-out document, never trained on, in any dataset."""
-        self._check_not_started()
-        self.scored_documents = list(documents)
         return self
 
     def pack_flat(
@@ -212,8 +201,6 @@ class Pipeline:
                 "decontaminate": NORMALIZATION,
                 "costs": "processed-tokens",
             }
-        if self.scored_documents:
-            contract["scored_documents"] = Decontaminator(self.scored_documents).settings()
         return contract
 
     def contract_fingerprint(self) -> str:
@@ -358,7 +345,7 @@ class Pipeline:
         self._contract = contract
         o, t, p = self.lane_options, self.tokenize_config, self.pack_config
         assert t is not None and p is not None
-        decontaminator = Decontaminator(self._scored_texts())
+        decontaminator = Decontaminator(self.source.never_trained())
         if self.process_chain:
             chain = ProcessChain([decontaminator]).then(self.process_chain)
             work: Any = ProcessWork(self.source.datasets, t.tokenizer_id, chain)
@@ -367,19 +354,13 @@ class Pipeline:
             work = TokenizeWork(self.source.datasets, t.tokenizer_id, decontaminator)
             self._runner = Runner(o.runner, t.parallelism, "tokenize", work)
         for lane in self.owned_lanes:
-            plan_state = (
-                None if self._restore is None else self._restore["lanes"][str(lane)]["plan"]
-            )
+            restore = None if self._restore is None else self._restore["lanes"][str(lane)]
+            plan_state = None if restore is None else restore["plan"]
             if self.process_chain:
                 plan: LanePlan = ProcessedLanePlan(
-                    self.source,
-                    lane,
-                    o.lanes,
-                    plan_state,
-                    runner=self._runner,
-                    step_names=chain.names,
-                    counters=self._counters,
-                )
+                    self.source, lane, o.lanes, plan_state,
+                    runner=self._runner, step_names=chain.names, counters=self._counters,
+                )  # fmt: skip
             else:
                 plan = self.source.lane_plan(lane, o.lanes, plan_state)
             self._lanes.append(
@@ -394,7 +375,7 @@ class Pipeline:
                     flush_every=o.flush_every,
                     prefetch=o.prefetch or self._auto_prefetch(),
                     counters=self._counters,
-                    state=None if self._restore is None else self._restore["lanes"][str(lane)],
+                    state=restore,
                     ordered=o.ordered,
                 )
             )
@@ -402,16 +383,6 @@ class Pipeline:
         for stream in self._lanes:
             stream.submit_ahead()
         self._started = True
-
-    def _scored_texts(self) -> list[str]:
-        """Every document the run scores: each dataset's held-out records (whole, not cut to
-        the scoring budget) and the extra scored documents."""
-        texts = list(self.scored_documents)
-        for d, ds in enumerate(self.source.datasets):
-            keys = self.source.heldout_records(d)
-            if len(keys):
-                texts += ds.read_records(keys)
-        return texts
 
     def _auto_prefetch(self) -> int:
         """Chunks per lane to keep in flight: a whole step's worth plus one, so the workers
@@ -486,14 +457,11 @@ class Pipeline:
         version for a shard read by range, marked ``"identity": "remote-version"``.
         ``since``: per dataset, how many reads a caller has already seen (it gets only the
         later ones)."""
-        read: dict[str, dict[str, dict[str, str]]] = {}
-        for ds in self.source.datasets:
-            fingerprints = ds.read_shard_fingerprints((since or {}).get(ds.name, 0))
-            if fingerprints:
-                read[ds.name] = {
-                    str(s): _shard_read_entry(ds, s, sha) for s, sha in sorted(fingerprints.items())
-                }
-        return read
+        read = {
+            ds.name: ds.read_shard_entries((since or {}).get(ds.name, 0))
+            for ds in self.source.datasets
+        }
+        return {name: entries for name, entries in read.items() if entries}
 
     def stats(self) -> dict[str, Any]:
         """Counters per stage (records, tokens, bytes, busy/wait seconds), label tokens per
@@ -521,20 +489,6 @@ class Pipeline:
     def _check_not_started(self) -> None:
         if self._started:
             raise ConfigError("the pipeline has started; configure it before iterating")
-
-
-def _file_name(shard: object) -> str:
-    """The last component of a shard's path or URL."""
-    return str(shard).rstrip("/").rsplit("/", 1)[-1]
-
-
-def _shard_read_entry(dataset: Dataset, shard: int, fingerprint: str) -> dict[str, str]:
-    """A run's record of one shard read; content identities keep the entry they always had."""
-    entry = {"file": _file_name(dataset.shards[shard]), "sha256": fingerprint}
-    identity = dataset.shard_identity(shard)
-    if identity is not ShardIdentity.CONTENT:
-        entry["identity"] = str(identity)
-    return entry
 
 
 def _require_setting(condition: bool, message: str) -> None:

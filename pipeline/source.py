@@ -77,10 +77,22 @@ class WorkSource:
         holdout_docs: int = 64,
         order: OrderVersion | str = OrderVersion.V2,
         shard_window: int = _DEFAULT_SHARD_WINDOW,
+        eval_sets: Sequence[Dataset] = (),
     ) -> None:
         if not datasets:
             raise ConfigError("WorkSource needs at least one Dataset.")
         names = [ds.name for ds in datasets]
+        clashing = sorted({e.name for e in eval_sets} & set(names))
+        if clashing:
+            raise ConfigError(
+                f"evaluation set(s) {clashing} have a training dataset's name; name them apart "
+                "(scores are reported by name)"
+            )
+        names_scored = names + [e.name for e in eval_sets]
+        if len(set(names_scored)) != len(names_scored):
+            raise ConfigError(
+                f"evaluation set names must be unique; got {names_scored[len(names) :]}"
+            )
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ConfigError(f"dataset names must be unique; repeated: {duplicates}")
@@ -98,6 +110,8 @@ class WorkSource:
         if not isinstance(shard_window, int) or shard_window < 1:
             raise ConfigError(f"shard_window must be an integer >= 1, got {shard_window!r}")
         self.datasets = list(datasets)
+        self.eval_sets = list(eval_sets)
+        """Fixed evaluation corpora: every record scored, none trained on."""
         self.phases = checked_phases(mixture, names)
         """``(until_tokens, Mixture)`` per phase; one phase without a bound for a plain mixture."""
         self.mixture = self.phases[0][1]
@@ -147,6 +161,11 @@ class WorkSource:
             "holdout_bytes": self.holdout_bytes,
             "holdout_docs": self.holdout_docs,
         }
+        if self.eval_sets:  # content, as order v1 fingerprints datasets (they are small)
+            contract["eval_sets"] = [
+                {"name": e.name, "fingerprint": e.fingerprint, "field": e.field}
+                for e in self.eval_sets
+            ]
         if len(self.phases) > 1:  # a plain mixture keeps the contract it always had
             contract["phases"] = [
                 {"until_tokens": until, "mixture": mixture.canonical()}
@@ -227,6 +246,26 @@ class WorkSource:
         return cut_to_budget(
             ds.read_records(self.heldout_records(dataset_index)), self.holdout_bytes
         )
+
+    def scored_documents(self) -> list[tuple[str, list[str]]]:
+        """What evaluation scores, by name: each dataset's held-out documents, then each
+        evaluation set's records, each cut to ``holdout_bytes`` in all."""
+        scored = [(ds.name, self.heldout_documents(d)) for d, ds in enumerate(self.datasets)]
+        for e in self.eval_sets:
+            scored.append(
+                (e.name, cut_to_budget(e.read_texts(range(e.num_records)), self.holdout_bytes))
+            )
+        return scored
+
+    def never_trained(self) -> list[str]:
+        """Every document evaluation scores, whole (not cut to the scoring budget): the
+        datasets' held-out records and the evaluation sets' records."""
+        texts = [t for e in self.eval_sets for t in e.read_texts(range(e.num_records))]
+        for d, ds in enumerate(self.datasets):
+            keys = self.heldout_records(d)
+            if len(keys):
+                texts += ds.read_records(keys)
+        return texts
 
     def training_records(self, dataset_index: int) -> np.ndarray:
         """Keys of every record training draws from (all but the held-out), sorted.

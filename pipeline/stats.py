@@ -59,6 +59,8 @@ class PipelineCounters:
     """Seconds the consumer waited for the latest micro-batch."""
     undelivered_at_end: int = 0
     """Sequences left in this rank's lanes when a finite plan ended."""
+    records_read: dict[str, int] = field(default_factory=dict)
+    """Records read per dataset, trained on or removed, counted as the lanes take them."""
     removed: dict[str, dict[str, int]] = field(default_factory=dict)
     """Records read but not trained on, per dataset and step that dropped them
     (``decontaminate``, a processing step's name), counted as the lanes take them."""
@@ -68,9 +70,14 @@ class PipelineCounters:
         return asdict(self)
 
     def count_removed(self, dataset: str, step: str) -> None:
-        """Count one record of ``dataset`` that ``step`` dropped."""
+        """Count one record of ``dataset`` read and dropped by ``step``."""
         by_step = self.removed.setdefault(dataset, {})
         by_step[step] = by_step.get(step, 0) + 1
+        self.count_read(dataset, 1)
+
+    def count_read(self, dataset: str, records: int) -> None:
+        """Count ``records`` records of ``dataset`` read."""
+        self.records_read[dataset] = self.records_read.get(dataset, 0) + records
 
     def count_step(self, sequences: Sequence[PackedSequence], datasets: Sequence[str]) -> None:
         """Count a step's sequences and label tokens per dataset (``datasets``: the names,

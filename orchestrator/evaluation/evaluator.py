@@ -311,8 +311,8 @@ class HeldOutEvaluator(Validator):
         source, tokenizer = self.attachment.source, self.attachment.tokenizer
         window = self.seq_len + 1
         inputs, labels, row_document, document_dataset, document_bytes = [], [], [], [], []
-        for d, _ in enumerate(source.datasets):
-            texts = source.heldout_documents(d)
+        scored = source.scored_documents()
+        for d, (_, texts) in enumerate(scored):
             for text, ids in zip(texts, tokenizer.encode_arrays(texts), strict=True):
                 doc = np.concatenate([[tokenizer.eos_id], ids.astype(np.int64)])
                 for start in range(0, len(doc) - 1, self.seq_len):
@@ -327,7 +327,7 @@ class HeldOutEvaluator(Validator):
                 document_dataset.append(d)
                 document_bytes.append(len(text.encode()))
         self._rows = _HeldOutRows(
-            names=[ds.name for ds in source.datasets],
+            names=[name for name, _ in scored],
             inputs=torch.from_numpy(np.stack(inputs)),
             labels=torch.from_numpy(np.stack(labels)),
             row_document=np.array(row_document, dtype=np.int64),

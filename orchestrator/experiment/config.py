@@ -55,6 +55,17 @@ class DataSection:
 
     datasets: dict[str, list[str]] = field(default_factory=dict)
     """Dataset name -> shard paths or globs (JSONL[.gz|.zst], Parquet, text)."""
+    compared: str = "mixture"
+    """What the variants differ in: ``mixture``, ``dataset:NAME`` (that dataset's version)
+    or ``processing`` (``process``); everything else is the data contract (docs/curation.md)."""
+    process: list[Any] = field(default_factory=list)
+    """Per-record filters and transforms before tokenizing, in order: a step's name
+    (``gopher_quality``), a user function (``mypkg.filters:keep``) or ``{step: length,
+    min_chars: 200, datasets: [web]}`` (docs/curation.md); the token shares hold on what
+    they keep."""
+    eval_sets: dict[str, list[str]] = field(default_factory=dict)
+    """Fixed evaluation corpora: name -> files or globs; every record scored like held-out
+    documents and never trained on, in any dataset (part of the data contract)."""
     mixture: dict[str, float] = field(default_factory=dict)
     """Token share per dataset (normalised); empty: equal shares."""
     phases: list[PhaseSection] = field(default_factory=list)

@@ -7,12 +7,13 @@ cannot drift from it. Design: docs/design/orchestrator_experiment.md.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.experiment.config import DataSection, ExperimentConfig
 from orchestrator.experiment.phases import compared_phase, pipeline_mixture, split_contract
+from orchestrator.experiment.variant_axis import parse_axis, split_varied, varied_identity
 from pipeline import Dataset, Pipeline, WorkSource, fingerprint, load_tokenizer
 
 
@@ -25,6 +26,9 @@ class Fingerprints:
     mixture: dict[str, str]
     contract_fingerprint: str
     variant: str
+    varied: dict[str, Any] = field(default_factory=dict)
+    """What the variant differs in besides the mixture (``data.compared``; empty for a
+    mixture: its variant is then what it always was)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -41,12 +45,18 @@ def fingerprints(config: ExperimentConfig, dp: int = 1) -> Fingerprints:
         contract["tokens_per_byte"] = {k: round(v, 6) for k, v in measured.items()}
     finally:
         pipeline.close()
+    paths = {name: [absolute(p) for p in globs] for name, globs in config.data.datasets.items()}
+    contract, varied = split_varied(contract, parse_axis(config.data.compared), paths)
     contract_fp = fingerprint(contract)
+    variant = {"contract": contract_fp, "mixture": mixture}
+    if varied:
+        variant["varied"] = varied_identity(varied)
     return Fingerprints(
         contract=contract,
         mixture=mixture,
         contract_fingerprint=contract_fp,
-        variant=fingerprint({"contract": contract_fp, "mixture": mixture}),
+        variant=fingerprint(variant),
+        varied=varied,
     )
 
 
@@ -74,6 +84,16 @@ def build_pipeline(
         )
         for name, paths in sorted(data.datasets.items())
     ]
+    eval_sets = [
+        Dataset(
+            name,
+            [absolute(p) for p in paths],
+            field=data.text_field,
+            cache_dir=data.cache_dir,
+            io_options=data.io_options,
+        )
+        for name, paths in sorted(data.eval_sets.items())
+    ]
     source = WorkSource(
         datasets,
         pipeline_mixture(data),
@@ -83,6 +103,7 @@ def build_pipeline(
         holdout_docs=data.holdout_docs,
         order=data.order,
         shard_window=data.shard_window,
+        eval_sets=eval_sets,
     )
     pipeline = (
         Pipeline(source)
@@ -94,6 +115,7 @@ def build_pipeline(
             runner=runner,
             prefetch_steps=prefetch_steps,
         )
+        .process(*data.process)
         .tokenize(data.tokenizer, data.text_field, tokenize_parallelism)
         .pack_flat(max_length=data.seq_len)
         .shuffle(data.shuffle_buffer, data.shuffle_seed)

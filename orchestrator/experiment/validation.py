@@ -19,8 +19,10 @@ from orchestrator.experiment.choices import (
 )
 from orchestrator.experiment.config import EvalSection, ExperimentConfig, TrainSection
 from orchestrator.experiment.phases import phase_problems
-from pipeline import ExhaustedPolicy, OrderVersion
+from orchestrator.experiment.variant_axis import AxisKind, parse_axis
+from pipeline import ConfigError, ExhaustedPolicy, OrderVersion
 from pipeline.io import credentials_problem
+from pipeline.processing import parse_chain
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -36,14 +38,8 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
     for name, paths in d.datasets.items():
         if not _NAME.fullmatch(name):
             problems.append(f"dataset name {name!r}: use letters, digits and _ . - only")
-        if not paths:
-            problems.append(f"data.datasets.{name} lists no files")
-        for pattern in paths:
-            if "://" in pattern:
-                url_problem = credentials_problem(pattern)
-                problems += [f"data.datasets.{name}: {url_problem}"] if url_problem else []
-            elif not glob.glob(os.path.expanduser(pattern), recursive=True):
-                problems.append(f"data.datasets.{name}: {pattern!r} matches no file")
+        problems += _files_problems(f"data.datasets.{name}", paths)
+    problems += _curation_problems(config)
     problems += _mixture_problems(d.mixture, sorted(d.datasets), "data.mixture")
     for k, phase in enumerate(d.phases):
         problems += _mixture_problems(phase.mixture, sorted(d.datasets), f"data.phases.{k}.mixture")
@@ -104,6 +100,56 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         problems += dp_problems(config, dp)
     if problems:
         raise ExperimentError(problems)
+
+
+def _files_problems(key: str, patterns: list[str]) -> list[str]:
+    """Why the files or globs at ``key`` name no data ([] if each matches a file or is a URL)."""
+    problems = [] if patterns else [f"{key} lists no files"]
+    for pattern in patterns:
+        if "://" in pattern:
+            url_problem = credentials_problem(pattern)
+            problems += [f"{key}: {url_problem}"] if url_problem else []
+        elif not glob.glob(os.path.expanduser(pattern), recursive=True):
+            problems.append(f"{key}: {pattern!r} matches no file")
+    return problems
+
+
+def _curation_problems(config: ExperimentConfig) -> list[str]:
+    """What is wrong with ``data.compared``, ``data.process`` and ``data.eval_sets``; a
+    comparison of dataset versions needs a yardstick that does not move with them."""
+    d, problems = config.data, []
+    for name, paths in d.eval_sets.items():
+        if not _NAME.fullmatch(name):
+            problems.append(f"eval set name {name!r}: use letters, digits and _ . - only")
+        if name in d.datasets:
+            problems.append(f"data.eval_sets.{name} has a training dataset's name: name it apart")
+        problems += _files_problems(f"data.eval_sets.{name}", paths)
+    if d.eval_sets and d.holdout_bytes == 0:
+        problems.append("data.eval_sets are scored within data.holdout_bytes: set it > 0")
+    try:
+        parse_chain(d.process, sorted(d.datasets))
+    except ConfigError as e:
+        problems.append(f"data.process: {e}")
+    try:
+        axis = parse_axis(d.compared)
+    except ValueError as e:
+        return [*problems, str(e)]
+    if axis.kind is AxisKind.DATASET:
+        if axis.dataset not in d.datasets:
+            problems.append(
+                f"data.compared={d.compared!r}: no dataset {axis.dataset!r}; use one of "
+                f"{sorted(d.datasets)}"
+            )
+        others = [n for n in d.datasets if n != axis.dataset]
+        fixed = d.eval_sets or config.eval.tasks or (others and d.holdout_bytes > 0)
+        if not fixed:
+            problems.append(
+                f"data.compared={d.compared!r}: the variants would be scored only on "
+                f"{axis.dataset!r}'s own held-out documents, which move with its version; give "
+                "a yardstick that does not: data.eval_sets, eval.tasks, or another dataset "
+                "(its held-out documents)"
+            )
+    return problems
 
 
 def _task_problems(eval_section: EvalSection) -> list[str]:

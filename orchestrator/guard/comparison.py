@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.evaluation import MetricScores
+from orchestrator.experiment.variant_axis import varied_label
 
 SEED_SETTINGS = {
     "data.seed": "seed",
@@ -56,6 +57,9 @@ class RefusalCode(StrEnum):
     SHARD_CHANGED = "shard_changed"
     """Two runs read different content for one shard of a dataset."""
 
+
+DECONTAMINATED = "decontaminate"
+"""The removal step of scored documents (:class:`pipeline.processing.StepKind`)."""
 
 HELD_OUT_SCORE = "held-out bits per byte (lower is better)"
 """:attr:`Comparison.score` unless a task is decided on."""
@@ -100,6 +104,28 @@ class RunSummary:
     """Task -> metric -> whether higher is better (lm-eval's flags, from ``eval.jsonl``)."""
     shards_read: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
     """Dataset -> shard index -> ``{"file", "sha256"}`` of every shard the run read."""
+    varied: dict[str, Any] = field(default_factory=dict)
+    """What its variant varies besides the mixture (``data.compared``): a dataset version or
+    the processing chain (:mod:`orchestrator.experiment.variant_axis`); empty: the mixture."""
+    records_read: dict[str, int] = field(default_factory=dict)
+    """Dataset -> records the run read (trained on or removed; ``steps.jsonl``)."""
+    removed: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Dataset -> step (``decontaminate``, a processing step) -> records it removed."""
+
+    @property
+    def label(self) -> str:
+        """Its variant as text: what it varies, then its mixture (:func:`mixture_label`)."""
+        varied = varied_label(self.varied)
+        return (
+            f"{varied} · {mixture_label(self.mixture)}" if varied else mixture_label(self.mixture)
+        )
+
+    def data_read(self) -> dict[str, dict[str, Any]]:
+        """Per dataset: records read and removed by step (what ``compare --json`` shows)."""
+        return {
+            d: {"records_read": self.records_read.get(d, 0), "removed": self.removed.get(d, {})}
+            for d in sorted(set(self.records_read) | set(self.removed))
+        }
 
     def with_scores(
         self, step: int, scores: dict[str, tuple[list[float], list[float]]]
@@ -167,7 +193,8 @@ class ComparisonRow:
     variant_id: str
     """The runs' variant under one seed block, else a hash of the variant across seeds."""
     mixture: str
-    """The mixture as canonical text (:func:`mixture_label`)."""
+    """The variant as text: what it varies (``data.compared``), then its mixture
+    (:attr:`RunSummary.label`)."""
     shares: dict[str, float]
     """Dataset -> its share of the mixture, by dataset name."""
     replicates: int
@@ -250,6 +277,8 @@ class Comparison:
     the comparison was asked to decide on some), or one ``task:NAME:METRIC``."""
     score: str = HELD_OUT_SCORE
     """What the aggregate ranked and decided on is (:mod:`orchestrator.guard.tasks`)."""
+    data_read: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """Run name -> :meth:`RunSummary.data_read`: what each run read and removed, per dataset."""
 
     @property
     def smallest_detectable(self) -> float | None:
@@ -267,6 +296,10 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         """The verdict as a JSON-serialisable dict."""
         best_row = self.best_row
+        decontaminated = {
+            run: {d: counts["removed"].get(DECONTAMINATED, 0) for d, counts in read.items()}
+            for run, read in self.data_read.items()
+        }
         return {
             "accepted": self.accepted,
             "verdict": "accepted" if self.accepted else "refused",
@@ -286,4 +319,6 @@ class Comparison:
             "decided_on": self.decided_on,
             "score": self.score,
             "best": best_row.variant if best_row else None,
+            "data_read": self.data_read,
+            "decontaminated": decontaminated,
         }

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from orchestrator.guard.comparison import HELD_OUT_SCORE, SHORT, Comparison, ComparisonRow
+from orchestrator.guard.comparison import (
+    DECONTAMINATED,
+    HELD_OUT_SCORE,
+    SHORT,
+    Comparison,
+    ComparisonRow,
+)
 from orchestrator.guard.decisions import Family
 
 _NUMERIC_COLUMNS = ("rank", "n", "seeds", "± docs", "vs best", "dp range", "std")
@@ -33,6 +39,7 @@ def comparison_markdown(comparison: Comparison) -> str:
     ]
     lines += [_table_line(row, comparison.domains) for row in comparison.rows]
     lines += _gains_lines(comparison)
+    lines += _data_read_lines(comparison)
     lines += ["", *_decisions_lines(comparison), "", _checked_paragraph(comparison)]
     return "\n".join(lines) + "\n"
 
@@ -58,6 +65,35 @@ def _gains_lines(comparison: Comparison) -> list[str]:
             for d in comparison.domains
         ]
         lines.append(f"| `{row.variant}` {row.mixture} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _data_read_lines(comparison: Comparison) -> list[str]:
+    """What each run read and removed per dataset: the processing steps' drops and the
+    scored documents removed from training (``decontaminate``); [] when no run recorded it."""
+    if not comparison.data_read:
+        return []
+    lines = [
+        "",
+        "### Data read per run",
+        "",
+        "Records read per dataset over the run's steps (a resume replays at most a flush window) and "
+        "what was removed before training: by a processing step, or as a scored document "
+        "(`decontaminate`).",
+        "",
+        "| run | dataset | records read | removed | decontaminated |",
+        "|---|---|---:|---|---:|",
+    ]
+    for run, datasets in comparison.data_read.items():
+        for dataset, counts in datasets.items():
+            removed = counts["removed"]
+            steps = ", ".join(
+                f"{step} {n}" for step, n in sorted(removed.items()) if step != DECONTAMINATED
+            )
+            lines.append(
+                f"| {run} | {dataset} | {counts['records_read']} | {steps or '-'} | "
+                f"{removed.get(DECONTAMINATED, 0)} |"
+            )
     return lines
 
 

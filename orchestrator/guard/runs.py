@@ -94,9 +94,17 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
             if "step" in r and r.get("global_digest")
         }
         shards_read: dict[str, dict[str, dict[str, str]]] = {}
+        records_read: dict[str, int] = {}
+        removed: dict[str, dict[str, int]] = {}
         for record in steps:
             for name, shards in (record.get("shards_read") or {}).items():
                 shards_read.setdefault(str(name), {}).update(shards)
+            for name, count in (record.get("records_read") or {}).items():
+                records_read[name] = records_read.get(name, 0) + int(count)
+            for name, by_step in (record.get("removed") or {}).items():
+                totals = removed.setdefault(name, {})
+                for step_name, count in by_step.items():
+                    totals[step_name] = totals.get(step_name, 0) + int(count)
         evals: dict[int, dict[str, float]] = {}
         documents: dict[int, dict[str, dict[str, list[float]]]] = {}
         held_out: dict[int, dict[str, MetricScores]] = {}
@@ -149,6 +157,9 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 parameters=experiment.get("parameters"),
                 folder=tags.get(TAG_RUN_FOLDER, ""),
                 shards_read=shards_read,
+                varied=dict(experiment.get("varied") or {}),
+                records_read=records_read,
+                removed=removed,
             )
         )
     return summaries

@@ -22,7 +22,6 @@ from orchestrator.guard.comparison import (
     Comparison,
     ComparisonRow,
     RunSummary,
-    mixture_label,
     ordered_runs,
 )
 from orchestrator.guard.held_out_metrics import metric_choice, with_metric_scores
@@ -63,8 +62,8 @@ class _ScoredVariant:
 
     @property
     def mixture(self) -> str:
-        """Its mixture as canonical text (:func:`mixture_label`)."""
-        return mixture_label(self.runs[0].mixture)
+        """Its variant as text (:attr:`RunSummary.label`)."""
+        return self.runs[0].label
 
     def to_row(self, *, rank: int, vs_best: float, tier: int, best: bool) -> ComparisonRow:
         """Its row in the table, once ranked (``vs_best``: its difference to the first row)."""
@@ -226,6 +225,7 @@ def compare(
         family=str(family),
         decided_on=chosen,
         score=score,
+        data_read={r.name: r.data_read() for r in ordered_runs(runs) if r.data_read()},
     )
 
 

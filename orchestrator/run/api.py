@@ -313,6 +313,7 @@ def _resumed_plan(folder: RunFolder, config: ExperimentConfig, dp: int | None) -
             mixture=record.get("mixture", {}),
             contract_fingerprint=record["contract_fingerprint"],
             variant=record["variant"],
+            varied=record.get("varied", {}),
         ),
         recipe=recipe_of(config),
         init_path=None if init is None else Path(init.path),

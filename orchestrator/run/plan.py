@@ -112,6 +112,7 @@ class RunPlan:
             "contract": self.contract,
             "contract_fingerprint": self.contract_fingerprint,
             "variant": self.variant,
+            **({"varied": self.fingerprints.varied} if self.fingerprints.varied else {}),
             **self.recipe.to_dict(),
             "init_checkpoint": None if self.init_path is None else str(self.init_path),
             "command": self.command,

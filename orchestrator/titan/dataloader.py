@@ -130,6 +130,7 @@ class ZephonDataLoader(BaseDataLoader):
         self._log_started = False
         self._wait_seen = 0.0
         self._shards_recorded: dict[str, int] = {}  # per dataset: shard reads recorded
+        self._reading = ReadingCounts()
 
     def attach(self, link: TrainerLink) -> None:
         """Connect to the trainer; required before iterating (``ZephonTrainer`` does it)."""
@@ -208,9 +209,11 @@ class ZephonDataLoader(BaseDataLoader):
 
     def _finish_step(self, step: int, global_digest: str, tokens: int, link: TrainerLink) -> None:
         """Log the step that was just handed over in full (all ranks take part)."""
-        waited = self.pipeline.stats()["consumer_wait_s"]
+        stats = self.pipeline.stats()
+        waited = stats["consumer_wait_s"]
         new_shards = self._shards_read_since_last_step()
-        count = sum(len(shards) for shards in new_shards.values())
+        reading = self._reading.since_last_step(stats)
+        count = sum(len(shards) for shards in new_shards.values()) + len(reading)
         tokens, wait_s, count = link.group.gather_counts(tokens, waited - self._wait_seen, count)
         self._wait_seen = waited
         fingerprint = self._chain.update(global_digest)
@@ -222,12 +225,15 @@ class ZephonDataLoader(BaseDataLoader):
             "data_wait_s": round(wait_s, 6),
             "dp_size": self.dp_world_size,
         }
-        if count:  # the content of every shard read, once per run segment, for the guard
+        if count:  # shards read (once per segment) and records read and removed, all ranks
             merged: dict[str, dict[str, Any]] = {}
-            for rank_shards in link.group.gather_objects(new_shards):
+            gathered = link.group.gather_objects((new_shards, reading))
+            for rank_shards, _ in gathered:
                 for name, shards in rank_shards.items():
                     merged.setdefault(name, {}).update(shards)
-            record["shards_read"] = {name: dict(sorted(s.items())) for name, s in merged.items()}
+            if merged:
+                record["shards_read"] = {n: dict(sorted(s.items())) for n, s in merged.items()}
+            record.update(ReadingCounts.merged([r for _, r in gathered]))
         link.steps.write(record)
         link.metrics.log({"zephon/tokens": tokens, "zephon/data_wait_s": wait_s}, step)
 
@@ -277,6 +283,39 @@ class ZephonDataLoader(BaseDataLoader):
     def close(self) -> None:
         """Stop the pipeline's workers."""
         self.pipeline.close()
+
+
+class ReadingCounts:
+    """What a rank read and removed since the step before: the ``records_read`` and
+    ``removed`` of a step's record (``steps.jsonl``), per dataset, summed over ranks."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+
+    def since_last_step(self, stats: dict[str, Any]) -> dict[str, int]:
+        """``{"records_read/<dataset>": n, "removed/<dataset>/<step>": n}`` since the last call."""
+        now = {f"records_read/{d}": n for d, n in stats["records_read"].items()}
+        for dataset, by_step in stats["removed"].items():
+            now.update({f"removed/{dataset}/{step}": n for step, n in by_step.items()})
+        delta = {k: n - self._seen.get(k, 0) for k, n in now.items() if n != self._seen.get(k, 0)}
+        self._seen = now
+        return delta
+
+    @staticmethod
+    def merged(ranks: list[dict[str, int]]) -> dict[str, Any]:
+        """The ranks' counts as a step record's ``records_read`` and ``removed`` (absent: 0)."""
+        total: dict[str, int] = {}
+        for counts in ranks:
+            for key, n in counts.items():
+                total[key] = total.get(key, 0) + n
+        record: dict[str, Any] = {}
+        for key, n in sorted(total.items()):
+            kind, dataset, *step = key.split("/")
+            if kind == "records_read":
+                record.setdefault("records_read", {})[dataset] = n
+            else:
+                record.setdefault("removed", {}).setdefault(dataset, {})[step[0]] = n
+        return record
 
 
 def build_pipeline(

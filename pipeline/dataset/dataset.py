@@ -220,6 +220,20 @@ class Dataset:
         from the ``start``-th read on (a caller that records them as they come)."""
         return {s: self._index_of(s).fingerprint for s in self._read_order[start:]}
 
+    def read_shard_entries(self, start: int = 0) -> dict[str, dict[str, str]]:
+        """A run's record of the shards read (:meth:`read_shard_fingerprints`), by shard
+        index: each one's file name and SHA-256, marked ``"identity": "remote-version"``
+        where the hash is of a remote version (content identities keep the entry they always
+        had)."""
+        entries = {}
+        for s, sha in sorted(self.read_shard_fingerprints(start).items()):
+            entry = {"file": str(self.shards[s]).rstrip("/").rsplit("/", 1)[-1], "sha256": sha}
+            identity = self.shard_identity(s)
+            if identity is not ShardIdentity.CONTENT:
+                entry["identity"] = str(identity)
+            entries[str(s)] = entry
+        return entries
+
     def record_text_bytes(self, keys: np.ndarray | Sequence[int]) -> np.ndarray:
         """UTF-8 byte length of the text of each record key (int64)."""
         shards, rows = split_record_keys(keys)

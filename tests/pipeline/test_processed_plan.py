@@ -129,11 +129,13 @@ def test_a_planted_eval_document_is_never_trained_on(tmp_path: Path, process: li
     planted = "planted eval doc: the quick brown fox jumps over the lazy dog. " * 5
     copies = [planted, planted.upper(), planted.replace(" ", "\n"), planted, "  " + planted]
     datasets = web_and_code(tmp_path, exhausted="stop", extra=copies)
-    source = WorkSource(datasets, {"web": 0.5, "code": 0.5}, seed=1, chunk_tokens=128)
+    eval_set = Dataset("fixed", [str(write_jsonl(tmp_path / "eval.jsonl", [planted, "other"]))])
+    source = WorkSource(
+        datasets, {"web": 0.5, "code": 0.5}, seed=1, chunk_tokens=128, eval_sets=[eval_set]
+    )
     pipeline = make_pipeline(
-        source, lanes=LANES, global_batch_size=8, process=process, scored=[planted],
-        shuffle_buffer=0,
-    )  # fmt: skip
+        source, lanes=LANES, global_batch_size=8, process=process, shuffle_buffer=0
+    )
     with pytest.warns(UserWarning, match="data exhausted"):
         batches = [b.tokens() for b in pipeline]
     rows = [row.casefold() for row in _decoded(batches)]

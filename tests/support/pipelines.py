@@ -24,7 +24,6 @@ def make_pipeline(
     prefetch: int = 0,
     prefetch_steps: int = 2,
     process: Sequence[Any] = (),
-    scored: Sequence[str] = (),
 ) -> Pipeline:
     """A small pipeline over ``source``; micro-batch defaults to the whole local batch."""
     local = global_batch_size // dp_size
@@ -40,7 +39,6 @@ def make_pipeline(
             prefetch_steps=prefetch_steps,
         )
         .process(*process)
-        .score_documents(scored)
         .tokenize(tokenizer_id="gpt2", field="text", parallelism=parallelism)
         .pack_flat(max_length=max_length, algorithm="wrap")
         .shuffle(buffer_size=shuffle_buffer, seed=3)

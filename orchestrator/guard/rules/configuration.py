@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator.experiment.variant_axis import AXIS_FIELD, parse_axis
 from orchestrator.guard.comparison import SHORT, Refusal, RefusalCode, RunSummary
 from orchestrator.guard.rules.variants import contract_fields
 
@@ -28,14 +29,16 @@ def contract_mismatch_refusal(
         fixes = ", ".join(f"{k}={_field_value_text(v[a])}" for k, v in list(fields.items())[:3])
         more = f" (and {len(fields) - 3} more fields)" if len(fields) > 3 else ""
         same = "variant" if ref.variant == run.variant else "comparison"
+        settings = sorted({experiment_setting(key) for key in fields})
         return Refusal(
             RefusalCode.CONTRACT_MISMATCH,
-            f"{a} and {b} differ in more than the mixture — {parts}.{_staged_note(fields)} "
-            f"Scores of this {same} would mix up the mixture's effect with these changes; "
+            f"{a} and {b} differ in more than {_compared_text(ref)} — in "
+            f"{', '.join(settings)}: {parts}.{_staged_note(fields)}{_axis_hint(settings)} "
+            f"Scores of this {same} would mix up the variants' effect with these changes; "
             "compare runs with the same contract fingerprint, or re-run "
             f"{b} with {fixes}{more}.",
             [ref.run_id, run.run_id],
-            {"fields": fields},
+            {"fields": fields, "settings": settings},
         )
     if ref.contract_fingerprint != run.contract_fingerprint and ref.seed == run.seed:
         ca, cb = ref.contract_fingerprint[:SHORT], run.contract_fingerprint[:SHORT]
@@ -100,6 +103,40 @@ def init_mismatch_refusal(
         [ref.run_id, run.run_id],
         {"fields": {"init_sha256": {a: ref.init_sha256, b: run.init_sha256}}},
     )
+
+
+_SETTINGS = {"eval_sets": "data.eval_sets", "process": "data.process", AXIS_FIELD: "data.compared"}
+
+
+def experiment_setting(field: str) -> str:
+    """The experiment setting a dotted contract field comes from: ``datasets.web.fingerprint``
+    and ``tokens_per_byte.web`` -> ``data.datasets.web``, ``process.steps.0.step`` ->
+    ``data.process``; other fields as ``data.<field>``."""
+    parts = field.split(".")
+    if parts[0] in ("datasets", "tokens_per_byte") and len(parts) > 1:
+        return f"data.datasets.{parts[1]}"
+    return _SETTINGS.get(parts[0], f"data.{field}")
+
+
+def _compared_text(run: RunSummary) -> str:
+    """What the runs may differ in: the mixture, and the declared axis's setting."""
+    axis = run.contract.get(AXIS_FIELD)
+    setting = None if axis is None else parse_axis(str(axis)).setting
+    return "the mixture" if setting is None else f"the mixture and {setting}"
+
+
+def _axis_hint(settings: list[str]) -> str:
+    """How to declare that variants differ in a dataset's version or in the processing."""
+    for setting in settings:
+        if setting.startswith("data.datasets."):
+            name = setting.removeprefix("data.datasets.")
+            return (
+                f" If the variants are versions of dataset {name!r} (raw and filtered), declare "
+                f"data.compared=dataset:{name} and give a fixed yardstick (data.eval_sets)."
+            )
+        if setting == "data.process":
+            return " If the variants are processing chains, declare data.compared=processing."
+    return ""
 
 
 def _staged_note(fields: dict[str, dict[str, Any]]) -> str:

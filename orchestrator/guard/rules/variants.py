@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator.experiment.variant_axis import varied_identity
 from orchestrator.guard.comparison import (
     SEED_FIELDS,
     Refusal,
@@ -41,9 +42,15 @@ def contract_fields(contract: dict[str, Any], ignore: tuple[str, ...] = ()) -> d
 
 
 def arm_key(run: RunSummary) -> str:
-    """What a variant is across seeds: its contract but for the seeds, and its mixture."""
+    """What a variant is across seeds: its contract but for the seeds, its mixture and what
+    else it varies (``data.compared``)."""
     return json.dumps(
-        [contract_fields(run.contract, SEED_FIELDS), mixture_label(run.mixture)], sort_keys=True
+        [
+            contract_fields(run.contract, SEED_FIELDS),
+            mixture_label(run.mixture),
+            varied_identity(run.varied),
+        ],
+        sort_keys=True,
     )
 
 
@@ -79,10 +86,7 @@ def seed_design(runs: list[RunSummary]) -> tuple[bool, Refusal | None]:
     incomplete = {arm: bs for arm, bs in blocks.items() if bs != every}
     if not incomplete:
         return True, None
-    missing = {
-        mixture_label(arms[arm][0].mixture): sorted(set(every) - set(bs))
-        for arm, bs in incomplete.items()
-    }
+    missing = {arms[arm][0].label: sorted(set(every) - set(bs)) for arm, bs in incomplete.items()}
     listed = "; ".join(f"{mix} lacks {', '.join(seeds)}" for mix, seeds in missing.items())
     return True, Refusal(
         RefusalCode.UNPAIRED_SEEDS,

@@ -105,7 +105,16 @@ def init_mismatch_refusal(
     )
 
 
-_SETTINGS = {"eval_sets": "data.eval_sets", "process": "data.process", AXIS_FIELD: "data.compared"}
+_SETTINGS = {
+    "eval_sets": "data.eval_sets",
+    "process": "data.process",
+    AXIS_FIELD: "data.compared",
+    "max_length": "data.seq_len",
+    "shuffle.seed": "data.shuffle_seed",
+    "shuffle.buffer_size": "data.shuffle_buffer",
+    "order.version": "data.order",
+}
+"""Contract fields whose experiment setting has another name."""
 
 
 def experiment_setting(field: str) -> str:
@@ -115,7 +124,7 @@ def experiment_setting(field: str) -> str:
     parts = field.split(".")
     if parts[0] in ("datasets", "tokens_per_byte") and len(parts) > 1:
         return f"data.datasets.{parts[1]}"
-    return _SETTINGS.get(parts[0], f"data.{field}")
+    return _SETTINGS.get(field) or _SETTINGS.get(parts[0]) or f"data.{parts[0]}"
 
 
 def _compared_text(run: RunSummary) -> str:

@@ -18,8 +18,7 @@ has its version, not in the contract, in ``experiment.json``'s ``varied``
 (``{"data.datasets.NAME": {fingerprint, field, exhausted, tokens_per_byte, paths}}``): its
 input is that version.
 
-Evaluation corpora (``data.eval_sets`` or ``eval.sets``: ``{NAME: [globs]}``, when the
-experiment has them) are inputs with context ``evaluation``, their digest their fingerprint
+Evaluation corpora (``data.eval_sets``: ``{NAME: [globs]}``, when the experiment has them) are inputs with context ``evaluation``, their digest their fingerprint
 in the contract's ``eval_sets``, else a hash of their name and paths. Everything here is
 plain data read from the run folder's records;
 :class:`~orchestrator.tracking.tracker.Tracker` sends it (MLflow imported there).
@@ -33,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.tracking.names import run_display_name
 from orchestrator.tracking.store import load_mlflow
 
 if TYPE_CHECKING:  # annotations only; load_mlflow() imports MLflow at run time
@@ -132,15 +133,11 @@ def training_inputs(
 def evaluation_inputs(
     experiment: Mapping[str, Any], paths: Mapping[str, Sequence[str]] | None = None
 ) -> list[InputRecord]:
-    """The evaluation corpora of an ``experiment.json`` record: ``data.eval_sets`` and
-    ``eval.sets`` (``{NAME: [globs]}``; none while the experiment has neither), each with
-    its fingerprint in the contract's ``eval_sets`` if there; ``paths`` (the data spec's
-    ``eval_sets``, local paths absolute) before the experiment's own."""
-    config = experiment.get("config") or {}
-    sets = {
-        **((config.get("eval") or {}).get("sets") or {}),
-        **((config.get("data") or {}).get("eval_sets") or {}),
-    }
+    """The evaluation corpora of an ``experiment.json`` record: ``data.eval_sets``
+    (``{NAME: [globs]}``), each with its fingerprint in the contract's ``eval_sets``;
+    ``paths`` (the data spec's ``eval_sets``, local paths absolute) before the experiment's
+    own."""
+    sets = ((experiment.get("config") or {}).get("data") or {}).get("eval_sets") or {}
     fingerprints = {
         str(e.get("name")): e.get("fingerprint")
         for e in (experiment.get("contract") or {}).get("eval_sets") or []
@@ -163,6 +160,34 @@ def evaluation_input(
     profile = {"fingerprint": fingerprint} if fingerprint else {}
     digest = fingerprint or _paths_digest(name, shards)
     return _record(name, digest, shards, profile, EVALUATION)
+
+
+def folder_display_name(folder: RunFolder) -> str:
+    """The MLflow run name of ``folder``: :func:`run_display_name` of its records, the dp
+    size its first segment started on; the folder's name if it has no ``experiment.json``."""
+    if not folder.exists():
+        return folder.name
+    segments = [s for s in folder.state().get("segments") or [] if "dp_size" in s]
+    dp = segments[0]["dp_size"] if segments else None
+    return run_display_name(folder.experiment(), dp=dp)
+
+
+def folder_inputs(folder: RunFolder) -> list[InputRecord]:
+    """The dataset inputs of ``folder``: its training datasets and evaluation sets (shard
+    paths from its data spec, local paths absolute, else from ``experiment.json``)."""
+    if not folder.exists():
+        return []
+    experiment = folder.experiment()
+    try:
+        spec = json.loads(folder.data_spec_path.read_text())
+    except (OSError, ValueError):  # none yet, or not readable: experiment.json's paths
+        spec = {}
+    spec = spec if isinstance(spec, dict) else {}
+    paths, eval_paths = (spec.get(key) for key in ("datasets", "eval_sets"))
+    return [
+        *training_inputs(experiment, paths if isinstance(paths, dict) else None),
+        *evaluation_inputs(experiment, eval_paths if isinstance(eval_paths, dict) else None),
+    ]
 
 
 def _record(

@@ -112,14 +112,12 @@ MAX_RUN_NAME = 250
 """MLflow's run name column holds 250 characters (PostgreSQL enforces it; SQLite does not)."""
 
 
-def run_display_name(
-    experiment: Mapping[str, Any], *, dp: int | None = None, label: str | None = None
-) -> str:
+def run_display_name(experiment: Mapping[str, Any], *, dp: int | None = None) -> str:
     """The MLflow run name of a training run: what it varies, not when it started.
 
-    ``<experiment name>-<label>-s<seed>-dp<dp>`` from its ``experiment.json`` record, e.g.
-    ``main-code0.50-docs0.30-unicode0.20-s0-dp2``. ``label`` names the variant (default:
-    :func:`variant_label`, the mixture and any compared dataset version); the seed is the
+    ``<experiment name>-<variant>-s<seed>-dp<dp>`` from its ``experiment.json`` record, e.g.
+    ``main-code0.50-docs0.30-unicode0.20-s0-dp2``: the variant is :func:`variant_label` (the
+    mixture and any compared dataset version); the seed is the
     one seed a replicate sets (``data.seed``, ``data.shuffle_seed``, ``train.seed``), or all
     three as ``s<data>.<shuffle>.<train>`` where they differ; ``dp`` is the data-parallel
     size the run started on. Parts the record lacks are left out; a name longer than
@@ -130,7 +128,7 @@ def run_display_name(
     """
     config = experiment.get("config") or {}
     data, train = config.get("data") or {}, config.get("train") or {}
-    variant = label if label is not None else variant_label(experiment)
+    variant = variant_label(experiment)
     tail = []
     seeds = [s.get(k) for s, k in ((data, "seed"), (data, "shuffle_seed"), (train, "seed"))]
     if all(seed is not None for seed in seeds):

@@ -7,10 +7,8 @@ Params, tags, dataset inputs, metrics and artifacts, sent from the run folder (s
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +22,7 @@ from orchestrator.experiment.runfolder import (
     RunFolder,
     RunStatus,
 )
-from orchestrator.tracking.inputs import (
-    InputRecord,
-    evaluation_input,
-    evaluation_inputs,
-    training_inputs,
-)
+from orchestrator.tracking.inputs import InputRecord, folder_display_name, folder_inputs
 from orchestrator.tracking.mlflow_status import ENDED, MLFLOW_STATUS, MlflowStatus
 from orchestrator.tracking.names import (
     ARTIFACT_EVAL,
@@ -48,7 +41,6 @@ from orchestrator.tracking.names import (
     TAG_STEPS,
     flatten,
     metric_key,
-    run_display_name,
 )
 from orchestrator.tracking.provenance import recorded_precision, run_parent, run_start_tags
 from orchestrator.tracking.reading import StoredRun, download_run
@@ -92,43 +84,8 @@ class Tracker:
     ``finish`` at the end. Every method raises :class:`TrackingUnavailable` when the
     store cannot be reached, leaving ``run.json`` so that a later call resumes.
 
-    Design decision: the run folder is the durable buffer
-    -----------------------------------------------------
-    Training never writes to MLflow directly. It writes the JSONL files of its run
-    folder (``titan/zephon/steps.jsonl``, ``metrics.jsonl``, ``eval.jsonl``, see
-    :mod:`orchestrator.experiment.runfolder`), line by line and crash-safe, and the
-    tracker *copies* what is new in them to MLflow. ``run.json`` keeps a cursor of what was
-    sent (``"tracking": {"metrics_step": <last step sent>, "eval_step": <last eval
-    step sent>}``), advanced only after MLflow accepted the batch that carried those
-    steps. So:
-
-    * Before launch, :func:`~orchestrator.tracking.uris.check_tracking` fails fast with a
-      clear error when the tracking server cannot be reached, unless the user opted in to
-      offline training (``tracking.offline_ok=true``; the caller decides, not this module).
-    * If the server goes away *during* training, :meth:`Tracker.sync` raises
-      :class:`TrackingUnavailable` quickly (an HTTP server is pinged before each
-      sync) without advancing the cursor; the caller warns once and keeps training,
-      retrying later. Nothing is lost: the lines stay in the run folder.
-    * The final :meth:`Tracker.finish`, or ``zephon sync <run folder>``
-      (:func:`sync_folder`) later, sends everything not yet sent, exactly once: the
-      cursor makes every sync idempotent and incremental. MLflow keeps every point
-      logged, so sending a step twice would duplicate it; the cursor prevents that.
-    * Even the MLflow run itself can be created late: :meth:`Tracker.start` records
-      the tracking URI, experiment and tags in ``run.json`` *before* contacting the
-      server, so a run trained fully offline is created by its first successful sync.
-
-    A step is sent whole, once its metrics are in: while training runs (``final=False``)
-    steps after the newest step with a loss in ``metrics.jsonl`` are held back, because
-    a step's data line is written when its data is handed over, before the step's
-    loss exists. ``final=True`` (the final sync of a run that succeeded) sends
-    everything; a run that failed or was interrupted keeps its loss-less last step
-    pending, since a resume trains it again. A resumed run continues the same
-    MLflow run; steps redone after the resume that were already sent keep their
-    first value (one point per step).
-
-    Residual window: if the process dies after MLflow accepted a batch but before
-    ``run.json`` recorded it, the next sync resends that one batch (at most 1000
-    points). MLflow offers no idempotent metric write to close it.
+    Why the run folder is the buffer, and what a sync guarantees:
+    docs/design/orchestrator_tracking.md.
     """
 
     def __init__(self, uri: str, experiment: str = "zephon") -> None:
@@ -155,16 +112,14 @@ class Tracker:
         *,
         tags: dict[str, str] | None = None,
         parent_run_id: str | None = None,
-        label: str | None = None,
     ) -> str:
         """Create (or, on a resume, reopen) the MLflow run of ``folder``; return its id.
 
         The run is named by what it varies (:func:`run_display_name`: experiment name,
-        mixture, or ``label`` instead of it, seed and dp size; the run folder keeps its own
-        name) and gets :func:`run_start_tags`, :func:`run_parent` and the folder's datasets
+        mixture or dataset version, seed and dp size; the run folder keeps its own name) and gets :func:`run_start_tags`, :func:`run_parent` and the folder's datasets
         as dataset inputs (:mod:`.inputs`): what a run created later by ``zephon sync`` gets
         too; ``tags`` and ``parent_run_id`` add to or replace them. The URI, experiment,
-        ``tags``, ``parent_run_id`` and ``label`` are written to ``run.json`` first, so if
+        ``tags`` and ``parent_run_id`` are written to ``run.json`` first, so if
         the store is unreachable (:class:`TrackingUnavailable`) a later :meth:`sync` or
         ``zephon sync`` can still create the run. A ``run.json`` that already names an
         MLflow run found in this store reuses it and marks it RUNNING again; one not found
@@ -175,7 +130,6 @@ class Tracker:
         tracking = dict(state.get("tracking") or {})
         tracking["tags"] = dict(tags or {})
         tracking["parent_run_id"] = parent_run_id
-        tracking["label"] = label
         folder.update_state(
             tracking_uri=self.uri, mlflow_experiment=self.experiment, tracking=tracking
         )
@@ -202,14 +156,13 @@ class Tracker:
                         self.uri,
                     )
                 run_id = self.new_run(
-                    _display_name(folder, tracking.get("label")),
+                    folder_display_name(folder),
                     kind="run",
                     parent_run_id=tracking.get("parent_run_id") or run_parent(folder),
                 )
                 tracking = {
                     "tags": tracking.get("tags") or {},
                     "parent_run_id": tracking.get("parent_run_id"),
-                    "label": tracking.get("label"),
                 }
                 folder.update_state(
                     mlflow_run_id=run_id,
@@ -228,7 +181,7 @@ class Tracker:
                 tracking["params_logged"] = True
                 folder.update_state(tracking=tracking)
             if reopen or not tracking.get("inputs_logged"):
-                self._log_inputs(run_id, _folder_inputs(folder), run)
+                self._log_inputs(run_id, folder_inputs(folder), run)
                 tracking["inputs_logged"] = True
                 folder.update_state(tracking=tracking)
         return run_id
@@ -356,22 +309,6 @@ class Tracker:
             if logged[key] != params.pop(key):
                 _log.warning("MLflow param %s of run %s differs from %s; kept", key, run_id, folder)
         log_params(self.client, run_id, params)
-
-    def log_evaluation_set(
-        self,
-        run_id: str,
-        name: str,
-        paths: str | Sequence[str],
-        *,
-        fingerprint: str | None = None,
-    ) -> bool:
-        """Log the evaluation corpus ``name`` (read from ``paths``) as a dataset input of
-        the run ``run_id``, context ``evaluation``; its digest ``fingerprint`` if given,
-        else a hash of its name and paths. Return False if the run has it already (sent
-        once). A run folder's own evaluation sets are logged with its training datasets."""
-        record = evaluation_input(name, paths, fingerprint)
-        with mlflow_errors(self.uri, f"logging evaluation set {name} to MLflow run {run_id}"):
-            return bool(self._log_inputs(run_id, [record], self.client.get_run(run_id)))
 
     def _log_inputs(self, run_id: str, records: list[InputRecord], run: Any) -> list[InputRecord]:
         """Log the ``records`` that ``run`` (the run ``run_id`` as read; None: just created)
@@ -524,34 +461,6 @@ class Tracker:
             if self.client.get_run(run_id).info.status != MLFLOW_STATUS[status]:
                 self.client.set_terminated(run_id, status=MLFLOW_STATUS[status])
         return counts
-
-
-def _display_name(folder: RunFolder, label: str | None) -> str:
-    """The MLflow run name of ``folder``: :func:`run_display_name` of its records, the dp
-    size its first segment started on; the folder's name if it has no ``experiment.json``."""
-    if not folder.exists():
-        return folder.name
-    segments = [s for s in folder.state().get("segments") or [] if "dp_size" in s]
-    dp = segments[0]["dp_size"] if segments else None
-    return run_display_name(folder.experiment(), dp=dp, label=label)
-
-
-def _folder_inputs(folder: RunFolder) -> list[InputRecord]:
-    """The dataset inputs of ``folder``: its training datasets and evaluation sets (shard
-    paths from its data spec, local paths absolute, else from ``experiment.json``)."""
-    if not folder.exists():
-        return []
-    experiment = folder.experiment()
-    try:
-        spec = json.loads(folder.data_spec_path.read_text())
-    except (OSError, ValueError):  # none yet, or not readable: experiment.json's paths
-        spec = {}
-    spec = spec if isinstance(spec, dict) else {}
-    paths, eval_paths = (spec.get(key) for key in ("datasets", "eval_sets"))
-    return [
-        *training_inputs(experiment, paths if isinstance(paths, dict) else None),
-        *evaluation_inputs(experiment, eval_paths if isinstance(eval_paths, dict) else None),
-    ]
 
 
 def _advance_cursor(

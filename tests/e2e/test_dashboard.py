@@ -216,7 +216,8 @@ def server(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 @pytest.fixture(scope="module")
 def sweep(server: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A 2-mix sweep tracked on the server; ``sweep.json`` plus the experiment id."""
+    """A 2-mix sweep tracked on the server; ``sweep.json`` (each job's ``run_name`` its MLflow
+    name) plus the experiment id."""
     built = corpus(tmp_path_factory.getbasetemp())
     mixes = mixes_override(sorted(built), (1.0, 1.0, 1.0), (0.0, 1.0, 1.0))
     work = tmp_path_factory.mktemp("dashboard")
@@ -239,8 +240,12 @@ def sweep(server: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
 
     from mlflow import MlflowClient
 
-    experiment = MlflowClient(tracking_uri=server).get_experiment_by_name("dashboard")
+    client = MlflowClient(tracking_uri=server)
+    experiment = client.get_experiment_by_name("dashboard")
     assert experiment is not None
+    for job in summary["jobs"]:  # MLflow names a run by what it varies, not by its folder
+        job["run_name"] = client.get_run(job["mlflow_run_id"]).info.run_name
+    assert len({job["run_name"] for job in summary["jobs"]}) == 2, summary["jobs"]
     return {**summary, "experiment_id": experiment.experiment_id, "work": work}
 
 

@@ -266,7 +266,7 @@ def test_evaluation_sets_are_inputs_with_context_evaluation(
     db_uri: str, experiment_name: str, planned: dict[str, Any], tmp_path: Path
 ) -> None:
     record = json.loads(json.dumps(planned))
-    record["config"]["eval"]["sets"] = {"held-web": ["/data/web/test-*.jsonl.zst"]}
+    record["config"]["data"]["eval_sets"] = {"held-web": ["/data/web/test-*.jsonl.zst"]}
     folder = run_folder(tmp_path, "with-eval-sets", record)
     tracker = Tracker(db_uri, experiment_name)
     run_id = tracker.start(folder)
@@ -276,14 +276,6 @@ def test_evaluation_sets_are_inputs_with_context_evaluation(
     assert {t.key: t.value for t in held.tags} == {CONTEXT: "evaluation"}
     assert json.loads(held.dataset.source)["uris"] == ["/data/web/test-*.jsonl.zst"]
 
-    # one more evaluation corpus, later (e.g. by the evaluation itself): logged once
-    wiki = ["s3://corpora/wiki/test-*.parquet"]
-    assert tracker.log_evaluation_set(run_id, "wiki", wiki, fingerprint="ab" * 32) is True
-    assert tracker.log_evaluation_set(run_id, "wiki", wiki, fingerprint="ab" * 32) is False
-    inputs = inputs_of(db_uri, run_id)
-    assert inputs["wiki"].dataset.source_type == "s3"
-    assert inputs["wiki"].dataset.digest == ("ab" * 32)[:MAX_DIGEST]
-    assert json.loads(inputs["wiki"].dataset.source) == {"uri": wiki[0], "uris": wiki}
     client = MlflowClient(tracking_uri=db_uri)
     evaluated = client.search_runs([tracker.experiment_id()], "dataset.context = 'evaluation'")
     assert [r.info.run_id for r in evaluated] == [run_id]
@@ -363,10 +355,6 @@ def test_the_mlflow_run_is_named_by_mixture_seed_and_dp_and_the_folder_keeps_its
     assert run.info.run_name == "main-code0.50-docs0.30-unicode0.20-s0-dp2"
     assert run.data.tags[TAG_RUN_FOLDER] == str(folder.path.resolve())
     assert folder.name == "sweep-20261204-222229-6815-008" and folder.exists()
-
-    labelled = run_folder(tmp_path, "sweep-20261204-222229-6815-009", planned, dp=1)
-    run = MlflowClient(tracking_uri=db_uri).get_run(tracker.start(labelled, label="corpus-v2"))
-    assert run.info.run_name == "main-corpus-v2-s0-dp1"
 
 
 def test_run_display_name_parts() -> None:

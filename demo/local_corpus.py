@@ -343,6 +343,24 @@ def build_local_corpus(
     return {n: [out_dir / s for s in d["shards"]] for n, d in manifest["domains"].items()}
 
 
+def build_eval_set(corpus: dict[str, list[Path]], domain: str, documents: int, out: Path) -> Path:
+    """A fixed evaluation set of ``documents`` records of ``domain``, evenly spaced over it,
+    written once to ``out`` (JSONL): a yardstick no variant moves. Its records are in the
+    domain too: every run removes them from training (scored documents are never trained on).
+    """
+    if out.exists():
+        return out
+    if domain not in corpus:
+        raise ConfigError(f"no domain {domain!r} in the local corpus; use one of {sorted(corpus)}")
+    dataset = Dataset(domain, [str(p) for p in corpus[domain]])
+    total = dataset.num_records
+    picks = sorted({k * total // documents for k in range(min(documents, total))})
+    records = [{"text": t} for t in dataset.read_texts(picks)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(out, lambda tmp: tmp.write_bytes(_encode_jsonl(records)))
+    return out
+
+
 def _count_tokens(shards: list[Path]) -> int:
     """gpt2 tokens of a domain's records (for ``--tokens``)."""
     dataset = Dataset("count", [str(p) for p in shards])

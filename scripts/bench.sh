@@ -8,7 +8,8 @@
 # Face tokenizer against raw `tokenizers`, `--corpus-scale [OPTIONS]` the first batch's cost
 # as the corpus grows, order v1 against v2 (benchmarks/corpus_scale.py), `--order-quality`
 # how well each order mixes shards and keeps the shares (benchmarks/order_quality.py),
-# `--remote-reads` remote Parquet read by range against downloaded (benchmarks/remote_reads.py). `--dp-spread
+# `--remote-reads` remote Parquet read by range against downloaded (benchmarks/remote_reads.py),
+# `--process` each processing step and decontamination against none (benchmarks/processing.py). `--dp-spread
 # [OPTIONS]` runs the dp-spread benchmark, `python -m benchmarks.dp_spread [OPTIONS]`,
 # instead. See benchmarks/README.md.
 # Safe to re-run: the install is skipped while .venv/.zephon-bench-installed holds the
@@ -35,6 +36,13 @@ if [[ "${1:-}" == "--training" ]]; then
     # CPU time (benchmarks/training.py): benchmarks/results/training.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.training "$@"
+fi
+if [[ "${1:-}" == "--process" ]]; then
+    # The pipeline with each built-in processing step (data.process) against none, and
+    # decontamination against 5,000 scored documents, as ratios in one run
+    # (benchmarks/processing.py; ~5 min on 2 cores): benchmarks/results/processing.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.processing "$@"
 fi
 if [[ "${1:-}" == "--tokenizers" ]]; then
     # The pipeline with a Hugging Face tokenizer (default: the GPT-NeoX tokenizer.json of

@@ -5,7 +5,8 @@
 # comparison guard's table (or its refusal) at the end. Arguments are Hydra overrides.
 # `bash scripts/main.sh --demo` runs the older digest-agreement demo (zephon-demo) instead;
 # `bash scripts/main.sh --search` runs a mix search on the same corpus (conf/search.yaml);
-# `bash scripts/main.sh --anneal` anneals candidate mixes from a base model (conf/anneal.yaml).
+# `bash scripts/main.sh --anneal` anneals candidate mixes from a base model (conf/anneal.yaml);
+# `bash scripts/main.sh --curation` compares a domain raw and filtered (conf/curation.yaml).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -29,6 +30,11 @@ if [[ "${1:-}" == "--anneal" ]]; then
     exec .venv/bin/zephon-run --config-name anneal \
         train.init_from="$PWD/runs/$base/titan/checkpoint/step-120" train.init_optimizer=true \
         train.lr_from_init=true "$@"
+fi
+if [[ "${1:-}" == "--curation" ]]; then
+    # Data curation (docs/curation.md): a domain raw against filtered on the fly.
+    shift
+    exec .venv/bin/zephon-run --config-name curation "$@"
 fi
 if [[ "${1:-}" == "--search" ]]; then
     shift

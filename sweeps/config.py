@@ -19,7 +19,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from demo.local_corpus import build_local_corpus
+from demo.local_corpus import build_eval_set, build_local_corpus
 from demo.local_tokenizer import build_local_tokenizer
 from orchestrator.experiment import ExperimentConfig, load_experiment
 from pipeline import canonical_tokenizer_spec
@@ -76,7 +76,13 @@ def _schema_node() -> DictConfig:
     return node
 
 
-OPEN_MAPS = ("data.datasets", "data.mixture", "data.io_options", "resources.slurm")
+OPEN_MAPS = (
+    "data.datasets",
+    "data.mixture",
+    "data.eval_sets",
+    "data.io_options",
+    "resources.slurm",
+)
 """Maps whose keys are the user's or a library's (dataset names, the pipeline's remote IO
 options, submitit parameters), not the schema's."""
 
@@ -103,9 +109,22 @@ def local_tokenizer(mb_per_domain: float, vocab_size: int) -> str:
     )
 
 
+def local_eval_set(mb_per_domain: float, domain: str, documents: int) -> str:
+    """``${zephon_local_eval_set:MB,DOMAIN,N}``: a fixed evaluation set of ``N`` records of
+    one domain of the local corpus (built once, :func:`demo.local_corpus.build_eval_set`)."""
+    corpus = {name: [Path(p) for p in paths] for name, paths in local_corpus(mb_per_domain).items()}
+    out = (
+        zephon_home()
+        / f"corpus-{float(mb_per_domain):g}mb-eval"
+        / f"{domain}-{int(documents)}.jsonl"
+    )
+    return str(build_eval_set(corpus, str(domain), int(documents), out))
+
+
 if not OmegaConf.has_resolver("zephon_local_corpus"):
     OmegaConf.register_new_resolver("zephon_local_corpus", local_corpus, use_cache=True)
     OmegaConf.register_new_resolver("zephon_local_tokenizer", local_tokenizer, use_cache=True)
+    OmegaConf.register_new_resolver("zephon_local_eval_set", local_eval_set, use_cache=True)
 
 
 def split(cfg: DictConfig) -> tuple[dict[str, Any], AppOptions]:

@@ -6,7 +6,7 @@ Design: docs/design/sweeps_sweeper.md
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
@@ -37,7 +37,10 @@ class Job:
     _: KW_ONLY
     dp: int | None
     other: list[str]
+    """The other sweeps' overrides: jobs of one setting of them are compared together."""
     seed: int | None = None
+    varied: list[str] = field(default_factory=list)
+    """Overrides of what ``data.compared`` lets a variant differ in besides its mixture."""
 
 
 def run_name(sweep: str, number: int) -> str:
@@ -54,6 +57,7 @@ def job_outcome(job: Job, result: JobReturn) -> dict[str, Any]:
         "dp": job.dp,
         "seed": job.seed,
         "other": job.other,
+        "varied": job.varied,
     }
     if result.status == JobStatus.COMPLETED and isinstance(result.return_value, dict):
         value = result.return_value

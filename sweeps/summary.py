@@ -27,7 +27,8 @@ def sweep_report(summary: dict[str, Any], sweep_dir: Path, decimals: int) -> str
     ]
     lines += [
         f"  job {o['job']}: {o['status']:9} {mix_label(o['mixture'], decimals)} "
-        f"{_seed_label(o.get('seed'))}"
+        + "".join(f"{o_} " for o_ in [*(o.get("varied") or []), *(o.get("other") or [])])
+        + f"{_seed_label(o.get('seed'))}"
         f"dp={o.get('dp_sizes')} {o.get('run_name') or ''}"
         for o in summary["jobs"]
     ]

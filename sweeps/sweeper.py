@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from orchestrator.errors import ExperimentError, SweepFailed
 from orchestrator.experiment import validate
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.experiment.variant_axis import parse_axis
 from orchestrator.guard.comparison import SEED_SETTINGS
 from orchestrator.guard.decisions import family_of
 from orchestrator.run import interrupts
@@ -125,10 +126,16 @@ class MixSweeper(Sweeper):
         assert self.hydra_context is not None
         loader = self.hydra_context.config_loader
         jobs: list[Job] = []
-        for other in self.combinations(arguments):
-            base = experiment_from(loader.load_sweep_config(self.config, list(other)))
+        for combination in self.combinations(arguments):
+            base = experiment_from(loader.load_sweep_config(self.config, list(combination)))
             self.check_phase(base.data.phases)
-            jobs += self.jobs_for(other, variants(self.space, sorted(base.data.datasets)))
+            # The setting data.compared lets differ is part of the variant, not a setting
+            # compared on its own (a dataset version, a processing chain).
+            setting = parse_axis(base.data.compared).setting
+            varied = [o for o in combination if o.split("=", 1)[0].lstrip("+") == setting]
+            other = [o for o in combination if o not in varied]
+            mixtures = variants(self.space, sorted(base.data.datasets))
+            jobs += self.jobs_for(other, mixtures, varied=varied)
         self.validate_jobs(jobs)
         return jobs
 
@@ -186,13 +193,17 @@ class MixSweeper(Sweeper):
         # a model size is one more setting crossed with the others: compared on its own
         return [[*c, f"model={name}"] for c in crossed for name in models] if models else crossed
 
-    def jobs_for(self, other: list[str], mixtures: list[dict[str, float]]) -> list[Job]:
-        """One job per mixture x replicate seed x replicate dp, under the overrides ``other``."""
+    def jobs_for(
+        self, other: list[str], mixtures: list[dict[str, float]], *, varied: list[str] = ()
+    ) -> list[Job]:
+        """One job per mixture x replicate seed x replicate dp, under the overrides ``other``
+        (and ``varied``: what else the variant sets, along ``data.compared``)."""
         jobs = []
         for mixture in mixtures:
             for seed in self.replicate_seeds or [None]:
                 for dp in self.replicate_dp or [None]:
                     overrides = [
+                        *varied,
                         *other,
                         *override_strings(mixture, self.space.decimals, self.space.mixture_key),
                     ]
@@ -204,7 +215,16 @@ class MixSweeper(Sweeper):
                         overrides.append(f"resources.dp={dp}")
                     if len(self.replicate_dp) > 1:  # each dp trains: dp is no part of an answer
                         overrides.append("fresh=true")
-                    jobs.append(Job(overrides, mixture, dp=dp, other=list(other), seed=seed))
+                    jobs.append(
+                        Job(
+                            overrides,
+                            mixture,
+                            dp=dp,
+                            other=list(other),
+                            seed=seed,
+                            varied=list(varied),
+                        )
+                    )
         return jobs
 
     def check_phase(self, phases: list[Any]) -> None:

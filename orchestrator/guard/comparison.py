@@ -277,6 +277,8 @@ class Comparison:
     the comparison was asked to decide on some), or one ``task:NAME:METRIC``."""
     score: str = HELD_OUT_SCORE
     """What the aggregate ranked and decided on is (:mod:`orchestrator.guard.tasks`)."""
+    compared: str = "mixture"
+    """What the variants may differ in (the runs' ``data.compared``)."""
     data_read: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """Run name -> :meth:`RunSummary.data_read`: what each run read and removed, per dataset."""
 
@@ -319,6 +321,7 @@ class Comparison:
             "decided_on": self.decided_on,
             "score": self.score,
             "best": best_row.variant if best_row else None,
+            "compared": self.compared,
             "data_read": self.data_read,
             "decontaminated": decontaminated,
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orchestrator.experiment.variant_axis import parse_axis
 from orchestrator.guard.comparison import (
     DECONTAMINATED,
     HELD_OUT_SCORE,
@@ -216,9 +217,15 @@ def _checked_paragraph(comparison: Comparison) -> str:
         f"`{(comparison.recipe_fingerprint or '')[:SHORT]}` (model, optimizer, schedule, steps, "
         "init seed, precision, TorchTitan flags, versions) but for "
         f"{seeds}, and runs of one seed started from one initial checkpoint. What differs "
-        "between variants is the mixture; within a variant, the dp size and micro-batch size "
-        "at most."
+        f"between variants is {_varied_text(comparison.compared)}; within a variant, the dp "
+        "size and micro-batch size at most."
     )
+
+
+def _varied_text(compared: str) -> str:
+    """What ``data.compared`` lets variants differ in, as words."""
+    setting = parse_axis(compared).setting
+    return "the mixture" if setting is None else f"the mixture and {setting} (data.compared)"
 
 
 def _column_alignment(header: str) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.evaluation import DEFAULT_METRIC
+from orchestrator.experiment.variant_axis import AXIS_FIELD
 from orchestrator.guard import decisions
 from orchestrator.guard.comparison import (
     HELD_OUT_SCORE,
@@ -26,6 +27,7 @@ from orchestrator.guard.comparison import (
 )
 from orchestrator.guard.held_out_metrics import metric_choice, with_metric_scores
 from orchestrator.guard.rules import apply_rules, runs_by_arm
+from orchestrator.guard.rules.variants import run_labels
 from orchestrator.guard.tasks import task_choice, with_task_scores
 
 
@@ -209,6 +211,7 @@ def compare(
         }
         for pair in decided
     ]
+    labels = run_labels(runs)
     return Comparison(
         accepted=True,
         refusals=[],
@@ -225,7 +228,8 @@ def compare(
         family=str(family),
         decided_on=chosen,
         score=score,
-        data_read={r.name: r.data_read() for r in ordered_runs(runs) if r.data_read()},
+        compared=str(first_run.contract.get(AXIS_FIELD, "mixture")),
+        data_read={labels[r.run_id]: r.data_read() for r in ordered_runs(runs) if r.data_read()},
     )
 
 

@@ -52,7 +52,17 @@ def observations_from_runs(
 
 def observations_by_size(runs: list[RunSummary], targets: list[str] | None) -> Observations:
     """:func:`observations_from_runs` of loaded runs: one guard comparison per model size
-    (runs that recorded their parameter count; else all runs as one size)."""
+    (runs that recorded their parameter count; else all runs as one size). Mixtures only: a
+    fit over variants that differ in a dataset's version or their processing is refused."""
+    varying = sorted({key for run in runs for key in run.varied})
+    if varying:
+        raise SearchError(
+            [
+                f"the runs' variants differ in {', '.join(varying)} (data.compared), not only "
+                "in their mixtures: fit and propose model the mixture alone; compare them with "
+                "zephon compare, or fit the runs of one dataset version and processing chain"
+            ]
+        )
     sizes = {run.parameters for run in runs}
     if len(sizes) < 2 or None in sizes:
         return _observations_of_one_size(runs, targets, None)

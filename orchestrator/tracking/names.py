@@ -144,14 +144,18 @@ def run_display_name(experiment: Mapping[str, Any], *, dp: int | None = None) ->
 
 
 def variant_label(experiment: Mapping[str, Any]) -> str:
-    """What a run's variant is, short: :func:`short_mixture` of its mixture, then the
-    version of each dataset its experiment compares (``data.compared=dataset:NAME``,
-    recorded in ``varied``) as ``NAME@<fingerprint[:8]>``: ``code0.50-docs0.50-web@3f2a9c1b``."""
+    """What a run's variant is, short: :func:`short_mixture` of its mixture, then what else
+    it varies (``data.compared``, recorded in ``varied``): a dataset's version as
+    ``NAME@<fingerprint[:8]>``, a processing chain as ``process-<step>+<step>`` (or
+    ``process-none``): ``code0.50-docs0.50-web@3f2a9c1b``."""
     parts = [short_mixture(experiment.get("mixture") or {})]
-    for key, version in sorted((experiment.get("varied") or {}).items()):
-        if key.startswith("data.datasets.") and isinstance(version, dict):
+    for key, value in sorted((experiment.get("varied") or {}).items()):
+        if key.startswith("data.datasets.") and isinstance(value, dict):
             name = key.removeprefix("data.datasets.")
-            parts.append(f"{name}@{str(version.get('fingerprint') or '')[:8]}")
+            parts.append(f"{name}@{str(value.get('fingerprint') or '')[:8]}")
+        elif key == "data.process" and isinstance(value, list):
+            steps = [str(step.get("step")) for step in value if isinstance(step, dict)]
+            parts.append("process-" + ("+".join(steps) or "none"))
     return "-".join(p for p in parts if p)
 
 

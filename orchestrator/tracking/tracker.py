@@ -333,7 +333,8 @@ class Tracker:
             except Exception as e:
                 if attempt == INPUT_ATTEMPTS or mlflow_error_code(e) is None or is_unavailable(e):
                     raise
-                _log.info("MLflow refused the inputs of run %s (%s); retrying", run_id, e)
+                first_line = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+                _log.debug("MLflow refused the inputs of run %s (%s); retrying", run_id, first_line)
                 time.sleep(0.1 * attempt)
                 run = self.client.get_run(run_id)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises

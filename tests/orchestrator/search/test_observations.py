@@ -134,3 +134,16 @@ def test_zephon_runs_of_two_sizes_are_checked_size_by_size_and_carry_their_size(
         observations_by_size([tampered, *small[1:], *large], None)
     unsized = observations_by_size(four_runs(), None)
     assert unsized.params is None
+
+
+def test_runs_varying_a_dataset_version_are_not_fitted() -> None:
+    """fit and propose model mixtures: variants of a dataset version are refused, saying so."""
+    from orchestrator.search.runs import observations_by_size
+    from tests.support.guard_runs import four_runs
+
+    versions = [
+        dataclasses.replace(r, varied={"data.datasets.web": {"fingerprint": f"v{i % 2}"}})
+        for i, r in enumerate(four_runs())
+    ]
+    with pytest.raises(SearchError, match=r"differ in data.datasets.web.*model the mixture alone"):
+        observations_by_size(versions, None)

@@ -1,0 +1,157 @@
+"""What processing costs: the pipeline's throughput with each built-in step against none,
+and decontamination's cost, as ratios measured in one run.
+
+``python -m benchmarks.processing`` (``bash scripts/bench.sh --process``) runs the pipeline
+over the local corpus (code, docs, unicode; equal shares, gpt2, 2 tokenize threads) with no
+chain, then with each built-in step applied to every dataset, alternating them round after
+round in one process, and reports each one's delivered tokens per second over the plain
+pipeline's of the same round (the median of the rounds). Decontamination: the plain pipeline
+with 5,000 scored documents (an evaluation set) against none scored.
+``benchmarks/results/processing.{json,md}``, with the command, commit, CPU and date.
+
+Design: docs/design/pipeline_processing.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.machine import describe_machine
+from benchmarks.publish import publish
+from demo.local_corpus import build_local_corpus
+from orchestrator.machine.precision import cpu_model
+from pipeline import Dataset, Pipeline, WorkSource
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WORK_DIR = REPO_ROOT / ".zephon" / "processing"
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+STEPS = 12
+"""Steps timed per measurement, after a first step (start-up) that is not timed."""
+LANES, SEQ_LEN, GLOBAL_BATCH = 8, 512, 32
+SCORED_DOCUMENTS = 5_000
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One pipeline measured: its chain, and the evaluation set scored (decontamination)."""
+
+    name: str
+    process: list[Any] = field(default_factory=list)
+    scored: bool = False
+
+
+SETTINGS = [
+    Setting("none"),
+    Setting("length", [{"step": "length", "min_chars": 200}]),
+    Setting("gopher_quality", ["gopher_quality"]),
+    Setting("gopher_repetition", ["gopher_repetition"]),
+    Setting("c4_quality", ["c4_quality"]),
+    Setting("fineweb_quality", ["fineweb_quality"]),
+    Setting("decontaminate 5,000 docs", scored=True),
+]
+
+
+def scored_set(work: Path, corpus: dict[str, list[Path]]) -> Dataset:
+    """An evaluation set of :data:`SCORED_DOCUMENTS` documents (none in the corpus)."""
+    path = work / "scored.jsonl"
+    if not path.exists():
+        lines = [
+            f'{{"text": "scored document {i}: a fixed evaluation text."}}\n'
+            for i in range(SCORED_DOCUMENTS)
+        ]
+        path.write_text("".join(lines))
+    return Dataset("scored", [str(path)], cache_dir=work / "cache")
+
+
+def measure(setting: Setting, corpus: dict[str, list[Path]], work: Path) -> float:
+    """Delivered tokens per second of :data:`STEPS` steps after the first."""
+    datasets = [
+        Dataset(n, [str(p) for p in paths], cache_dir=work / "cache")
+        for n, paths in sorted(corpus.items())
+    ]
+    source = WorkSource(
+        datasets,
+        dict.fromkeys(corpus, 1.0),
+        seed=0,
+        chunk_tokens=4096,
+        eval_sets=[scored_set(work, corpus)] if setting.scored else [],
+        holdout_bytes=1 if setting.scored else 0,
+    )
+    pipeline = (
+        Pipeline(source)
+        .options(lanes=LANES, runner="threads")
+        .process(*setting.process)
+        .tokenize("gpt2", "text", parallelism=2)
+        .pack_flat(max_length=SEQ_LEN)
+        .shuffle(buffer_size=16, seed=0)
+        .batch(microbatch_size=GLOBAL_BATCH, global_batch_size=GLOBAL_BATCH)
+    )
+    batches = iter(pipeline)
+    next(batches)
+    began = time.perf_counter()
+    for _ in range(STEPS):
+        next(batches)
+    seconds = time.perf_counter() - began
+    batches.close()
+    return STEPS * GLOBAL_BATCH * SEQ_LEN / seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
+    args = parser.parse_args(argv)
+    WORK_DIR.mkdir(parents=True, exist_ok=True)
+    corpus = build_local_corpus(WORK_DIR / "corpus", max_bytes_per_domain=3_000_000)
+    rounds: list[dict[str, float]] = []
+    for _ in range(args.rounds):
+        rounds.append({s.name: measure(s, corpus, WORK_DIR) for s in SETTINGS})
+    rows = []
+    for setting in SETTINGS:
+        ratios = [r[setting.name] / r["none"] for r in rounds]
+        rows.append(
+            {
+                "setting": setting.name,
+                "tokens_per_s": statistics.median(r[setting.name] for r in rounds),
+                "ratio": statistics.median(ratios),
+                "ratios": ratios,
+            }
+        )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
+    ).stdout.strip()
+    report = {
+        "command": "bash scripts/bench.sh --process " + " ".join(sys.argv[1:]),
+        "commit": commit,
+        "cpu": cpu_model(),
+        "machine": describe_machine(["datatrove", "tiktoken"]),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "workload": f"local corpus (code, docs, unicode; equal shares), gpt2, L={LANES}, "
+        f"T={SEQ_LEN}, G={GLOBAL_BATCH}, 2 tokenize threads, {STEPS} steps timed per "
+        f"measurement, {args.rounds} alternating rounds",
+        "rows": rows,
+    }
+    lines = [
+        "# Processing on the fly: throughput against none",
+        "",
+        f"`{report['command'].strip()}` at commit {commit}, {report['cpu']}, {report['date']}.",
+        f"{report['workload']}. Each step applies to every dataset.",
+        "",
+        "| setting | tokens/s (median) | vs none (median of rounds) |",
+        "|---|---:|---:|",
+        *(f"| {r['setting']} | {r['tokens_per_s']:,.0f} | {r['ratio']:.2f}x |" for r in rows),
+        "",
+    ]
+    publish(RESULTS_DIR, "processing", report, "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -224,8 +224,15 @@ def _checked_paragraph(comparison: Comparison) -> str:
 
 def _varied_text(compared: str) -> str:
     """What ``data.compared`` lets variants differ in, as words."""
-    setting = parse_axis(compared).setting
-    return "the mixture" if setting is None else f"the mixture and {setting} (data.compared)"
+    axis = parse_axis(compared)
+    if axis.setting is None:
+        return "the mixture"
+    moving = (
+        f"; {axis.dataset}'s own held-out documents move with its version and are not compared"
+        if axis.dataset
+        else ""
+    )
+    return f"the mixture and {axis.setting} (data.compared){moving}"
 
 
 def _column_alignment(header: str) -> str:

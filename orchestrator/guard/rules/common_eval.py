@@ -3,13 +3,22 @@ same held-out domains and the same held-out documents."""
 
 from __future__ import annotations
 
+from orchestrator.experiment.variant_axis import AXIS_FIELD, parse_axis
 from orchestrator.guard.comparison import AGGREGATE, Refusal, RefusalCode, RunSummary
+
+
+def moving_domains(runs: list[RunSummary]) -> set[str]:
+    """Held-out domains that move with the variants: with ``data.compared=dataset:NAME``,
+    NAME's held-out documents are each version's own, so they are not compared."""
+    axes = {str(r.contract.get(AXIS_FIELD)) for r in runs if r.contract.get(AXIS_FIELD)}
+    return {a.dataset for a in map(parse_axis, axes) if a.dataset is not None}
 
 
 def common_eval_step(
     runs: list[RunSummary], label: dict[str, str]
 ) -> tuple[int | None, list[str], Refusal | None]:
-    """The last eval step common to all runs, its domains, or the refusal saying why none."""
+    """The last eval step common to all runs, its domains (but those that move with the
+    variants, :func:`moving_domains`), or the refusal saying why none."""
     ids = [r.run_id for r in runs]
     without = [label[r.run_id] for r in runs if not r.evals]
     if without:
@@ -58,7 +67,8 @@ def common_eval_step(
                 {"step": step, "domains": domains},
             ),
         )
-    return step, first, None
+    moving = moving_domains(runs)
+    return step, [d for d in first if d not in moving], None
 
 
 def unpaired_documents_refusal(
@@ -66,13 +76,12 @@ def unpaired_documents_refusal(
 ) -> Refusal | None:
     """``no_common_eval`` unless every run scored the same held-out documents at ``step``."""
     without = [label[r.run_id] for r in runs if step not in r.documents]
-    ref = runs[0]
-    sizes = {d: v["bytes"] for d, v in ref.documents.get(step, {}).items()}
-    other = [
-        label[r.run_id]
-        for r in runs
-        if not without and {d: v["bytes"] for d, v in r.documents[step].items()} != sizes
-    ]
+    ref, moving = runs[0], moving_domains(runs)
+
+    def sizes(run: RunSummary) -> dict[str, list[float]]:
+        return {d: v["bytes"] for d, v in run.documents.get(step, {}).items() if d not in moving}
+
+    other = [label[r.run_id] for r in runs if not without and sizes(r) != sizes(ref)]
     if not without and not other:
         return None
     if without:

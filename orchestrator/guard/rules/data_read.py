@@ -3,6 +3,9 @@ every run read the same content for a shard (``shard_changed``)."""
 
 from __future__ import annotations
 
+import json
+
+from orchestrator.experiment.variant_axis import varied_identity
 from orchestrator.guard.comparison import SHORT, Refusal, RefusalCode, RunSummary
 from pipeline.dataset import ShardIdentity
 
@@ -45,13 +48,16 @@ def _step_span(digests: dict[int, str]) -> str:
 
 def shard_changed_refusals(runs: list[RunSummary], label: dict[str, str]) -> list[Refusal]:
     """``shard_changed`` for each run that read a shard with other content than the first run
-    (in run order) that read it: the file was edited between the runs."""
-    first: dict[tuple[str, str], tuple[RunSummary, dict[str, str]]] = {}
+    (in run order) that read it: the file was edited between the runs. A dataset whose
+    versions are compared (``data.compared=dataset:NAME``) is checked within each version."""
+    first: dict[tuple[str, str, str], tuple[RunSummary, dict[str, str]]] = {}
     refusals = []
     for run in runs:
+        versions = varied_identity(run.varied)
         for name, shards in sorted(run.shards_read.items()):
+            version = json.dumps(versions.get(f"data.datasets.{name}"), sort_keys=True)
             for shard, entry in sorted(shards.items(), key=lambda item: int(item[0])):
-                ref, seen = first.setdefault((name, shard), (run, entry))
+                ref, seen = first.setdefault((name, shard, version), (run, entry))
                 if seen.get("sha256") == entry.get("sha256"):
                     continue
                 a, b = label[ref.run_id], label[run.run_id]

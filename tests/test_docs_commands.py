@@ -54,6 +54,7 @@ from orchestrator.errors import EXIT_INVALID, EXIT_OK
 from orchestrator.experiment import ExperimentConfig, load_experiment
 from orchestrator.run.recipe import recipe_of
 from orchestrator.tracking import team_server
+from pipeline import Dataset
 from sweeps.mixes import MixSpace
 from sweeps.search_state import SearchSpec
 from sweeps.summary import SWEEP_FILE
@@ -289,6 +290,8 @@ def check_of(command: DocCommand) -> Check:
             return sweep_check(["--config-name", "search", *rest[1:]])
         if rest[:1] == ["--anneal"]:  # the anneals' sweep; the base's training is not run
             return sweep_check(["--config-name", "anneal", *rest[1:]])
+        if rest[:1] == ["--curation"]:
+            return sweep_check(["--config-name", "curation", *rest[1:]])
         return sweep_check(["--config-name", "main", *rest])
     if program == "zephon-run":
         return sweep_check(arguments)
@@ -335,7 +338,8 @@ folder: ``bash scripts/main.sh``, shown in README.md and docs/guide.md, dry-runs
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory, corpus: dict[str, list[Path]]) -> Path:
     """A folder holding what the documented commands name: ``exp.yaml`` (a small
-    experiment over the test corpus), RegMix's tables (:data:`REGMIX_ROWS` runs each) and
+    experiment over the test corpus), ``filtered/docs.jsonl`` (a copy of its docs domain,
+    the longer half), RegMix's tables (:data:`REGMIX_ROWS` runs each) and
     an empty service root ``svc`` (./mlflow.db is created by the first command that
     looks)."""
     folder = tmp_path_factory.mktemp("docs-commands")
@@ -349,6 +353,14 @@ def work(tmp_path_factory: pytest.TempPathFactory, corpus: dict[str, list[Path]]
         "train": {"steps": 4},
     }
     (folder / "exp.yaml").write_text(yaml.safe_dump(experiment))
+    # docs/curation.md's filtered copy of docs: its longer half, written elsewhere
+    docs = Dataset("docs", [str(p) for p in corpus["docs"]])
+    texts = docs.read_texts(range(docs.num_records))
+    kept = sorted(texts, key=len)[len(texts) // 2 :]
+    (folder / "filtered").mkdir()
+    (folder / "filtered" / "docs.jsonl").write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in kept)
+    )
     write_base_checkpoint(folder / BASE_CHECKPOINT, load_experiment(experiment))
     for table in REGMIX.glob("*.csv"):
         rows = table.read_text().splitlines(keepends=True)[: REGMIX_ROWS + 1]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import json
+import threading
 from typing import Any
 
 from pipeline.errors import ConfigError
@@ -29,6 +30,12 @@ _CLASSES = {
 DATATROVE_STEPS = frozenset(_CLASSES)
 """The step kinds this adapter serves."""
 _NOT_SETTINGS = {"self", "exclusion_writer"}
+_BUILDING = threading.Lock()
+"""Held while a filter is built (see ``DatatroveFilter._build``)."""
+_CALLING = threading.Lock()
+"""Held while a filter runs: spaCy's string store, which datatrove's word tokenizer grows
+with every new word, breaks when two threads use it at once; threads of one process take
+turns (the ``processes`` runner runs filters side by side)."""
 
 
 def _filter_class(kind: StepKind) -> type:
@@ -70,14 +77,26 @@ class DatatroveFilter(ProcessStep):
 
     def apply(self, text: str) -> str | None:
         if self._filter is None:
-            cls = _filter_class(self.kind)
-            self._filter = cls(**{k: _as_argument(v) for k, v in self._settings.items()})
+            self._build()
         from datatrove.data import Document
 
         document = Document(text=text, id="")
-        verdict = self._filter.filter(document)
+        with _CALLING:
+            verdict = self._filter.filter(document)
         kept = verdict if isinstance(verdict, bool) else bool(verdict[0])
         return document.text if kept else None
+
+    def _build(self) -> None:
+        """Build datatrove's filter and run it once, under a lock: spaCy's pipeline, which
+        datatrove builds on first use, fails when two threads build it at once."""
+        from datatrove.data import Document
+
+        with _BUILDING:
+            if self._filter is None:
+                cls = _filter_class(self.kind)
+                built = cls(**{k: _as_argument(v) for k, v in self._settings.items()})
+                built.filter(Document(text="Warm up. The filter is built.\nTwo lines.", id=""))
+                self._filter = built
 
     def settings(self) -> dict[str, Any]:
         return dict(self._settings)

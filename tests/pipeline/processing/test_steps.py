@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,14 @@ def test_a_step_limited_to_some_datasets_leaves_the_others_alone() -> None:
     assert chain.contract()[0]["datasets"] == ["web"]
     with pytest.raises(ConfigError, match=r"unknown dataset\(s\) \['wbe'\]"):
         parse_chain([{"step": "length", "datasets": ["wbe"]}], ["web", "code"])
+
+
+def test_datatrove_filters_give_the_same_verdicts_on_threads() -> None:
+    """spaCy, under datatrove's word tokenizer, is not safe for threads: the lane workers'
+    threads take turns, and each record gets the verdict it gets alone."""
+    texts = [f"{PROSE} Item {i} of the list, with words {i * 7}." for i in range(40)] + [SPAM]
+    for kind in ("gopher_quality", "fineweb_quality", "c4_quality"):
+        chain = parse_chain([kind])
+        alone = [chain.apply(t, "web") for t in texts]
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(lambda t, c=chain: c.apply(t, "web"), texts)) == alone, kind

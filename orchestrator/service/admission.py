@@ -235,16 +235,21 @@ def _check_size_limits(config: ExperimentConfig, limits: Limits) -> list[str]:
 
 
 def _check_dataset_paths(config: ExperimentConfig, rules: Rules) -> list[str]:
+    """The training datasets and the evaluation sets must lie under the data roots."""
     roots = _resolved_roots(rules)
     problems = []
-    for name, patterns in config.data.datasets.items():
+    named = [
+        *((f"data.datasets.{name}", patterns) for name, patterns in config.data.datasets.items()),
+        *((f"data.eval_sets.{name}", patterns) for name, patterns in config.data.eval_sets.items()),
+    ]
+    for key, patterns in named:
         for pattern in patterns:
             if "://" in pattern:
-                problems += _object_store_problems(f"data.datasets.{name}", pattern, rules)
+                problems += _object_store_problems(key, pattern, rules)
                 continue
             expanded = os.path.expanduser(pattern)
             if not os.path.isabs(expanded):
-                problems.append(f"data.datasets.{name}: {pattern!r}: give an absolute path")
+                problems.append(f"{key}: {pattern!r}: give an absolute path")
                 continue
             # The fixed part of a glob, and every file it matches, must stay inside a root.
             fixed = expanded.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0]
@@ -254,8 +259,7 @@ def _check_dataset_paths(config: ExperimentConfig, rules: Rules) -> list[str]:
             ]
             if outside:
                 problems.append(
-                    f"data.datasets.{name}: {pattern!r} is outside the data roots "
-                    f"{[str(r) for r in roots]}"
+                    f"{key}: {pattern!r} is outside the data roots {[str(r) for r in roots]}"
                 )
     return problems
 

@@ -70,3 +70,17 @@ def test_fresh_is_a_run_jobs_choice_beside_the_experiment(tmp_path: Path) -> Non
     for kind, value in ((JobKind.RUN, "yes"), (JobKind.PLAN, True)):
         with pytest.raises(ExperimentError, match="only a run job trains"):
             admit_job(kind, {**url_spec, "fresh": value}, allowed)
+
+
+def test_eval_sets_are_admitted_only_under_the_data_roots(tmp_path: Path) -> None:
+    """An evaluation set is read like a dataset: outside the data roots, refused, naming it."""
+    url = f"{PREFIX}web/*.parquet"
+    (tmp_path / "data").mkdir()
+    inside = tmp_path / "data" / "eval.jsonl"
+    inside.write_text('{"text": "a fixed evaluation document"}\n')
+    outside = tmp_path / "secrets.jsonl"
+    outside.write_text('{"text": "private"}\n')
+    admitted = admit(spec(url, eval_sets={"fixed": [str(inside)]}), rules(tmp_path, PREFIX))
+    assert admitted.data.eval_sets == {"fixed": [str(inside)]}
+    problems = refusal(spec(url, eval_sets={"leak": [str(outside)]}), rules(tmp_path, PREFIX))
+    assert "data.eval_sets.leak" in problems and "outside the data roots" in problems

@@ -34,8 +34,10 @@ from pipeline import Dataset, Pipeline, WorkSource
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORK_DIR = REPO_ROOT / ".zephon" / "processing"
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
-STEPS = 12
-"""Steps timed per measurement, after a first step (start-up) that is not timed."""
+WARMUP_STEPS = 3
+"""Steps not timed: start-up, and what the workers tokenized ahead before the clock started."""
+MIN_SECONDS, MIN_STEPS = 3.0, 5
+"""Each measurement times steps until both are reached."""
 LANES, SEQ_LEN, GLOBAL_BATCH = 8, 512, 32
 SCORED_DOCUMENTS = 5_000
 
@@ -73,7 +75,8 @@ def scored_set(work: Path) -> Dataset:
 
 
 def measure(setting: Setting, corpus: dict[str, list[Path]], work: Path) -> float:
-    """Delivered tokens per second of :data:`STEPS` steps after the first."""
+    """Delivered tokens per second after :data:`WARMUP_STEPS` steps (one step is one
+    micro-batch here), over at least :data:`MIN_SECONDS` and :data:`MIN_STEPS` steps."""
     docs = Dataset("docs", [str(p) for p in corpus["docs"]], cache_dir=work / "cache")
     source = WorkSource(
         [docs],
@@ -93,13 +96,15 @@ def measure(setting: Setting, corpus: dict[str, list[Path]], work: Path) -> floa
         .batch(microbatch_size=GLOBAL_BATCH, global_batch_size=GLOBAL_BATCH)
     )
     batches = iter(pipeline)
-    next(batches)
-    began = time.perf_counter()
-    for _ in range(STEPS):
+    for _ in range(WARMUP_STEPS):
         next(batches)
+    began, steps = time.perf_counter(), 0
+    while steps < MIN_STEPS or time.perf_counter() - began < MIN_SECONDS:
+        next(batches)
+        steps += 1
     seconds = time.perf_counter() - began
     batches.close()
-    return STEPS * GLOBAL_BATCH * SEQ_LEN / seconds
+    return steps * GLOBAL_BATCH * SEQ_LEN / seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": describe_machine(["datatrove", "tiktoken"]),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "workload": f"the local corpus's docs domain, gpt2, L={LANES}, "
-        f"T={SEQ_LEN}, G={GLOBAL_BATCH}, 2 tokenize threads, {STEPS} steps timed per "
-        f"measurement, {args.rounds} alternating rounds",
+        f"T={SEQ_LEN}, G={GLOBAL_BATCH}, 2 tokenize threads, each measurement timing at least "
+        f"{MIN_SECONDS:g} s and {MIN_STEPS} steps after {WARMUP_STEPS}, {args.rounds} "
+        "alternating rounds",
         "rows": rows,
     }
     lines = [

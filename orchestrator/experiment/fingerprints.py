@@ -73,29 +73,22 @@ def build_pipeline(
     """One rank's validated ``Pipeline`` for the data contract ``data`` (no data is read yet;
     the last three arguments change speed only). The trainer builds its data the same way,
     so the fingerprints are those of the data it trains on. Raises ConfigError."""
-    datasets = [
-        Dataset(
-            name,
-            [absolute(p) for p in paths],
-            field=data.text_field,
-            exhausted=data.exhausted,
-            cache_dir=data.cache_dir,
-            io_options=data.io_options,
-        )
-        for name, paths in sorted(data.datasets.items())
-    ]
-    eval_sets = [
-        Dataset(
-            name,
-            [absolute(p) for p in paths],
-            field=data.text_field,
-            cache_dir=data.cache_dir,
-            io_options=data.io_options,
-        )
-        for name, paths in sorted(data.eval_sets.items())
-    ]
+
+    def datasets(paths_by_name: dict[str, list[str]], **options: Any) -> list[Dataset]:
+        return [
+            Dataset(
+                name,
+                [absolute(p) for p in paths],
+                field=data.text_field,
+                cache_dir=data.cache_dir,
+                io_options=data.io_options,
+                **options,
+            )
+            for name, paths in sorted(paths_by_name.items())
+        ]
+
     source = WorkSource(
-        datasets,
+        datasets(data.datasets, exhausted=data.exhausted),
         pipeline_mixture(data),
         seed=data.seed,
         chunk_tokens=data.chunk_tokens,
@@ -103,7 +96,7 @@ def build_pipeline(
         holdout_docs=data.holdout_docs,
         order=data.order,
         shard_window=data.shard_window,
-        eval_sets=eval_sets,
+        eval_sets=datasets(data.eval_sets),
     )
     pipeline = (
         Pipeline(source)

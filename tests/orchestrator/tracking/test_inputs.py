@@ -39,7 +39,6 @@ from orchestrator.tracking.names import (
     short_mixture,
 )
 from orchestrator.tracking.tracker import Tracker, sync_folder
-from orchestrator.tracking.uris import check_tracking, resolve_uri
 from tests.support.processes import forked_process_context
 from tests.support.tracked_folders import write_metrics, write_steps
 
@@ -52,20 +51,6 @@ JOBS = 6
 def _no_git(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests do not run git in the checkout."""
     monkeypatch.setattr(provenance, "git_revision", lambda cwd=None: "test-rev")
-
-
-@pytest.fixture(scope="module")
-def db_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One migrated SQLite store for the module (migrating a new one costs ~2 s)."""
-    uri = resolve_uri(None, tmp_path_factory.mktemp("store"))
-    check_tracking(uri)
-    return uri
-
-
-@pytest.fixture
-def experiment_name(request: pytest.FixtureRequest) -> str:
-    """A fresh MLflow experiment per test, so searches see only this test's runs."""
-    return f"inputs-{request.node.name}"
 
 
 @pytest.fixture(scope="module")

@@ -72,20 +72,6 @@ def _no_git(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(provenance, "git_revision", lambda cwd=None: "test-rev")
 
 
-@pytest.fixture(scope="module")
-def db_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One migrated SQLite store for the module (migrating a new one costs ~2 s)."""
-    uri = resolve_uri(None, tmp_path_factory.mktemp("store"))
-    check_tracking(uri)
-    return uri
-
-
-@pytest.fixture
-def experiment_name(request: pytest.FixtureRequest) -> str:
-    """A fresh experiment per test, so searches see only this test's runs."""
-    return f"t-{request.node.name}"
-
-
 def cursor(folder: RunFolder) -> dict[str, Any]:
     t = folder.state().get("tracking") or {}
     return {"metrics_step": t.get("metrics_step"), "eval_step": t.get("eval_step")}

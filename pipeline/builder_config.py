@@ -35,6 +35,10 @@ class LaneOptions:
     ordered: bool = True
     """False takes chunks in completion order: only to measure what ordering costs; it
     breaks determinism, and such a pipeline refuses ``state_dict()``."""
+    overlap_ngram: int = 0
+    """Count the training records that share a word n-gram of this length with a scored
+    document (13: GPT-3's and DCLM's check; 0: off). Counted, not removed: the data stay
+    the same (observability only)."""
     io_options: dict[str, Any] | None = None
     """Remote shard IO for every dataset of the source, e.g. ``{"cache": {"enabled": True}}``
     (:class:`pipeline.Dataset`'s ``io_options``); None keeps each dataset's own."""

@@ -229,6 +229,8 @@ class LaneStream:
         self._counters.pack.tokens += len(tokenized.tokens)
         for d in tokenized.removed.tolist():
             self._counters.count_removed(self._datasets[d].name, str(StepKind.DECONTAMINATE))
+        for d in tokenized.overlapping.tolist():
+            self._counters.count_overlapping(self._datasets[d].name)
         for d, count in enumerate(np.bincount(tokenized.doc_sources).tolist()):
             if count:
                 self._counters.count_read(self._datasets[d].name, count)

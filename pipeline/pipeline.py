@@ -160,6 +160,7 @@ class Pipeline:
             f"{self.global_batch_size}/{o.dp_size} = {local}",
         )
         _require_setting(o.flush_every >= 1, f"flush_every must be >= 1, got {o.flush_every}")
+        _require_setting(o.overlap_ngram >= 0, f"overlap_ngram must be >= 0, got {o.overlap_ngram}")
         _require_setting(
             t.parallelism >= 0, f"tokenize parallelism must be >= 0, got {t.parallelism}"
         )
@@ -345,7 +346,7 @@ class Pipeline:
         self._contract = contract
         o, t, p = self.lane_options, self.tokenize_config, self.pack_config
         assert t is not None and p is not None
-        decontaminator = Decontaminator(self.source.never_trained())
+        decontaminator = Decontaminator(self.source.never_trained(), o.overlap_ngram)
         if self.process_chain:
             chain = ProcessChain([decontaminator]).then(self.process_chain)
             work: Any = ProcessWork(self.source.datasets, t.tokenizer_id, chain)

@@ -85,7 +85,7 @@ class ProcessedLanePlan(LanePlan):
         before it are counted and passed."""
         feed = self._feed(d)
         while (peeked := feed.peek()) is not None:
-            key, tokens, step = peeked
+            key, tokens, step, _ = peeked
             if tokens is not None:
                 self._dropped_in_a_row[d] = 0
                 return key, len(tokens)
@@ -108,6 +108,8 @@ class ProcessedLanePlan(LanePlan):
         assert peeked is not None and peeked[0] == record and peeked[1] is not None
         self._count_read(feed.pop())
         self._pieces.append(peeked[1])
+        if peeked[3]:
+            self._counters.count_overlapping(self._names[d])
 
     def _make_chunk(self, ds_ids: list[int], rec_ids: list[int]) -> WorkChunk:
         tokenized = TokenizedChunk(

@@ -49,9 +49,10 @@ class RecordFeed:
         self._head: tuple[np.ndarray, ProcessedRecords] | None = None
         self._offset = 0  # next record within the head batch
 
-    def peek(self) -> tuple[int, np.ndarray | None, int] | None:
-        """The next record: its key, its tokens (None: dropped) and the index of the step that
-        dropped it; None past the first epoch of a dataset that stops there."""
+    def peek(self) -> tuple[int, np.ndarray | None, int, bool] | None:
+        """The next record: its key, its tokens (None: dropped), the index of the step that
+        dropped it, and whether it overlaps a scored document; None past the first epoch of a
+        dataset that stops there."""
         if self._head is None or self._offset == len(self._head[0]):
             self._submit_ahead()
             if not self._tickets:
@@ -61,7 +62,12 @@ class RecordFeed:
             self._submit_ahead()
         keys, processed = self._head
         i = self._offset
-        return int(keys[i]), processed.tokens[i], int(processed.dropped_by[i])
+        return (
+            int(keys[i]),
+            processed.tokens[i],
+            int(processed.dropped_by[i]),
+            bool(processed.overlapping[i]),
+        )
 
     def pop(self) -> ProcessedRecords | None:
         """Move past the record :meth:`peek` gave; the batch it came from when it was the

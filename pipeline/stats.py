@@ -61,6 +61,9 @@ class PipelineCounters:
     """Sequences left in this rank's lanes when a finite plan ended."""
     records_read: dict[str, int] = field(default_factory=dict)
     """Records read per dataset, trained on or removed, counted as the lanes take them."""
+    overlapping: dict[str, int] = field(default_factory=dict)
+    """Records trained on that share a word n-gram with a scored document, per dataset
+    (counted with ``overlap_ngram`` only)."""
     removed: dict[str, dict[str, int]] = field(default_factory=dict)
     """Records read but not trained on, per dataset and step that dropped them
     (``decontaminate``, a processing step's name), counted as the lanes take them."""
@@ -74,6 +77,10 @@ class PipelineCounters:
         by_step = self.removed.setdefault(dataset, {})
         by_step[step] = by_step.get(step, 0) + 1
         self.count_read(dataset, 1)
+
+    def count_overlapping(self, dataset: str) -> None:
+        """Count one record of ``dataset`` trained on that overlaps a scored document."""
+        self.overlapping[dataset] = self.overlapping.get(dataset, 0) + 1
 
     def count_read(self, dataset: str, records: int) -> None:
         """Count ``records`` records of ``dataset`` read."""

@@ -63,6 +63,9 @@ class DataSection:
     (``gopher_quality``), a user function (``mypkg.filters:keep``) or ``{step: length,
     min_chars: 200, datasets: [web]}`` (docs/curation.md); the token shares hold on what
     they keep."""
+    overlap_ngram: int = 0
+    """Count the training records sharing a word n-gram of this length with a scored document
+    (13: as GPT-3 and DCLM report; 0: off); counted, not removed (docs/curation.md)."""
     eval_sets: dict[str, list[str]] = field(default_factory=dict)
     """Fixed evaluation corpora: name -> files or globs; every record scored like held-out
     documents and never trained on, in any dataset (part of the data contract)."""

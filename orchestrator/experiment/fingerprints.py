@@ -105,6 +105,7 @@ def build_pipeline(
             dp_rank=dp_rank,
             dp_size=dp_size,
             flush_every=data.flush_every,
+            overlap_ngram=data.overlap_ngram,
             runner=runner,
             prefetch_steps=prefetch_steps,
         )

@@ -124,6 +124,8 @@ def _curation_problems(config: ExperimentConfig) -> list[str]:
         if name in d.datasets:
             problems.append(f"data.eval_sets.{name} has a training dataset's name: name it apart")
         problems += _files_problems(f"data.eval_sets.{name}", paths)
+    if d.overlap_ngram < 0:
+        problems.append(f"data.overlap_ngram must be >= 0 (0: off), got {d.overlap_ngram}")
     if d.eval_sets and d.holdout_bytes == 0:
         problems.append("data.eval_sets are scored within data.holdout_bytes: set it > 0")
     try:

@@ -111,6 +111,9 @@ class RunSummary:
     """Dataset -> records the run read (trained on or removed; ``steps.jsonl``)."""
     removed: dict[str, dict[str, int]] = field(default_factory=dict)
     """Dataset -> step (``decontaminate``, a processing step) -> records it removed."""
+    overlapping: dict[str, int] = field(default_factory=dict)
+    """Dataset -> records trained on that share a word n-gram with a scored document
+    (``data.overlap_ngram``; empty when not counted)."""
 
     @property
     def label(self) -> str:
@@ -121,9 +124,14 @@ class RunSummary:
         )
 
     def data_read(self) -> dict[str, dict[str, Any]]:
-        """Per dataset: records read and removed by step (what ``compare --json`` shows)."""
+        """Per dataset: records read, removed by step and (when counted) trained on though
+        overlapping a scored document (what ``compare --json`` shows)."""
         return {
-            d: {"records_read": self.records_read.get(d, 0), "removed": self.removed.get(d, {})}
+            d: {
+                "records_read": self.records_read.get(d, 0),
+                "removed": self.removed.get(d, {}),
+                **({"overlapping": self.overlapping.get(d, 0)} if self.overlapping else {}),
+            }
             for d in sorted(set(self.records_read) | set(self.removed))
         }
 

@@ -82,8 +82,8 @@ def _data_read_lines(comparison: Comparison) -> list[str]:
         "what was removed before training: by a processing step, or as a scored document "
         "(`decontaminate`).",
         "",
-        "| run | dataset | records read | removed | decontaminated |",
-        "|---|---|---:|---|---:|",
+        "| run | dataset | records read | removed | decontaminated | overlapping |",
+        "|---|---|---:|---|---:|---:|",
     ]
     for run, datasets in comparison.data_read.items():
         for dataset, counts in datasets.items():
@@ -93,8 +93,14 @@ def _data_read_lines(comparison: Comparison) -> list[str]:
             )
             lines.append(
                 f"| {run} | {dataset} | {counts['records_read']} | {steps or '-'} | "
-                f"{removed.get(DECONTAMINATED, 0)} |"
+                f"{removed.get(DECONTAMINATED, 0)} | {counts.get('overlapping', '-')} |"
             )
+    lines += [
+        "",
+        "Overlapping: records trained on that share a word n-gram with a scored document "
+        "(`data.overlap_ngram`; `-`: not counted). They are near copies the exact-text "
+        "decontamination does not catch.",
+    ]
     return lines
 
 

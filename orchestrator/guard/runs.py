@@ -95,12 +95,15 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
         }
         shards_read: dict[str, dict[str, dict[str, str]]] = {}
         records_read: dict[str, int] = {}
+        overlapping: dict[str, int] = {}
         removed: dict[str, dict[str, int]] = {}
         for record in steps:
             for name, shards in (record.get("shards_read") or {}).items():
                 shards_read.setdefault(str(name), {}).update(shards)
             for name, count in (record.get("records_read") or {}).items():
                 records_read[name] = records_read.get(name, 0) + int(count)
+            for name, count in (record.get("overlapping") or {}).items():
+                overlapping[name] = overlapping.get(name, 0) + int(count)
             for name, by_step in (record.get("removed") or {}).items():
                 totals = removed.setdefault(name, {})
                 for step_name, count in by_step.items():
@@ -159,6 +162,7 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 shards_read=shards_read,
                 varied=dict(experiment.get("varied") or {}),
                 records_read=records_read,
+                overlapping=overlapping,
                 removed=removed,
             )
         )

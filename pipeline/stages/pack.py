@@ -49,6 +49,9 @@ class TokenizedChunk:
     """int16, dataset index of each document."""
     removed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
     """int16, dataset index of each record read but not trained on (decontamination)."""
+    overlapping: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
+    """int16, dataset index of each record trained on that shares a word n-gram with a
+    scored document (counted only with ``overlap_ngram``)."""
     text_bytes: int = 0
     """UTF-8 bytes of text read for the chunk (for counters)."""
     busy_s: float = 0.0

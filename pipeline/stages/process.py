@@ -18,7 +18,7 @@ import numpy as np
 
 from pipeline.dataset import Dataset
 from pipeline.errors import StageError
-from pipeline.processing import KEPT, ProcessChain
+from pipeline.processing import KEPT, Decontaminator, ProcessChain
 from pipeline.stages.tokenize import read_dataset
 from pipeline.tokenizer import Tokenizer, load_tokenizer
 
@@ -41,6 +41,9 @@ class ProcessedRecords:
     """Per record: int32 tokens ending with EOS, or None if the chain dropped it."""
     dropped_by: np.ndarray
     """int16 per record: the index of the step that dropped it, or ``KEPT``."""
+    overlapping: np.ndarray
+    """bool per record: kept, and sharing a word n-gram with a scored document (counted
+    only with ``overlap_ngram``)."""
     text_bytes: int
     """UTF-8 bytes read."""
     busy_s: float
@@ -54,6 +57,7 @@ class ProcessWork:
         self.datasets = list(datasets)
         self.tokenizer_id = tokenizer_id
         self.chain = chain
+        self.decontaminator = next((s for s in chain.steps if isinstance(s, Decontaminator)), None)
         self._tokenizer: Tokenizer | None = None
 
     def __getstate__(self) -> dict:
@@ -67,6 +71,8 @@ class ProcessWork:
         ds = self.datasets[batch.dataset]
         texts, text_bytes = read_dataset(ds, batch.records)
         dropped_by = np.full(len(texts), KEPT, dtype=np.int16)
+        overlapping = np.zeros(len(texts), dtype=bool)
+        counting = self.decontaminator is not None and bool(self.decontaminator.ngrams)
         kept: list[str] = []
         for i, (text, key) in enumerate(zip(texts, batch.records.tolist(), strict=True)):
             try:
@@ -76,6 +82,7 @@ class ProcessWork:
             dropped_by[i] = step
             if result is not None:
                 kept.append(result)
+                overlapping[i] = counting and self.decontaminator.overlaps(result)
         try:
             encoded = iter(self._tokenizer.encode_arrays(kept))
         except Exception as exc:
@@ -86,4 +93,6 @@ class ProcessWork:
             None if step != KEPT else np.concatenate((next(encoded), eos)).view(np.int32)
             for step in dropped_by.tolist()
         ]
-        return ProcessedRecords(tokens, dropped_by, text_bytes, time.perf_counter() - began)
+        return ProcessedRecords(
+            tokens, dropped_by, overlapping, text_bytes, time.perf_counter() - began
+        )

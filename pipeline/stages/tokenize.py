@@ -76,6 +76,10 @@ class TokenizeWork:
                 removed = sources[~keep]
                 texts = [t for t, k in zip(texts, keep.tolist(), strict=True) if k]
                 sources = sources[keep]
+        overlapping = np.zeros(0, dtype=np.int16)
+        if self.decontaminator is not None and self.decontaminator.ngrams:
+            mask = np.fromiter(map(self.decontaminator.overlaps, texts), bool, len(texts))
+            overlapping = sources[mask]
         try:
             encoded = self._tokenizer.encode_arrays(texts)
         except Exception as exc:  # name the chunk's first record; the encoder gives no finer detail
@@ -91,6 +95,7 @@ class TokenizeWork:
             doc_lengths=lengths,
             doc_sources=sources,
             removed=removed,
+            overlapping=overlapping,
             text_bytes=text_bytes,
             busy_s=time.perf_counter() - began,
         )

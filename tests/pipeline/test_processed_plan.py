@@ -179,3 +179,30 @@ def test_held_out_documents_of_one_dataset_are_not_trained_on_in_another(tmp_pat
     assert removed["long"]["decontaminate"] == len(
         {t for t in held_raw if len(t) > 100} - held_long
     )
+
+
+@pytest.mark.parametrize("process", [[], HALF], ids=["plain", "processed"])
+def test_near_copies_of_eval_documents_are_counted_not_removed(
+    tmp_path: Path, process: list
+) -> None:
+    """A copy with one word changed is no exact copy: trained on, and with overlap_ngram=13
+    counted as sharing a 13-gram with the scored document (as GPT-3 and DCLM report)."""
+    scored = "the evaluation text says that every lane keeps its own order of records " * 3
+    near = scored.replace("every lane", "each lane", 1)
+    datasets = web_and_code(tmp_path, exhausted="stop", extra=[near, near])
+    eval_set = Dataset("fixed", [str(write_jsonl(tmp_path / "eval.jsonl", [scored, "other"]))])
+    source = WorkSource(
+        datasets, {"web": 1, "code": 1}, seed=4, chunk_tokens=128, eval_sets=[eval_set]
+    )
+    counted = {}
+    for ngram in (0, 13):
+        pipeline = make_pipeline(
+            source, lanes=LANES, global_batch_size=8, process=process, overlap_ngram=ngram
+        )
+        with pytest.warns(UserWarning, match="data exhausted"):
+            for _ in pipeline:
+                pass
+        stats = pipeline.stats()
+        assert "decontaminate" not in stats["removed"].get("web", {})
+        counted[ngram] = stats["overlapping"]
+    assert counted == {0: {}, 13: {"web": 2}}

@@ -24,6 +24,7 @@ def make_pipeline(
     prefetch: int = 0,
     prefetch_steps: int = 2,
     process: Sequence[Any] = (),
+    overlap_ngram: int = 0,
 ) -> Pipeline:
     """A small pipeline over ``source``; micro-batch defaults to the whole local batch."""
     local = global_batch_size // dp_size
@@ -37,6 +38,7 @@ def make_pipeline(
             runner=runner,
             prefetch=prefetch,
             prefetch_steps=prefetch_steps,
+            overlap_ngram=overlap_ngram,
         )
         .process(*process)
         .tokenize(tokenizer_id="gpt2", field="text", parallelism=parallelism)

@@ -137,7 +137,8 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
         summaries.append(
             RunSummary(
                 run_id=run_id,
-                name=stored.name,
+                # the run folder's name: unique, and what resume and the reports name
+                name=Path(tags[TAG_RUN_FOLDER]).name if tags.get(TAG_RUN_FOLDER) else stored.name,
                 variant=tags.get(TAG_VARIANT) or str(experiment.get("variant") or ""),
                 contract_fingerprint=tags.get(TAG_CONTRACT)
                 or str(experiment.get("contract_fingerprint") or ""),

@@ -216,8 +216,8 @@ def server(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 @pytest.fixture(scope="module")
 def sweep(server: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A 2-mix sweep tracked on the server; ``sweep.json`` (each job's ``run_name`` its MLflow
-    name) plus the experiment id."""
+    """A 2-mix sweep tracked on the server; ``sweep.json`` (each job with its MLflow run name,
+    ``mlflow_name``, beside its folder's, ``run_name``) plus the experiment id."""
     built = corpus(tmp_path_factory.getbasetemp())
     mixes = mixes_override(sorted(built), (1.0, 1.0, 1.0), (0.0, 1.0, 1.0))
     work = tmp_path_factory.mktemp("dashboard")
@@ -243,9 +243,9 @@ def sweep(server: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
     client = MlflowClient(tracking_uri=server)
     experiment = client.get_experiment_by_name("dashboard")
     assert experiment is not None
-    for job in summary["jobs"]:  # MLflow names a run by what it varies, not by its folder
-        job["run_name"] = client.get_run(job["mlflow_run_id"]).info.run_name
-    assert len({job["run_name"] for job in summary["jobs"]}) == 2, summary["jobs"]
+    for job in summary["jobs"]:  # MLflow names a run by what it varies; the guard by its folder
+        job["mlflow_name"] = client.get_run(job["mlflow_run_id"]).info.run_name
+    assert len({job["mlflow_name"] for job in summary["jobs"]}) == 2, summary["jobs"]
     return {**summary, "experiment_id": experiment.experiment_id, "work": work}
 
 
@@ -264,7 +264,7 @@ def test_experiment_page_lists_the_sweep_and_its_runs_ranked_by_eval(
     assert "dashboard" in top.text and "Training runs" in top.text, top
     assert sweep["sweep"] in top.text and "3 matching runs" in top.text, top  # parent + 2 children
 
-    names = [job["run_name"] for job in sweep["jobs"]]
+    names = [job["mlflow_name"] for job in sweep["jobs"]]
     search = f"tags.`{TAG_SWEEP}` = '{sweep['sweep']}' and tags.`{TAG_KIND}` = 'run'"
     ranked = render(
         chromium,
@@ -274,8 +274,9 @@ def test_experiment_page_lists_the_sweep_and_its_runs_ranked_by_eval(
     )
     assert "2 matching runs" in ranked.text and "Sort: eval/aggregate_bpb" in ranked.text, ranked
     assert all(name in ranked.text for name in names), ranked
-    best_first = [row["runs"][0] for row in sweep["comparison"]["rows"]]  # the guard's ranks
-    assert sorted(names, key=ranked.text.index) == best_first, ranked
+    mlflow_name = {job["run_name"]: job["mlflow_name"] for job in sweep["jobs"]}
+    best_first = [mlflow_name[row["runs"][0]] for row in sweep["comparison"]["rows"]]
+    assert sorted(names, key=ranked.text.index) == best_first, ranked  # the guard's ranks
 
 
 def test_parent_run_page_shows_the_comparison_and_the_child_runs(
@@ -290,7 +291,7 @@ def test_parent_run_page_shows_the_comparison_and_the_child_runs(
         assert f"{row['aggregate_bpb']:.4f}" in text and row["mixture"] in text, page
         assert row["runs"][0] in text, page
     children = text[text.index("Child runs") :]
-    assert all(job["run_name"] in children for job in sweep["jobs"]), page
+    assert all(job["mlflow_name"] in children for job in sweep["jobs"]), page
 
 
 def test_child_run_pages_show_the_eval_metrics(
@@ -298,7 +299,7 @@ def test_child_run_pages_show_the_eval_metrics(
 ) -> None:
     for job in sweep["jobs"]:
         page = render(chromium, run_url(server, sweep, job["mlflow_run_id"]), "eval/aggregate_bpb")
-        assert job["run_name"] in page.text and f"Parent run {sweep['sweep']}" in page.text, page
+        assert job["mlflow_name"] in page.text and f"Parent run {sweep['sweep']}" in page.text, page
         scores = {"aggregate_bpb": job["eval"]["aggregate_bpb"], **job["eval"]["bpb"]}
         for name, value in scores.items():
             metric = "eval/aggregate_bpb" if name == "aggregate_bpb" else f"eval/{name}_bpb"
@@ -315,10 +316,10 @@ def test_compare_runs_page_puts_the_variants_side_by_side(
         chromium,
         f"{server}/#/compare-runs?runs={runs}&experiments={experiments}",
         "eval/aggregate_bpb",
-        *(j["run_name"] for j in jobs),
+        *(j["mlflow_name"] for j in jobs),
     )
     assert f"Comparing {len(jobs)} Runs from 1 Experiment" in page.text, page
-    assert all(j["run_name"] in page.text for j in jobs), page
+    assert all(j["mlflow_name"] in page.text for j in jobs), page
     metrics = page.text[page.text.index("Metrics Show diff only") :]
     assert "eval/aggregate_bpb" in metrics, page
     # the UI rounds to 4 significant digits, one column per run, in the order asked for

@@ -135,8 +135,9 @@ def test_a_step_limited_to_some_datasets_leaves_the_others_alone() -> None:
 def test_datatrove_filters_give_the_same_verdicts_on_threads() -> None:
     """spaCy, under datatrove's word tokenizer, is not safe for threads: the lane workers'
     threads take turns, and each record gets the verdict it gets alone."""
-    texts = [f"{PROSE} Item {i} of the list, with words {i * 7}." for i in range(40)] + [SPAM]
-    for kind in ("gopher_quality", "fineweb_quality", "c4_quality"):
+    texts = [f"{PROSE[:300]} Item {i} of the list, with words {i * 7}." for i in range(16)]
+    texts.append(SPAM)
+    for kind in ("gopher_quality", "fineweb_quality"):
         chain = parse_chain([kind])
         alone = [chain.apply(t, "web") for t in texts]
         with ThreadPoolExecutor(4) as pool:

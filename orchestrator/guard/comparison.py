@@ -56,6 +56,8 @@ class RefusalCode(StrEnum):
     """Not every variant ran under every seed block."""
     SHARD_CHANGED = "shard_changed"
     """Two runs read different content for one shard of a dataset."""
+    TRAINED_ON_SCORED = "trained_on_scored"
+    """A run made before decontamination read copies of documents it scores."""
 
 
 DECONTAMINATED = "decontaminate"
@@ -114,6 +116,8 @@ class RunSummary:
     overlapping: dict[str, int] = field(default_factory=dict)
     """Dataset -> records trained on that share a word n-gram with a scored document
     (``data.overlap_ngram``; empty when not counted)."""
+    data_config: dict[str, Any] = field(default_factory=dict)
+    """The experiment's ``data`` section as recorded (``experiment.json``)."""
 
     @property
     def label(self) -> str:

@@ -164,6 +164,7 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 varied=dict(experiment.get("varied") or {}),
                 records_read=records_read,
                 overlapping=overlapping,
+                data_config=dict((experiment.get("config") or {}).get("data") or {}),
                 removed=removed,
             )
         )

@@ -20,6 +20,7 @@ from orchestrator.guard.rules.configuration import (
 )
 from orchestrator.guard.rules.data_read import diverged_data_refusal, shard_changed_refusals
 from orchestrator.guard.rules.run_records import split_runs_without_data, unfinished_refusal
+from orchestrator.guard.rules.scored_documents import trained_on_scored_refusals
 from orchestrator.guard.rules.variants import run_labels, runs_by_variant, seed_design
 
 
@@ -80,6 +81,7 @@ def apply_rules(runs: list[RunSummary]) -> RulesOutcome:
         if r
     ]
     refusals += shard_changed_refusals(usable, label)
+    refusals += trained_on_scored_refusals(usable, label)
     by_seed: dict[str, list[RunSummary]] = {}
     for run in usable:
         by_seed.setdefault(run.seed, []).append(run)

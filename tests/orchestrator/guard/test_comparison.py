@@ -50,6 +50,7 @@ def test_rows_and_refusal_codes_serialise_as_plain_json() -> None:
         "init_mismatch",
         "unpaired_seeds",
         "shard_changed",
+        "trained_on_scored",
     ]
 
 

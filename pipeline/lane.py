@@ -234,6 +234,9 @@ class LaneStream:
         for d, count in enumerate(np.bincount(tokenized.doc_sources).tolist()):
             if count:
                 self._counters.count_read(self._datasets[d].name, count)
+        for d, count in enumerate(np.bincount(item.chunk.repeated).tolist()):
+            if count:
+                self._counters.count_repeated(self._datasets[d].name, count)
         return tokenized
 
     def _stage_error(self, chunk: WorkChunk, exc: BaseException) -> StageError:

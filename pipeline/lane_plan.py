@@ -10,6 +10,7 @@ import numpy as np
 from pipeline.dataset import ExhaustedPolicy
 from pipeline.mixture import earliest_finish
 from pipeline.stages.tokenize import WorkChunk
+from pipeline.stats import PipelineCounters
 
 if TYPE_CHECKING:  # the plan makes lane plans: a module-level import would be a cycle
     from pipeline.source import WorkSource
@@ -19,9 +20,16 @@ class LanePlan:
     """Emits one lane's work chunks; its state is a handful of integers per dataset."""
 
     def __init__(
-        self, source: WorkSource, lane: int, num_lanes: int, state: Mapping[str, Any] | None
+        self,
+        source: WorkSource,
+        lane: int,
+        num_lanes: int,
+        state: Mapping[str, Any] | None,
+        *,
+        counters: PipelineCounters | None = None,
     ) -> None:
         self.source = source
+        self._counters = counters
         self.lane = lane
         self.num_lanes = num_lanes
         names = [ds.name for ds in source.datasets]
@@ -53,6 +61,8 @@ class LanePlan:
             not stop or order.in_first_epoch(drawn * num_lanes + lane)
             for stop, drawn, order in zip(self._stops, self._drawn, self._orders, strict=True)
         ]
+        self._repeating = [False] * len(names)  # set once a dataset's draws pass epoch 0
+        self._repeated: list[int] = []  # datasets of this chunk's draws past epoch 0
 
     def state(self) -> dict[str, Any]:
         """JSON-serialisable position of the plan (before the next chunk), with each order's
@@ -111,16 +121,18 @@ class LanePlan:
             record, cost = pending
             self._next[d] = None
             self._take(d, record)
+            if self._is_repeat(d):
+                self._repeated.append(d)
             self._drawn[d] += 1
             self._tokens[d] += cost
             self._lane_tokens += cost
             estimated += cost
             ds_ids.append(d)
             rec_ids.append(record)
-            if self._stops[d]:
-                self._active[d] = self._orders[d].in_first_epoch(
-                    self._drawn[d] * self.num_lanes + self.lane
-                )
+            if self._stops[d] and not self._orders[d].in_first_epoch(
+                self._drawn[d] * self.num_lanes + self.lane
+            ):
+                self._end(d)
         if not ds_ids:
             return None
         chunk = self._make_chunk(ds_ids, rec_ids)
@@ -140,12 +152,28 @@ class LanePlan:
 
     def _make_chunk(self, ds_ids: list[int], rec_ids: list[int]) -> WorkChunk:
         """The work chunk of the records drawn, in draw order."""
+        repeated, self._repeated = self._repeated, []
         return WorkChunk(
             lane=self.lane,
             index=self._chunk,
             datasets=np.asarray(ds_ids, dtype=np.int16),
             records=np.asarray(rec_ids, dtype=np.int64),
+            repeated=np.asarray(repeated, dtype=np.int16),
         )
+
+    def _is_repeat(self, d: int) -> bool:
+        """Whether dataset ``d``'s next position lies past its first epoch (a record read
+        again; none ever is in a dataset that stops there)."""
+        if not self._repeating[d] and not self._stops[d]:
+            position = self._drawn[d] * self.num_lanes + self.lane
+            self._repeating[d] = not self._orders[d].in_first_epoch(position)
+        return self._repeating[d]
+
+    def _end(self, d: int) -> None:
+        """Dataset ``d`` has ended for this lane (``exhausted: stop``): counted, once."""
+        self._active[d] = False
+        if self._counters is not None:
+            self._counters.count_ran_out(self._names[d])
 
     def _enter_due_phase(self) -> None:
         """Enter the next phase once this lane has drawn its part of the current phase's

@@ -22,6 +22,7 @@ import numpy as np
 from pipeline.errors import DataError
 from pipeline.lane_plan import LanePlan
 from pipeline.record_feed import RecordFeed
+from pipeline.repeat_index import RepeatIndex
 from pipeline.runners import Runner
 from pipeline.stages.pack import TokenizedChunk
 from pipeline.stages.process import FeedBatch, ProcessedRecords
@@ -42,6 +43,8 @@ _FEED_DEPTH = 2
 class ProcessedLanePlan(LanePlan):
     """One lane's chunks of kept, already tokenized records (see the module docstring)."""
 
+    _counters: PipelineCounters  # always given here
+
     def __init__(
         self,
         source: WorkSource,
@@ -52,11 +55,12 @@ class ProcessedLanePlan(LanePlan):
         runner: Runner[FeedBatch, ProcessedRecords],
         step_names: Sequence[str],
         counters: PipelineCounters,
+        repeats: Sequence[Sequence[tuple[int, RepeatIndex]]],
     ) -> None:
-        super().__init__(source, lane, num_lanes, state)
+        super().__init__(source, lane, num_lanes, state, counters=counters)
         self._runner = runner
         self._step_names = list(step_names)
-        self._counters = counters
+        self._repeats = repeats
         self._feeds: list[RecordFeed | None] = [None] * len(self._names)
         self._dropped_in_a_row = [0] * len(self._names)
         self._pieces: list[np.ndarray] = []
@@ -77,6 +81,7 @@ class ProcessedLanePlan(LanePlan):
                 batch_records=min(1024, max(8, round(self.source.chunk_tokens / mean))),
                 depth=_FEED_DEPTH,
                 first_epoch_only=self._stops[d],
+                repeats=self._repeats[d],
             )
         return feed
 
@@ -91,6 +96,8 @@ class ProcessedLanePlan(LanePlan):
                 return key, len(tokens)
             self._count_read(feed.pop())
             self._counters.count_removed(self._names[d], self._step_names[step])
+            if self._is_repeat(d):
+                self._counters.count_repeated(self._names[d])
             self._drawn[d] += 1
             self._dropped_in_a_row[d] += 1
             if self._dropped_in_a_row[d] >= MAX_DROPPED_IN_A_ROW:
@@ -99,7 +106,7 @@ class ProcessedLanePlan(LanePlan):
                     f"{self._names[d]!r} in a row (lane {self.lane}): it keeps (almost) nothing "
                     "of it; loosen the chain or give the dataset a share of 0"
                 )
-        self._active[d] = False  # a dataset that stops at its first epoch's end has ended
+        self._end(d)  # a dataset that stops at its first epoch's end has ended
         return None
 
     def _take(self, d: int, record: int) -> None:
@@ -121,7 +128,9 @@ class ProcessedLanePlan(LanePlan):
         )
         self._pieces, self._text_bytes, self._busy_s = [], 0, 0.0
         chunk = super()._make_chunk(ds_ids, rec_ids)
-        return WorkChunk(chunk.lane, chunk.index, chunk.datasets, chunk.records, tokenized)
+        return WorkChunk(
+            chunk.lane, chunk.index, chunk.datasets, chunk.records, tokenized, chunk.repeated
+        )
 
     def _count_read(self, batch: ProcessedRecords | None) -> None:
         """A batch's bytes and seconds, counted with the chunk that takes its first record."""

@@ -26,6 +26,7 @@ from pipeline.lane_plan import LanePlan
 from pipeline.mixture import MixturePhase, checked_phases
 from pipeline.order import DatasetOrder, GlobalPermutationOrder, OrderVersion, ShardWindowOrder
 from pipeline.order.base import MIN_HOLDOUT_DOCS, OrderSettings
+from pipeline.stats import PipelineCounters
 from pipeline.tokenizer import Tokenizer
 
 _PHASE_STREAM = 0x9A5E
@@ -278,12 +279,18 @@ class WorkSource:
     # -- lane plans ----------------------------------------------------------------------------
 
     def lane_plan(
-        self, lane: int, num_lanes: int, state: Mapping[str, Any] | None = None
+        self,
+        lane: int,
+        num_lanes: int,
+        state: Mapping[str, Any] | None = None,
+        *,
+        counters: PipelineCounters | None = None,
     ) -> LanePlan:
-        """The chunk stream of one lane, from the beginning or from a saved plan state."""
+        """The chunk stream of one lane, from the beginning or from a saved plan state
+        (counting into ``counters`` the lanes in which a dataset ran out)."""
         assert self._tokens_per_byte is not None, "calibrate() or set_calibration() before planning"
         assert 0 <= lane < num_lanes, f"lane must be in [0, {num_lanes}), got {lane}"
-        return LanePlan(self, lane, num_lanes, state)
+        return LanePlan(self, lane, num_lanes, state, counters=counters)
 
     def record_cost(self, dataset_index: int, key: int) -> int:
         """Estimated token cost of one record: ``round(bytes * tokens/byte) + 1``."""

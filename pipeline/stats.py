@@ -67,6 +67,11 @@ class PipelineCounters:
     removed: dict[str, dict[str, int]] = field(default_factory=dict)
     """Records read but not trained on, per dataset and step that dropped them
     (``decontaminate``, a processing step's name), counted as the lanes take them."""
+    repeated: dict[str, int] = field(default_factory=dict)
+    """Records read past their dataset's first epoch (read again), per dataset: of
+    ``records_read``, ``records_read - repeated`` are distinct records."""
+    ran_out: dict[str, int] = field(default_factory=dict)
+    """Lanes in which a dataset that stops after one epoch (``exhausted: stop``) ended."""
 
     def snapshot(self) -> dict[str, Any]:
         """A plain, JSON-serialisable copy."""
@@ -81,6 +86,14 @@ class PipelineCounters:
     def count_overlapping(self, dataset: str) -> None:
         """Count one record of ``dataset`` trained on that overlaps a scored document."""
         self.overlapping[dataset] = self.overlapping.get(dataset, 0) + 1
+
+    def count_repeated(self, dataset: str, records: int = 1) -> None:
+        """Count ``records`` records of ``dataset`` read past its first epoch."""
+        self.repeated[dataset] = self.repeated.get(dataset, 0) + records
+
+    def count_ran_out(self, dataset: str) -> None:
+        """Count one lane in which ``dataset`` ended (``exhausted: stop``)."""
+        self.ran_out[dataset] = self.ran_out.get(dataset, 0) + 1
 
     def count_read(self, dataset: str, records: int) -> None:
         """Count ``records`` records of ``dataset`` read."""

@@ -120,6 +120,10 @@ class DatasetOrder(ABC):
         """Whether stream ``position`` lies in epoch 0 (``ExhaustedPolicy.STOP`` ends there)."""
 
     @abstractmethod
+    def epoch_start(self, position: int) -> int:
+        """The first stream position of the epoch ``position`` lies in."""
+
+    @abstractmethod
     def training_keys(self) -> np.ndarray:
         """Keys of every training record, sorted (enumerates the dataset: tests, benchmarks)."""
 

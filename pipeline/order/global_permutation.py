@@ -84,6 +84,10 @@ class GlobalPermutationOrder(DatasetOrder):
         """Whether ``position < n_train``."""
         return position < len(self.training_keys())
 
+    def epoch_start(self, position: int) -> int:
+        """``position`` less its offset within an epoch of ``n_train`` positions."""
+        return position - position % len(self.training_keys())
+
     def estimated_text_bytes(self) -> float:
         """Every record's text bytes, summed (indexes every shard)."""
         return float(self.dataset.record_bytes.sum())

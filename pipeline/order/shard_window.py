@@ -208,6 +208,13 @@ class ShardWindowOrder(DatasetOrder):
                 return position < self._total
             return self._find_block(0, position) is not None
 
+    def epoch_start(self, position: int) -> int:
+        """0 in epoch 0 (counting shards only as far as ``position`` needs), else
+        ``position`` less its offset within an epoch."""
+        with self._lock:
+            epoch, _, _ = self._locate(position)
+            return epoch * (self._total or 0)
+
     def cursor(self, position: int) -> list[int] | None:
         """``[epoch, block, block start, records of an epoch or -1]`` of ``position``: what a
         restored plan needs to place it without counting the blocks before it."""

@@ -15,7 +15,9 @@ from typing import Any
 from pipeline.choice import parse_choice
 from pipeline.errors import ConfigError
 from pipeline.processing.datatrove_filter import DATATROVE_STEPS, DatatroveFilter
+from pipeline.processing.deduplication import ExactDedup
 from pipeline.processing.length import LengthFilter
+from pipeline.processing.minhash_dedup import MinHashDedup
 from pipeline.processing.step import ProcessStep, StepKind
 from pipeline.processing.user_function import UserFunction
 
@@ -85,11 +87,16 @@ def parse_step(entry: str | Mapping[str, Any]) -> ProcessStep:
             "'decontaminate' is not a step to list: every scored document (held-out documents "
             "and eval sets) is removed from training whatever the chain"
         )
-    if kind is StepKind.LENGTH:
+    built: dict[StepKind, type[ProcessStep]] = {
+        StepKind.LENGTH: LengthFilter,
+        StepKind.DEDUP: ExactDedup,
+        StepKind.MINHASH_DEDUP: MinHashDedup,
+    }
+    if kind in built:
         try:
-            return LengthFilter(**settings)
+            return built[kind](**settings)
         except TypeError as e:
-            raise ConfigError(f"process step 'length': {e}") from None
+            raise ConfigError(f"process step {str(kind)!r}: {e}") from None
     if kind is StepKind.FUNCTION:
         function = settings.pop("function", None)
         if settings or not isinstance(function, str):

@@ -33,6 +33,10 @@ class StepKind(StrEnum):
     """datatrove's ``FineWebQualityFilter``."""
     FUNCTION = "function"
     """A user's ``module:function``, its source file's content in the contract."""
+    DEDUP = "dedup"
+    """Drop a record whose normalised text repeats one earlier in its dataset's epoch."""
+    MINHASH_DEDUP = "minhash_dedup"
+    """Drop a near copy (datasketch's MinHash LSH) of a record earlier in its epoch."""
 
 
 class ProcessStep(ABC):

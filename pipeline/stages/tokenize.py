@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,6 +36,9 @@ class WorkChunk:
     """int64, record key within its dataset (``shard << 32 | row``, see ``record_keys``)."""
     tokenized: TokenizedChunk | None = None
     """The chunk's tokens, when a processed plan made them already (no work left to do)."""
+    repeated: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
+    """int16, the dataset index of each record drawn past its dataset's first epoch (its
+    second reading or later), counted when the chunk is taken."""
 
 
 class TokenizeWork:

@@ -116,6 +116,10 @@ class RunSummary:
     overlapping: dict[str, int] = field(default_factory=dict)
     """Dataset -> records trained on that share a word n-gram with a scored document
     (``data.overlap_ngram``; empty when not counted)."""
+    repeated: dict[str, int] = field(default_factory=dict)
+    """Dataset -> records read past its first epoch (read again; ``steps.jsonl``)."""
+    ran_out: dict[str, int] = field(default_factory=dict)
+    """Dataset -> lanes in which it ran out (``exhausted: stop``); absent: it never did."""
     data_config: dict[str, Any] = field(default_factory=dict)
     """The experiment's ``data`` section as recorded (``experiment.json``)."""
 
@@ -128,16 +132,23 @@ class RunSummary:
         )
 
     def data_read(self) -> dict[str, dict[str, Any]]:
-        """Per dataset: records read, removed by step and (when counted) trained on though
-        overlapping a scored document (what ``compare --json`` shows)."""
-        return {
-            d: {
-                "records_read": self.records_read.get(d, 0),
+        """Per dataset: records read, distinct records among them and the epochs they make
+        (records read over distinct ones: 1.0, none read twice), the lanes it ran out in,
+        removed by step and (when counted) trained on though overlapping a scored document
+        (what ``compare --json`` shows)."""
+        table = {}
+        for d in sorted(set(self.records_read) | set(self.removed)):
+            read = self.records_read.get(d, 0)
+            unique = read - self.repeated.get(d, 0)
+            table[d] = {
+                "records_read": read,
+                "unique_records": unique,
+                "epochs": round(read / unique, 3) if unique > 0 else None,
+                "ran_out_lanes": self.ran_out.get(d, 0),
                 "removed": self.removed.get(d, {}),
                 **({"overlapping": self.overlapping.get(d, 0)} if self.overlapping else {}),
             }
-            for d in sorted(set(self.records_read) | set(self.removed))
-        }
+        return table
 
     def with_scores(
         self, step: int, scores: dict[str, tuple[list[float], list[float]]]

@@ -78,29 +78,42 @@ def _data_read_lines(comparison: Comparison) -> list[str]:
         "",
         "### Data read per run",
         "",
-        "Records read per dataset over the run's steps (a resume replays at most a flush window) and "
-        "what was removed before training: by a processing step, or as a scored document "
-        "(`decontaminate`).",
+        "Records read per dataset over the run's steps (a resume replays at most a flush window), "
+        "the distinct records among them and the epochs they make (records read over distinct "
+        "ones), and what was removed before training: by a processing step, or as a scored "
+        "document (`decontaminate`).",
         "",
-        "| run | dataset | records read | removed | decontaminated | overlapping |",
-        "|---|---|---:|---|---:|---:|",
+        "| run | dataset | records read | distinct | epochs | removed | decontaminated "
+        "| overlapping |",
+        "|---|---|---:|---:|---:|---|---:|---:|",
     ]
+    ran_out = []
     for run, datasets in comparison.data_read.items():
         for dataset, counts in datasets.items():
             removed = counts["removed"]
             steps = ", ".join(
                 f"{step} {n}" for step, n in sorted(removed.items()) if step != DECONTAMINATED
             )
+            epochs = "-" if counts.get("epochs") is None else f"{counts['epochs']:.2f}"
             lines.append(
-                f"| {run} | {dataset} | {counts['records_read']} | {steps or '-'} | "
+                f"| {run} | {dataset} | {counts['records_read']} | "
+                f"{counts.get('unique_records', '-')} | {epochs} | {steps or '-'} | "
                 f"{removed.get(DECONTAMINATED, 0)} | {counts.get('overlapping', '-')} |"
             )
+            if counts.get("ran_out_lanes"):
+                ran_out.append(f"{run} ran out of {dataset} in {counts['ran_out_lanes']} lane(s)")
     lines += [
         "",
         "Overlapping: records trained on that share a word n-gram with a scored document "
         "(`data.overlap_ngram`; `-`: not counted). They are near copies the exact-text "
         "decontamination does not catch.",
     ]
+    if ran_out:
+        lines += [
+            "",
+            f"**Ran out** (`exhausted: stop`): {'; '.join(ran_out)}. From there the other "
+            "datasets filled its share: the mixture it trained on is not the one it names.",
+        ]
     return lines
 
 

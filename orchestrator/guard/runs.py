@@ -96,14 +96,20 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
         shards_read: dict[str, dict[str, dict[str, str]]] = {}
         records_read: dict[str, int] = {}
         overlapping: dict[str, int] = {}
+        repeated: dict[str, int] = {}
+        ran_out: dict[str, int] = {}
         removed: dict[str, dict[str, int]] = {}
         for record in steps:
             for name, shards in (record.get("shards_read") or {}).items():
                 shards_read.setdefault(str(name), {}).update(shards)
-            for name, count in (record.get("records_read") or {}).items():
-                records_read[name] = records_read.get(name, 0) + int(count)
-            for name, count in (record.get("overlapping") or {}).items():
-                overlapping[name] = overlapping.get(name, 0) + int(count)
+            for kind, totals in (
+                ("records_read", records_read),
+                ("overlapping", overlapping),
+                ("repeated", repeated),
+                ("ran_out", ran_out),
+            ):
+                for name, count in (record.get(kind) or {}).items():
+                    totals[name] = totals.get(name, 0) + int(count)
             for name, by_step in (record.get("removed") or {}).items():
                 totals = removed.setdefault(name, {})
                 for step_name, count in by_step.items():
@@ -164,6 +170,8 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 varied=dict(experiment.get("varied") or {}),
                 records_read=records_read,
                 overlapping=overlapping,
+                repeated=repeated,
+                ran_out=ran_out,
                 data_config=dict((experiment.get("config") or {}).get("data") or {}),
                 removed=removed,
             )

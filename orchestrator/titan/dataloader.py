@@ -285,19 +285,22 @@ class ZephonDataLoader(BaseDataLoader):
         self.pipeline.close()
 
 
+_COUNTED = ("records_read", "overlapping", "repeated", "ran_out")
+"""Per-dataset counts of the pipeline's stats a step's record carries (with ``removed``)."""
+
+
 class ReadingCounts:
     """What a rank read and removed since the step before: the ``records_read``,
-    ``overlapping`` and ``removed`` of a step's record (``steps.jsonl``), per dataset, summed
-    over ranks."""
+    ``overlapping``, ``repeated``, ``ran_out`` and ``removed`` of a step's record
+    (``steps.jsonl``), per dataset, summed over ranks."""
 
     def __init__(self) -> None:
         self._seen: dict[str, int] = {}
 
     def since_last_step(self, stats: dict[str, Any]) -> dict[str, int]:
-        """``{"records_read/<dataset>": n, "overlapping/<dataset>": n,
-        "removed/<dataset>/<step>": n}`` since the last call."""
-        now = {f"records_read/{d}": n for d, n in stats["records_read"].items()}
-        now.update({f"overlapping/{d}": n for d, n in stats["overlapping"].items()})
+        """``{"<count>/<dataset>": n, "removed/<dataset>/<step>": n}`` since the last call
+        (``<count>``: each of :data:`_COUNTED`)."""
+        now = {f"{kind}/{d}": n for kind in _COUNTED for d, n in stats[kind].items()}
         for dataset, by_step in stats["removed"].items():
             now.update({f"removed/{dataset}/{step}": n for step, n in by_step.items()})
         delta = {k: n - self._seen.get(k, 0) for k, n in now.items() if n != self._seen.get(k, 0)}
@@ -306,8 +309,8 @@ class ReadingCounts:
 
     @staticmethod
     def merged(ranks: list[dict[str, int]]) -> dict[str, Any]:
-        """The ranks' counts as a step record's ``records_read``, ``overlapping`` and
-        ``removed`` (absent: 0)."""
+        """The ranks' counts as a step record's ``records_read``, ``overlapping``,
+        ``repeated``, ``ran_out`` and ``removed`` (absent: 0)."""
         total: dict[str, int] = {}
         for counts in ranks:
             for key, n in counts.items():
@@ -315,7 +318,7 @@ class ReadingCounts:
         record: dict[str, Any] = {}
         for key, n in sorted(total.items()):
             kind, dataset, *step = key.split("/")
-            if kind in ("records_read", "overlapping"):
+            if kind in _COUNTED:
                 record.setdefault(kind, {})[dataset] = n
             else:
                 record.setdefault("removed", {}).setdefault(dataset, {})[step[0]] = n

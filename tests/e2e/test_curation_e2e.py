@@ -106,6 +106,8 @@ def test_dataset_versions_are_compared_on_the_fixed_eval_set(
             assert counts["records_read"] == sum(
                 s.get("records_read", {}).get(dataset, 0) for s in steps
             ), (name, dataset)
+            repeated = sum(s.get("repeated", {}).get(dataset, 0) for s in steps)
+            assert counts["unique_records"] == counts["records_read"] - repeated
             assert verdict["decontaminated"][name][dataset] == sum(
                 s.get("removed", {}).get(dataset, {}).get("decontaminate", 0) for s in steps
             ), (name, dataset)

@@ -88,9 +88,7 @@ def test_deduplication_is_the_same_at_every_dp_size_and_across_a_resume(tmp_path
 
 
 @pytest.mark.parametrize("process", [[], ["dedup"]], ids=["plain", "processed"])
-def test_records_read_again_and_datasets_ran_out_are_counted(
-    tmp_path: Path, process: list
-) -> None:
+def test_records_read_again_and_datasets_ran_out_are_counted(tmp_path: Path, process: list) -> None:
     """``code`` (60 records, repeating) is read about three times over; ``web`` stops after
     one epoch in every lane. A dataset is not deduplicated against its own earlier epochs."""
     write_jsonl(tmp_path / "code.jsonl", [f"def f{i}(x):\n    return x + {i}\n" for i in range(60)])

@@ -48,3 +48,25 @@ def test_the_table_shows_what_training_gained_over_the_initial_model() -> None:
     partial = compare([scored[0], *runs[1:]])
     assert all(not row.initial_bpb for row in partial.rows)
     assert "What training gained" not in comparison_markdown(partial)
+
+
+def test_the_data_read_shows_distinct_records_epochs_and_what_ran_out() -> None:
+    """A variant that read its small filtered dataset three times over, and ran out of it in
+    two lanes, is shown so beside one that read each record once."""
+    a, b, c, d = four_runs()
+    read_thrice = {"records_read": {"docs": 300}, "repeated": {"docs": 200}}
+    runs = [
+        dataclasses.replace(a, **read_thrice, ran_out={"docs": 2}),
+        dataclasses.replace(b, **read_thrice),
+        dataclasses.replace(c, records_read={"docs": 100}),
+        dataclasses.replace(d, records_read={"docs": 100}),
+    ]
+    result = compare(runs)
+    assert result.data_read[a.name]["docs"] == {
+        "records_read": 300, "unique_records": 100, "epochs": 3.0, "ran_out_lanes": 2,
+        "removed": {},
+    }  # fmt: skip
+    assert result.data_read[c.name]["docs"]["epochs"] == 1.0
+    md = comparison_markdown(result)
+    assert f"| {a.name} | docs | 300 | 100 | 3.00 |" in md
+    assert f"{a.name} ran out of docs in 2 lane(s)" in md and f"{b.name} ran out" not in md

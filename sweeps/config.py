@@ -49,6 +49,9 @@ class AppOptions:
     """Continue the folder of ``run_name`` if it exists (one that finished is reported as is)."""
     fresh: bool = False
     """Train a new run even if a finished run of the same experiment would answer it."""
+    at_dp: bool = False
+    """Answer only from a run of the same experiment that trained at ``resources.dp`` (a
+    sweep's ``replicate_dp`` jobs: each size is the point)."""
     sweep: SweepMembership = field(default_factory=SweepMembership)
 
 

@@ -213,8 +213,8 @@ class MixSweeper(Sweeper):
                         overrides += [f"{key}={seed}" for key in SEED_SETTINGS]
                     if dp is not None:
                         overrides.append(f"resources.dp={dp}")
-                    if len(self.replicate_dp) > 1:  # each dp trains: dp is no part of an answer
-                        overrides.append("fresh=true")
+                    if len(self.replicate_dp) > 1:  # dp is no part of an identity: ask for
+                        overrides.append("at_dp=true")  # an answer trained at this dp size
                     jobs.append(
                         Job(
                             overrides,

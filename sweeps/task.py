@@ -51,6 +51,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
             parent_run_id=options.sweep.parent_run_id,
             sweep=options.sweep.name,
             fresh=options.fresh,
+            at_dp=options.at_dp,
         )
     if result.status == RunStatus.INTERRUPTED:  # noted for the report; Hydra lets it through
         raise interrupts.Interrupted()

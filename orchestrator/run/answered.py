@@ -6,12 +6,16 @@ versions), the initial checkpoint's sha256 and the ``eval`` section. The dp size
 name, ``resources`` and ``tracking`` are not part of it. An experiment whose identity
 matches a run that succeeded is answered from that run (:func:`orchestrator.run.api.run`).
 
-The index is one small file per identity, ``<runs_root>/.identities/<identity>.json``
+The index is one small file per :class:`AnswerKey`, ``<runs_root>/.identities/<key>.json``
 naming the run folder that trains it: a look-up reads one file however many runs the
-root holds. The run that trains an identity holds ``<identity>.lock`` (``flock``) from
-its look-up to its end, so an identical submission waits and is then answered, and the
-lock of a killed process is released with it (the next submission resumes that run).
+root holds. The run that trains a key holds ``<key>.lock`` (``flock``) from its look-up to
+its end, so an identical submission waits and is then answered, and the lock of a killed
+process is released with it (the next submission resumes that run).
 A fresh run (``fresh=True``) neither looks up, nor locks, nor is indexed: it answers nobody.
+
+A replicate asked for at a dp size (a sweep's ``replicate_dp``: the point is to train at each
+size) is keyed by its identity *and* dp size, ``<identity>@dp<k>``: it is answered by a run
+of that identity that trained at that size, and only what is missing trains.
 
 Design: docs/design/orchestrator_run.md
 """
@@ -20,10 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.experiment.runfolder import RunFolder, write_json_atomic
+from orchestrator.experiment.runfolder import RunFolder, RunStatus, write_json_atomic
 from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.names import KIND_ANSWER
 from orchestrator.tracking.provenance import answer_tags
@@ -50,39 +55,69 @@ def record_identity(record: dict[str, Any]) -> str:
     )
 
 
-def identity_lock(runs_root: Path, identity: str) -> contextlib.AbstractContextManager[None]:
-    """The lock of ``identity`` under ``runs_root``, to hold in a ``with`` block (module
+@dataclass(frozen=True)
+class AnswerKey:
+    """What a run answers: its identity, and the dp size it must have trained at."""
+
+    identity: str
+    dp: int | None = None
+    """The dp size of a replicate asked for at a size (``replicate_dp``); None: any size."""
+
+    @property
+    def name(self) -> str:
+        """The index's file name stem: ``<identity>`` or ``<identity>@dp<k>``."""
+        return self.identity if self.dp is None else f"{self.identity}@dp{self.dp}"
+
+
+def identity_lock(runs_root: Path, key: AnswerKey) -> contextlib.AbstractContextManager[None]:
+    """The lock of ``key`` under ``runs_root``, to hold in a ``with`` block (module
     docstring)."""
-    return file_lock(Path(runs_root) / INDEX_DIR / f"{identity}.lock")
+    return file_lock(Path(runs_root) / INDEX_DIR / f"{key.name}.lock")
 
 
-def indexed_run(runs_root: Path, identity: str) -> RunFolder | None:
-    """The run folder under ``runs_root`` recorded for ``identity`` (any status), or None:
-    none recorded, its folder is gone, or it holds another identity now (extended)."""
+def indexed_run(runs_root: Path, key: AnswerKey) -> RunFolder | None:
+    """The run folder under ``runs_root`` recorded for ``key`` (any status), or None: none
+    recorded, its folder is gone, or it holds another identity now (extended)."""
     try:
-        entry = json.loads((Path(runs_root) / INDEX_DIR / f"{identity}.json").read_text())
+        entry = json.loads((Path(runs_root) / INDEX_DIR / f"{key.name}.json").read_text())
     except (OSError, ValueError):
         return None
     folder = RunFolder(Path(runs_root) / entry["run"])
-    if not folder.exists() or folder.experiment().get("identity") != identity:
+    if not folder.exists() or folder.experiment().get("identity") != key.identity:
         return None
     return folder
 
 
-def indexed_identity(folder: RunFolder) -> str | None:
-    """``folder``'s identity if the index names ``folder`` for it (the run that answers it;
-    not a fresh run beside it), else None."""
-    identity = folder.experiment().get("identity")
-    found = None if identity is None else indexed_run(folder.path.parent, identity)
-    if found is None or found.path.resolve() != folder.path.resolve():
+def finished_at(runs_root: Path, key: AnswerKey) -> RunFolder | None:
+    """For a replicate at a dp size, the run of its identity at any size if that run
+    finished having trained at this size only (it answers the replicate too), else None."""
+    if key.dp is None:
         return None
-    return identity
+    run = indexed_run(runs_root, AnswerKey(key.identity))
+    if run is None or run.state().get("status") != RunStatus.SUCCEEDED:
+        return None
+    sizes = {int(s["dp_size"]) for s in run.state().get("segments", [])}
+    return run if sizes == {key.dp} else None
 
 
-def index_run(folder: RunFolder, identity: str) -> None:
-    """Record ``folder`` (under its ``runs_root``) as the run of ``identity``."""
-    entry = {"identity": identity, "run": folder.name}
-    write_json_atomic(folder.path.parent / INDEX_DIR / f"{identity}.json", entry)
+def indexed_key(folder: RunFolder) -> AnswerKey | None:
+    """The key the index names ``folder`` for (the run that answers it; not a fresh run
+    beside it), else None."""
+    identity = folder.experiment().get("identity")
+    if identity is None:
+        return None
+    dp = ((folder.experiment().get("config") or {}).get("resources") or {}).get("dp")
+    for key in (AnswerKey(identity), AnswerKey(identity, dp)):
+        found = indexed_run(folder.path.parent, key)
+        if found is not None and found.path.resolve() == folder.path.resolve():
+            return key
+    return None
+
+
+def index_run(folder: RunFolder, key: AnswerKey) -> None:
+    """Record ``folder`` (under its ``runs_root``) as the run of ``key``."""
+    entry = {"identity": key.identity, "run": folder.name}
+    write_json_atomic(folder.path.parent / INDEX_DIR / f"{key.name}.json", entry)
 
 
 def link_answer(

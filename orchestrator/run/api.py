@@ -33,9 +33,11 @@ from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.machine.devices import Devices
 from orchestrator.run import interrupts, warm_start
 from orchestrator.run.answered import (
+    AnswerKey,
+    finished_at,
     identity_lock,
     index_run,
-    indexed_identity,
+    indexed_key,
     indexed_run,
     link_answer,
     record_identity,
@@ -71,13 +73,16 @@ def run(
     sweep: str | None = None,
     tracking: bool = True,
     fresh: bool = False,
+    at_dp: bool = False,
 ) -> RunResult:
     """Plan, then train ``config`` to the end; see :class:`RunResult`.
 
     An experiment whose identity (:mod:`orchestrator.run.answered`) is that of a run
     under the same ``runs_root`` that succeeded is answered from it, training nothing
     (``answered_from`` names it); one whose run stopped (killed, interrupted, failed)
-    resumes that run. ``fresh`` trains a new run all the same.
+    resumes that run. ``fresh`` trains a new run all the same. ``at_dp``: a replicate asked
+    for at this plan's dp size (``replicate_dp``), answered only by a run of its identity
+    that trained at that size.
 
     Refuses before launch (``ExperimentError``, ``TrackingError``) when the experiment
     is invalid or its tracking server is unreachable (unless ``tracking.offline_ok``).
@@ -105,14 +110,13 @@ def run(
     new_run = {"sweep": sweep, "parent_run_id": parent_run_id, "tracking": tracking}
     if fresh:  # the caller's own run: no lock, and it answers nobody, so replicates of one
         # identity (replicate_dp, verify-elastic) train side by side
-        return _train_new(
-            the_plan, record, init, tracker, progress=progress, indexed=False, **new_run
-        )
-    with identity_lock(runs_root, record["identity"]):  # held to the end: a twin waits
-        earlier = indexed_run(runs_root, record["identity"])
+        return _train_new(the_plan, record, init, tracker, progress=progress, key=None, **new_run)
+    key = AnswerKey(record["identity"], the_plan.dp if at_dp else None)
+    with identity_lock(runs_root, key):  # held to the end: a twin waits
+        earlier = indexed_run(runs_root, key) or finished_at(runs_root, key)
         if earlier is None:
             return _train_new(
-                the_plan, record, init, tracker, progress=progress, indexed=True, **new_run
+                the_plan, record, init, tracker, progress=progress, key=key, **new_run
             )
         warm_start.withdraw()  # the speculative server of a launch that is not coming
         return _answer(
@@ -132,13 +136,13 @@ def _train_new(
     tracker: Tracker | None,
     *,
     progress: TextIO | None,
-    indexed: bool,
+    key: AnswerKey | None,
     sweep: str | None,
     parent_run_id: str | None,
     tracking: bool,
 ) -> RunResult:
     """Create ``the_plan``'s run folder (``experiment.json`` = ``record``), index it under
-    its identity if ``indexed``, and train it, tracked by ``tracker`` (None: untracked, or
+    ``key`` (None: a fresh run, not indexed), and train it, tracked by ``tracker`` (None: untracked, or
     offline until ``zephon sync``)."""
     folder = the_plan.folder
     if folder.exists():
@@ -158,8 +162,8 @@ def _train_new(
         parent_run_id=parent_run_id,
         tracking_enabled=tracking,
     )
-    if indexed:
-        index_run(folder, record["identity"])
+    if key is not None:
+        index_run(folder, key)
     return train_segment(
         replace(the_plan, init_path=Path(init.path)), tracker=tracker, progress=progress
     )
@@ -228,10 +232,10 @@ def resume(
     follower = is_follower_node(config)
     # The run that answers its identity resumes under its lock: no twin answered by resuming
     # it trains beside it. A follower trains beside node 0, which holds it; a fresh run, none.
-    identity = None if follower else indexed_identity(folder)
-    if identity is None:
+    key = None if follower else indexed_key(folder)
+    if key is None:
         return _continue(folder, config, dp=dp, progress=progress, extending=steps is not None)
-    with identity_lock(folder.path.parent, identity):
+    with identity_lock(folder.path.parent, key):
         return _continue(folder, config, dp=dp, progress=progress, extending=steps is not None)
 
 

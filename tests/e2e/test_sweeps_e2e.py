@@ -125,6 +125,32 @@ def test_sweep_logs_parent_children_and_the_accepted_comparison(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def test_a_replicated_sweep_submitted_again_is_answered_at_each_dp_size(
+    work: Path, domains: list[str], base_overrides: list[str], replicated: dict[str, Any]
+) -> None:
+    """replicate_dp=[1,2] again, unchanged: every job is answered by the first sweep's run
+    of its mixture at its own dp size; nothing trains, and the verdict is the same."""
+    before = set((work / "runs").iterdir())
+    process, sweep_dir = multirun(
+        work,
+        "replicated-again",
+        "hydra/launcher=zephon",
+        *base_overrides,
+        mixes_override(domains, *TWO),
+        "hydra.sweeper.replicate_dp=[1,2]",
+    )
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
+    assert set((work / "runs").iterdir()) == before  # no run folder made
+    first = {j["run_name"]: j for j in replicated["summary"]["jobs"]}
+    again = summary(sweep_dir)
+    for job in again["jobs"]:
+        answer = first[job["answered_from"]]
+        assert (answer["variant"], answer["dp_sizes"]) == (job["variant"], job["dp_sizes"])
+    assert len({j["answered_from"] for j in again["jobs"]}) == 4
+    verdict, earlier = again["comparison"], replicated["summary"]["comparison"]
+    assert verdict["pairs"] == earlier["pairs"] and verdict["rows"] == earlier["rows"]
+
+
 def test_rerun_with_the_basic_launcher_reproduces_the_fingerprints(
     work: Path, domains: list[str], base_overrides: list[str], replicated: dict[str, Any]
 ) -> None:

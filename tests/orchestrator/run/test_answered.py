@@ -70,6 +70,17 @@ def test_an_identical_run_is_answered_on_any_dp_size(
     assert RunFolder(first.folder).experiment()["identity"]
 
 
+def test_a_replicate_asked_at_the_dp_size_a_run_trained_at_is_answered_by_it(
+    experiment: dict[str, Any], first: api.RunResult
+) -> None:
+    """``at_dp`` (a sweep's replicate_dp job) asks for a run of the identity trained at that
+    size: the first run trained at dp 1 only, so it answers a replicate at dp 1."""
+    before = trained_runs(experiment)
+    answer = api.run(experiment, dp=1, tracking=False, at_dp=True)
+    assert answer.answered_from == first.run_name and answer.dp_sizes == [1]
+    assert trained_runs(experiment) == before
+
+
 def more_code(experiment: dict[str, Any]) -> dict[str, Any]:
     mixture = {**experiment["data"]["mixture"], "code": 2.0}
     return {**experiment, "data": {**experiment["data"], "mixture": mixture}}

@@ -86,6 +86,7 @@ class ParentRun:
         sweep_dir: Path,
         *,
         family: str = "holm",
+        design: str = "sequential",
         models: list[str] | None = None,
     ) -> dict[str, Any] | None:
         """The guard over the sweep's tracked runs, one comparison per combination of the
@@ -107,6 +108,7 @@ class ParentRun:
                     into_run_id=self.run_id,
                     workdir=sweep_dir / "comparison",
                     family=family,
+                    design=design,
                 )
             verdicts = {
                 combination: compare_tracked(
@@ -116,6 +118,7 @@ class ParentRun:
                     parent_run_id=self.run_id,
                     workdir=sweep_dir / "comparison" / str(number),
                     family=family,
+                    design=design,
                 )
                 for number, (combination, run_ids) in enumerate(groups.items())
             }

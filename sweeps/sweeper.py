@@ -33,7 +33,7 @@ from orchestrator.experiment import validate
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.experiment.variant_axis import parse_axis
 from orchestrator.guard.comparison import SEED_SETTINGS
-from orchestrator.guard.decisions import family_of
+from orchestrator.guard.decisions import design_of, family_of
 from orchestrator.run import interrupts
 from orchestrator.run.slurm import use_squeue_without_accounting
 from orchestrator.tracking.mlflow_status import MlflowStatus
@@ -73,6 +73,10 @@ class MixSweeperConf:
     family: str = "holm"
     """The comparison's correction of its decisions for the number of pairs: ``holm``,
     ``bh`` or ``none`` (``zephon compare --family``)."""
+    design: str = "sequential"
+    """How the comparison's decisions are calibrated: ``sequential`` (one error budget over
+    every look as seeds are added) or ``fixed`` (a seed count fixed in advance; ``zephon
+    compare --design``)."""
     resume: str | None = None
     """Continue the interrupted sweep of this name (run with the arguments it was started
     with): finished jobs are kept, unfinished ones resume from their last checkpoint,
@@ -92,11 +96,13 @@ class MixSweeper(Sweeper):
         compare: bool = True,
         resume: str | None = None,
         family: str = "holm",
+        design: str = "sequential",
         replicate_models: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.resume = resume
         self.family = family_of(family).value
+        self.design = design_of(design).value
         self.replicate_models = [str(name) for name in replicate_models or []]
         fields = mix if isinstance(mix, dict) else _to_plain_dict(mix)
         self.space = MixSpace(**{k: v for k, v in fields.items() if v is not None})
@@ -274,7 +280,11 @@ class MixSweeper(Sweeper):
         parent = opened.parent
         verdict = (
             parent.compare(
-                outcomes, opened.folder, family=self.family, models=self.replicate_models
+                outcomes,
+                opened.folder,
+                family=self.family,
+                design=self.design,
+                models=self.replicate_models,
             )
             if self.compare
             else None

@@ -63,6 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
         "with more than 5%% chance), bh (false discovery rate) or none",
     )
     p.add_argument(
+        "--design",
+        choices=["sequential", "fixed"],
+        default="sequential",
+        help="sequential (default): the 5%% error budget is shared by every comparison of these "
+        "variants as seeds are added, up to --max-seeds; fixed: one look at a seed count fixed "
+        "in advance, decided at the full 5%%",
+    )
+    p.add_argument(
+        "--max-seeds",
+        type=int,
+        default=8,
+        help="sequential design: the seed count by which the error budget is spent (default 8)",
+    )
+    p.add_argument(
         "--decide-on",
         metavar="DOMAIN,...|METRIC[:DOMAIN],...|task:NAME[:METRIC]",
         help="rank and decide on the mean of these held-out domains only (default: all), on "

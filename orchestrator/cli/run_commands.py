@@ -52,6 +52,8 @@ def command_compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         threshold=args.threshold,
         decide_on=args.decide_on.split(",") if args.decide_on else None,
         family=args.family,
+        design=args.design,
+        max_seeds=args.max_seeds,
     )
     return (EXIT_OK if verdict["accepted"] else EXIT_REFUSED), verdict
 

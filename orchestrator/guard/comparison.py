@@ -122,6 +122,9 @@ class RunSummary:
     """Dataset -> lanes in which it ran out (``exhausted: stop``); absent: it never did."""
     data_config: dict[str, Any] = field(default_factory=dict)
     """The experiment's ``data`` section as recorded (``experiment.json``)."""
+    device_seconds: float | None = None
+    """Seconds the run took (MLflow's start to end) times its largest dp size; None: not
+    recorded (what one more seed costs is estimated from it)."""
 
     @property
     def label(self) -> str:
@@ -304,6 +307,24 @@ class Comparison:
     """What the variants may differ in (the runs' ``data.compared``)."""
     data_read: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """Run name -> :meth:`RunSummary.data_read`: what each run read and removed, per dataset."""
+    design: str = "sequential"
+    """How the decisions are calibrated: ``sequential`` (one error budget for every look as
+    seeds are added) or ``fixed`` (one pre-registered look): :mod:`~orchestrator.guard.
+    decisions.looks`."""
+    max_seeds: int = 8
+    """Sequential: the seed count by which the budget is spent."""
+    look_level: float = 0.05
+    """The error rate this look decided at (sequential: its share of ``1 - confidence``)."""
+    sequence: str = ""
+    """What every look of this comparison's sequence shares (contract, recipe, variants,
+    score, threshold, design): looks differ only in their seeds."""
+    look: int = 1
+    """This look's number in its sequence (earlier looks: fewer seeds, found in MLflow)."""
+    earlier_looks: list[dict[str, Any]] = field(default_factory=list)
+    """``{"comparison_run_id", "seeds"}`` of each earlier look found, by seeds."""
+    cost_per_seed: dict[str, Any] = field(default_factory=dict)
+    """What one more seed costs: ``runs`` (one per variant) and ``device_hours``, estimated
+    from the compared runs (None when their durations are not recorded)."""
 
     @property
     def smallest_detectable(self) -> float | None:
@@ -347,4 +368,14 @@ class Comparison:
             "compared": self.compared,
             "data_read": self.data_read,
             "decontaminated": decontaminated,
+            "design": self.design,
+            "max_seeds": self.max_seeds,
+            "look": {
+                "number": self.look,
+                "seeds": len(self.seeds),
+                "level": self.look_level,
+                "sequence": self.sequence,
+                "earlier": self.earlier_looks,
+            },
+            "cost_per_seed": self.cost_per_seed,
         }

@@ -164,9 +164,10 @@ def _decisions_lines(comparison: Comparison) -> list[str]:
     """The decisions section: one table line per pair, the method and what it can detect."""
     if not comparison.pairs:
         return ["One variant (its replicates only): nothing to decide."]
-    confidence = f"{comparison.confidence:.0%}"
+    confidence = f"{100 * (1 - comparison.look_level):.3g}%" if comparison.look_level else "no"
     lines = [
-        f"### Decisions (threshold {comparison.threshold:g} bits/byte, {confidence} intervals)",
+        f"### Decisions (threshold {comparison.threshold:g} bits/byte, {confidence} intervals, "
+        f"{comparison.design} design)",
         "",
         f"| a | b | a - b | {confidence} interval | p | {FAMILY_COLUMN[comparison.family]} | "
         "decision |",
@@ -190,7 +191,64 @@ def _decisions_lines(comparison: Comparison) -> list[str]:
     lines += [
         "",
         f"Method: {'; '.join(methods)}. {_family_sentence(comparison)} {detectable}",
+        "",
+        _design_sentence(comparison),
+        *_next_step_lines(comparison),
     ]
+    return lines
+
+
+def _design_sentence(comparison: Comparison) -> str:
+    """Which design decided, at what level, and the look's place in its sequence."""
+    seeds, alpha = len(comparison.seeds), 1 - comparison.confidence
+    if comparison.design == "fixed":
+        return (
+            f"**Fixed design**: one look at {seeds} seeds, decided at {alpha:.2g}: valid if this "
+            "seed count was fixed in advance. Adding seeds and comparing again wants the "
+            "sequential design (the default)."
+        )
+    earlier = ", ".join(
+        f"{look['seeds']} seeds (`{look['comparison_run_id']}`)"
+        for look in comparison.earlier_looks
+    )
+    place = f"look {comparison.look} of its sequence" + (
+        f" (earlier: {earlier})" if earlier else ""
+    )
+    if comparison.look_level == 0:
+        spent = (
+            "decides nothing: one seed leaves training noise unmeasured"
+            if seeds < 2
+            else f"decides nothing: the budget is spent by {comparison.max_seeds} seeds"
+        )
+        return f"**Sequential design**, {place} at {seeds} seeds: {spent}."
+    return (
+        f"**Sequential design**, {place} at {seeds} seeds: it decides at "
+        f"{comparison.look_level:.2%} of the {alpha:.2g} budget that every look of these "
+        f"variants shares up to {comparison.max_seeds} seeds, so the chance that any look "
+        f"decides equal variants wrongly stays at most {alpha:.2g}, however seeds are added. "
+        "`--design fixed` for a seed count fixed in advance."
+    )
+
+
+def _next_step_lines(comparison: Comparison) -> list[str]:
+    """For each pair that cannot be told: the seeds that would decide it, or stop."""
+    steps = [(pair, pair["next_step"]) for pair in comparison.pairs if pair.get("next_step")]
+    if not steps:
+        return []
+    lines = ["", "**Next step** for the pairs that cannot be told:", ""]
+    for pair, step in steps:
+        name = f"`{pair['a']}` vs `{pair['b']}`"
+        if step["stop"]:
+            lines.append(f"- {name}: {step['reason']}.")
+            continue
+        hours = step["device_hours"]
+        cost = f"{step['runs']} runs" + (
+            "" if hours is None else f", about {hours:.2g} device-hours"
+        )
+        lines.append(
+            f"- {name}: {step['more_seeds']} more seed(s), {step['seeds']} in all ({cost}), "
+            f"would decide a difference of {step['target']:.4f} (the observed one) with 80% power."
+        )
     return lines
 
 
@@ -201,7 +259,7 @@ FAMILY_COLUMN = {Family.HOLM: "Holm p", Family.BH: "BH q", Family.NONE: "adjuste
 def _family_sentence(comparison: Comparison) -> str:
     """Which correction the decisions follow, and over how many pairs."""
     k = len(comparison.pairs)
-    level = f"{1 - comparison.confidence:.2g}"
+    level = f"{comparison.look_level:.2g}"
     if comparison.family == Family.HOLM:
         return (
             f"Decisions corrected for {k} pairs by Holm's method: the chance that any of them "

@@ -25,9 +25,12 @@ from orchestrator.tracking.names import (
     TAG_DP_HISTORY,
     TAG_DP_SIZE,
     TAG_INIT,
+    TAG_LOOK,
+    TAG_LOOK_SEEDS,
     TAG_NOTE,
     TAG_RECIPE,
     TAG_RUN_FOLDER,
+    TAG_SEQUENCE,
     TAG_STATUS,
     TAG_VARIANT,
     TAG_VERDICT,
@@ -173,6 +176,9 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 repeated=repeated,
                 ran_out=ran_out,
                 data_config=dict((experiment.get("config") or {}).get("data") or {}),
+                device_seconds=None
+                if stored.seconds is None
+                else stored.seconds * max(_dp_sizes(tags, steps) or [1]),
                 removed=removed,
             )
         )
@@ -195,6 +201,23 @@ def comparison_name(run_ids: Iterable[str]) -> str:
     """``compare-<8 hex>``: a short hash of the sorted run ids (same runs, same name)."""
     digest = hashlib.sha256(",".join(sorted(run_ids)).encode()).hexdigest()
     return f"compare-{digest[:8]}"
+
+
+def count_looks(tracker: Tracker, comparison: Comparison) -> None:
+    """Number ``comparison`` in its sequence: its earlier looks are the tracked comparisons
+    (in any experiment) with its sequence and fewer seeds; one per seed count is counted."""
+    seeds = len(comparison.seeds)
+    earlier: dict[int, str] = {}
+    for run in tracker.find_runs(
+        f"tags.`{TAG_SEQUENCE}` = '{comparison.sequence}'", everywhere=True
+    ):
+        looked = int(run.data.tags.get(TAG_LOOK_SEEDS, "0"))
+        if looked < seeds:
+            earlier.setdefault(looked, run.info.run_id)
+    comparison.earlier_looks = [
+        {"comparison_run_id": run_id, "seeds": n} for n, run_id in sorted(earlier.items())
+    ]
+    comparison.look = 1 + len(earlier)
 
 
 def log_comparison(
@@ -229,6 +252,9 @@ def log_comparison(
     if comparison.accepted:
         tags[TAG_BEST] = comparison.best_row.mixture if comparison.best_row else "none"
         tags[TAG_DECISIONS] = _decision_lines(comparison)
+        tags[TAG_SEQUENCE] = comparison.sequence
+        tags[TAG_LOOK] = str(comparison.look)
+        tags[TAG_LOOK_SEEDS] = str(len(comparison.seeds))
     if into_run_id:
         run_id = into_run_id
         tracker.tag_run(run_id, tags)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from orchestrator.guard.held_out_metrics import metric_choice, with_metric_score
 from orchestrator.guard.rules import apply_rules, runs_by_arm
 from orchestrator.guard.rules.variants import run_labels
 from orchestrator.guard.tasks import task_choice, with_task_scores
+from pipeline import fingerprint
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,8 @@ def compare(
     confidence: float = 0.95,
     decide_on: list[str] | None = None,
     family: decisions.Family = decisions.Family.HOLM,
+    design: decisions.Design = decisions.Design.SEQUENTIAL,
+    max_seeds: int = decisions.DEFAULT_MAX_SEEDS,
 ) -> Comparison:
     """Check ``runs`` and, if nothing is refused, score each variant at the common eval step
     and decide every pair of variants (:mod:`orchestrator.guard.decisions`): a difference
@@ -150,8 +154,12 @@ def compare(
     with ``["METRIC"]`` or ``["METRIC:DOMAIN", ...]``
     (:mod:`orchestrator.guard.held_out_metrics`), or a task's score with
     ``["task:NAME[:METRIC]"]`` (:mod:`orchestrator.guard.tasks`). ``family`` corrects the pairs' decisions for their
-    number (:class:`~orchestrator.guard.decisions.Family`; Holm by default)."""
+    number (:class:`~orchestrator.guard.decisions.Family`; Holm by default). ``design``:
+    ``sequential`` (default) spends ``1 - confidence`` over every look as seeds are added, up
+    to ``max_seeds``; ``fixed`` decides this one look at it
+    (:mod:`orchestrator.guard.decisions.looks`)."""
     decisions.check_options(threshold, confidence)
+    plan = decisions.LookPlan(decisions.design_of(design), 1 - confidence, max_seeds)
     outcome = apply_rules(runs)
     step, domains = outcome.eval_step, outcome.domains
     if outcome.refusals or step is None:
@@ -186,14 +194,19 @@ def compare(
         key=lambda v: (v.aggregate_bpb, v.mixture, v.variant_id),
     )
     order = [v.arm for v in variants]
+    seeds = sorted({r.seed for r in runs})
+    level = plan.level(len(seeds))
     decided = decisions.decide_all(
         order,
         {v.arm: v.document_bits for v in variants},
         doc_bytes=doc_bytes,
         threshold=threshold,
-        confidence=confidence,
+        confidence=1 - level if level > 0 else confidence,
         family=family,
+        plan=plan,
     )
+    if level == 0:  # one seed decides nothing; past max_seeds the budget is spent
+        decided = [replace(p, decision=decisions.CANNOT_TELL) for p in decided]
     tier, best = decisions.tiers(order, decided), decisions.best(order, decided)
     top = variants[0].aggregate_bpb
     rows = [
@@ -201,9 +214,11 @@ def compare(
         for rank, v in enumerate(variants, 1)
     ]
     row_of_arm = dict(zip(order, rows, strict=True))
+    cost = _cost_per_seed(runs, len(variants))
     pairs = [
         {
             **pair.to_json(),
+            "next_step": _next_step_json(pair, seeds=len(seeds), cost=cost),
             "a": row_of_arm[pair.a].variant,
             "b": row_of_arm[pair.b].variant,
             "a_mixture": row_of_arm[pair.a].mixture,
@@ -222,15 +237,55 @@ def compare(
         contract_fingerprint=first_run.contract_fingerprint,
         recipe_fingerprint=first_run.recipe_fingerprint,
         pairs=pairs,
-        seeds=sorted({r.seed for r in runs}),
+        seeds=seeds,
         threshold=threshold,
         confidence=confidence,
+        design=str(plan.design),
+        max_seeds=plan.max_seeds,
+        look_level=level,
+        sequence=fingerprint(
+            {
+                "contract": first_run.contract_fingerprint,
+                "recipe": first_run.recipe_fingerprint,
+                "variants": sorted(str(v.arm) for v in variants),
+                "decided_on": chosen,
+                "threshold": threshold,
+                "plan": plan.to_json(),
+                "family": str(family),
+            }
+        ),
+        cost_per_seed=cost,
         family=str(family),
         decided_on=chosen,
         score=score,
         compared=str(first_run.contract.get(AXIS_FIELD, "mixture")),
         data_read={labels[r.run_id]: r.data_read() for r in ordered_runs(runs) if r.data_read()},
     )
+
+
+def _cost_per_seed(runs: list[RunSummary], variants: int) -> dict[str, Any]:
+    """One more seed: a run per variant, and their device-hours at the runs' mean."""
+    known = [r.device_seconds for r in runs if r.device_seconds is not None]
+    hours = None if not known else variants * statistics.fmean(known) / 3600
+    return {"runs": variants, "device_hours": hours}
+
+
+def _next_step_json(
+    pair: decisions.PairDecision, *, seeds: int, cost: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A pair that cannot be told: the seeds that would decide it, what they cost."""
+    step = pair.next_step
+    if step is None or pair.decision != decisions.CANNOT_TELL:
+        return None
+    more = None if step.seeds is None else step.seeds - seeds
+    hours = cost.get("device_hours")
+    return {
+        **step.to_json(),
+        "more_seeds": more,
+        "runs": None if more is None else more * cost["runs"],
+        "device_hours": None if more is None or hours is None else more * hours,
+        "stop": step.seeds is None,
+    }
 
 
 def _mean_bpb(run: RunSummary, step: int, domains: list[str]) -> float:

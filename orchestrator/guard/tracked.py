@@ -7,9 +7,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from orchestrator.guard.decisions import check_options, family_of
+from orchestrator.guard.decisions import (
+    DEFAULT_MAX_SEEDS,
+    LookPlan,
+    check_options,
+    design_of,
+    family_of,
+)
 from orchestrator.guard.report import comparison_markdown
-from orchestrator.guard.runs import load_runs, log_comparison
+from orchestrator.guard.runs import count_looks, load_runs, log_comparison
 from orchestrator.guard.scoring import compare
 from orchestrator.tracking.reading import training_run_ids
 from orchestrator.tracking.tracker import Tracker
@@ -29,6 +35,8 @@ def compare_tracked(
     decide_on: list[str] | None = None,
     confidence: float = 0.95,
     family: str = "holm",
+    design: str = "sequential",
+    max_seeds: int = DEFAULT_MAX_SEEDS,
 ) -> dict[str, Any]:
     """The comparison guard over MLflow runs (by id, or all runs of an experiment or sweep).
 
@@ -40,18 +48,30 @@ def compare_tracked(
     ``confidence``: of each pair's interval (a caller deciding several pairs as one question
     lowers the error of each, e.g. a search's confirmation). ``family``: ``holm`` (default),
     ``bh`` or ``none``, the correction of the pairs' decisions for their number
-    (:class:`orchestrator.guard.decisions.Family`).
+    (:class:`orchestrator.guard.decisions.Family`). ``design``: ``sequential`` (one error
+    budget for every look of this comparison as seeds are added, up to ``max_seeds``) or
+    ``fixed`` (:mod:`orchestrator.guard.decisions.looks`); the earlier looks of its sequence
+    are found among the tracked comparisons, numbered and recorded.
     """
     check_options(threshold, confidence)  # before any run is read
     correction = family_of(family)
+    plan = LookPlan(design_of(design), 1 - confidence, max_seeds)  # ValueError if wrong
     uri = resolve_uri(tracking_uri, Path.cwd())
     tracker = Tracker(uri, experiment or "zephon")
     if not run_ids:
         run_ids = training_run_ids(uri, experiment=experiment, sweep=sweep)
     runs = load_runs(tracker, list(run_ids))
     comparison = compare(
-        runs, threshold=threshold, confidence=confidence, decide_on=decide_on, family=correction
+        runs,
+        threshold=threshold,
+        confidence=confidence,
+        decide_on=decide_on,
+        family=correction,
+        design=plan.design,
+        max_seeds=plan.max_seeds,
     )
+    if comparison.accepted:
+        count_looks(tracker, comparison)
     with contextlib.ExitStack() as scratch:
         # The artifacts are copied into MLflow: without a workdir, the copies go with the call.
         work = workdir or scratch.enter_context(tempfile.TemporaryDirectory(prefix="zephon-"))

@@ -146,13 +146,20 @@ def build_server(root: str) -> FastMCP:
         threshold: float = 0.0,
         decide_on: list[str] | None = None,
         family: str = "holm",
+        design: str = "sequential",
+        max_seeds: int = 8,
     ) -> dict[str, Any]:
         """The comparison guard over MLflow runs: a table of held-out scores per variant and a
         decision per pair (a_better / b_better / cannot_tell, with its interval; ``threshold``:
         the smallest difference in bits per byte that matters; ``decide_on``: held-out domains
         to rank and decide on, default all; ``family``: holm (default), bh or none, the
-        correction of the decisions for the number of pairs), or a refusal naming the
-        diverging step or the differing contract fields."""
+        correction of the decisions for the number of pairs; ``design``: sequential (default:
+        one 5% error budget for every comparison of these variants as seeds are added, up to
+        ``max_seeds``) or fixed (a seed count fixed in advance)), or a refusal naming the
+        diverging step or the differing contract fields. A pair that cannot be told has a
+        ``next_step``: the seeds that would decide it with 80% power and what they cost in
+        runs and device-hours, or ``stop``; ``look`` numbers this comparison in its
+        sequence."""
         if not run_ids and not sweep and not experiment:
             raise ValueError("name the runs: run_ids, sweep or experiment")
         return compare_tracked(
@@ -163,6 +170,8 @@ def build_server(root: str) -> FastMCP:
             threshold=threshold,
             decide_on=decide_on,
             family=family,
+            design=design,
+            max_seeds=max_seeds,
         )
 
     def observations(

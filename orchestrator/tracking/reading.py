@@ -29,6 +29,8 @@ class StoredRun:
     name: str
     """The run's name (its id if it has none)."""
     tags: dict[str, str]
+    seconds: float | None = None
+    """From the run's start to its end (None: still open, or never started)."""
 
 
 def training_run_ids(
@@ -89,7 +91,9 @@ def download_run(
         raise ConfigError(f"no MLflow run {run_id!r} at {uri}: {exc}") from exc
     with contextlib.suppress(mlflow_exception, OSError), _no_progress_bars():
         client.download_artifacts(run_id, artifact_dir, str(into))
-    return StoredRun(run_id, run.info.run_name or run_id, dict(run.data.tags))
+    began, ended = run.info.start_time, run.info.end_time
+    seconds = (ended - began) / 1000 if began and ended and ended >= began else None
+    return StoredRun(run_id, run.info.run_name or run_id, dict(run.data.tags), seconds)
 
 
 @contextlib.contextmanager

@@ -13,12 +13,19 @@ Design (the formulas and why): docs/design/guard.md, "The decision statistic".
 """
 
 from orchestrator.guard.decisions.family import Family, adjusted_p_values, decide_all, family_of
+from orchestrator.guard.decisions.looks import (
+    DEFAULT_MAX_SEEDS,
+    MIN_SEEDS,
+    Design,
+    LookPlan,
+    design_of,
+)
 from orchestrator.guard.decisions.pair import (
     A_BETTER,
     B_BETTER,
     CANNOT_TELL,
-    MIN_SEEDS,
     POWER,
+    NextStep,
     PairDecision,
     check_options,
     decide_pair,
@@ -38,9 +45,13 @@ __all__ = [
     "A_BETTER",
     "B_BETTER",
     "CANNOT_TELL",
+    "DEFAULT_MAX_SEEDS",
     "MIN_SEEDS",
     "POWER",
+    "Design",
     "Family",
+    "LookPlan",
+    "NextStep",
     "PairDecision",
     "Scores",
     "SeedVariance",
@@ -50,6 +61,7 @@ __all__ = [
     "check_options",
     "decide_all",
     "decide_pair",
+    "design_of",
     "document_variance",
     "family_of",
     "pooled_seed_variance",

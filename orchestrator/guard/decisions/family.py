@@ -7,6 +7,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from orchestrator.guard.decisions.looks import LookPlan
 from orchestrator.guard.decisions.pair import CANNOT_TELL, PairDecision, check_options, decide_pair
 from orchestrator.guard.decisions.variance import Scores, pooled_seed_variance
 
@@ -61,6 +62,7 @@ def decide_all(
     threshold: float = 0.0,
     confidence: float = 0.95,
     family: Family = Family.HOLM,
+    plan: LookPlan | None = None,
 ) -> list[PairDecision]:
     """Every pair ``(order[i], order[j])`` for ``i < j``, in that order.
 
@@ -77,6 +79,11 @@ def decide_all(
     if len(set(order)) != len(order):
         raise ValueError(f"variants repeat in the order {order}")
     pooled = pooled_seed_variance(order, scores, doc_bytes)
+    family = family_of(family)
+    pair_count = len(order) * (len(order) - 1) // 2
+    if plan is not None and family is not Family.NONE and pair_count > 1:
+        # the advice of one pair among k: Bonferroni's share of each level (Holm's first)
+        plan = replace(plan, alpha=plan.alpha / pair_count)
     pairs = [
         decide_pair(
             order[i],
@@ -87,11 +94,11 @@ def decide_all(
             threshold=threshold,
             confidence=confidence,
             seed_variance=pooled,
+            plan=plan,
         )
         for i in range(len(order))
         for j in range(i + 1, len(order))
     ]
-    family = family_of(family)
     if family is Family.NONE:
         return pairs
     adjusted = adjusted_p_values([p.p_value for p in pairs], family)

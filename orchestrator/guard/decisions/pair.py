@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.guard.decisions.looks import MIN_SEEDS, LookPlan
 from orchestrator.guard.decisions.variance import (
     Scores,
     SeedVariance,
@@ -29,9 +30,26 @@ B_BETTER = "b_better"
 CANNOT_TELL = "cannot_tell"
 
 POWER = 0.80
-"""Power at which :attr:`PairDecision.detectable` is decided."""
-MIN_SEEDS = 2
-"""Seeds a decision needs (design doc: one seed leaves training noise unmeasured)."""
+"""Power at which :attr:`PairDecision.detectable` and :class:`NextStep` are decided."""
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """What would decide a pair that cannot be told yet: the seeds at which a true
+    difference equal to the observed one is decided with 80% power, at the level the
+    :class:`LookPlan` gives that seed count, the seed and document terms as observed (the
+    seed term shrinking with the seeds, the document term not)."""
+
+    seeds: int | None
+    """Seeds in all (None: not within the plan's ``max_seeds``: stop, the variants are
+    alike within what this budget can see)."""
+    target: float
+    """The difference aimed at: the observed ``|difference|``."""
+    reason: str
+    """One line saying so."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seeds": self.seeds, "target": self.target, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -64,6 +82,9 @@ class PairDecision:
     """``p_value`` corrected for the comparison's number of pairs
     (:class:`~orchestrator.guard.decisions.family.Family`); the decision follows it. None:
     decided on its own."""
+    next_step: NextStep | None = None
+    """With a :class:`LookPlan`: the seeds that would decide the observed difference (shown
+    for a pair that cannot be told)."""
 
     def to_json(self) -> dict[str, Any]:
         """The decision as plain JSON values (``interval`` as a list ``[lo, hi]``)."""
@@ -81,6 +102,7 @@ class PairDecision:
             "seeds": self.seeds,
             "documents": self.documents,
             "detectable": self.detectable,
+            "next_step": None if self.next_step is None else self.next_step.to_json(),
         }
 
 
@@ -107,6 +129,7 @@ def decide_pair(
     threshold: float = 0.0,
     confidence: float = 0.95,
     seed_variance: SeedVariance | None = None,
+    plan: LookPlan | None = None,
 ) -> PairDecision:
     """Decide between variants ``a`` and ``b`` (the statistic: docs/design/guard.md).
 
@@ -116,7 +139,9 @@ def decide_pair(
     the whole interval lies below ``-threshold``, worse only if above
     ``threshold``. ``seed_variance``: a variant's seed-block variance pooled over more
     variants (:func:`~orchestrator.guard.decisions.variance.pooled_seed_variance`), instead
-    of this pair's own seeds' spread. Raises ``ValueError`` otherwise, naming what is wrong.
+    of this pair's own seeds' spread. ``plan``: the levels later looks decide at, for the
+    :class:`NextStep` of a pair that cannot be told (None: none given). Raises ``ValueError``
+    otherwise, naming what is wrong.
     """
     check_options(threshold, confidence)
     n_bytes = bytes_arrays(doc_bytes)
@@ -179,9 +204,15 @@ def decide_pair(
         decision = A_BETTER if hi < -threshold else B_BETTER if lo > threshold else CANNOT_TELL
         detectable = threshold + half + float(stats.t.ppf(POWER, df)) * standard_error
         p_value = _p_value(terms, abs(difference) - threshold)
+    next_step = None
+    if plan is not None and n_seeds >= MIN_SEEDS:
+        next_step = _next_step(
+            plan, terms, seeds=n_seeds, target=abs(difference), threshold=threshold
+        )
     return PairDecision(
         a=a,
         b=b,
+        next_step=next_step,
         difference=difference,
         interval=(lo, hi),
         decision=decision,
@@ -192,6 +223,45 @@ def decide_pair(
         documents=sum(docs),
         detectable=detectable,
         p_value=p_value,
+    )
+
+
+def _next_step(
+    plan: LookPlan,
+    terms: list[tuple[float, float]],
+    *,
+    seeds: int,
+    target: float,
+    threshold: float,
+) -> NextStep:
+    """The fewest seeds, up to ``plan.max_seeds``, at which ``target`` is decided with
+    :data:`POWER` (``terms``: the seed term first, as observed at ``seeds`` seeds)."""
+    if target <= threshold:
+        return NextStep(
+            None, target, f"the observed difference is within the threshold {threshold:g}: stop"
+        )
+    from scipy.special import stdtrit  # deferred: scipy (see decide_pair)
+
+    (v_seed, df_seed), *rest = terms
+    for more in range(seeds + 1, plan.max_seeds + 1):
+        level = plan.level(more)
+        if level <= 0:
+            continue
+        scaled = [(v_seed * seeds / more, df_seed * (more - 1) / (seeds - 1)), *rest]
+        error = math.sqrt(sum(v for v, _ in scaled))
+        df = welch_degrees_of_freedom(scaled)
+        power_margin = float(stdtrit(df if math.isfinite(df) else 1e6, POWER)) * error
+        if threshold + _banerjee_half_width(scaled, level) + power_margin <= target:
+            return NextStep(
+                more,
+                target,
+                f"{more} seeds decide a difference of {target:.4g} with {POWER:.0%} power",
+            )
+    return NextStep(
+        None,
+        target,
+        f"{plan.max_seeds} seeds ({plan.design} design's maximum) would not decide a difference of "
+        f"{target:.4g} with {POWER:.0%} power: stop, the variants are alike within what this budget can see",
     )
 
 

@@ -212,6 +212,7 @@ def test_to_json() -> None:
         "detectable",
         "p_value",
         "adjusted_p_value",
+        "next_step",
     }
     assert j["interval"] == [p.interval[0], p.interval[1]]
     assert j["decision"] == A_BETTER and j["documents"] == 60 and j["seeds"] == 2

@@ -9,7 +9,8 @@
 # as the corpus grows, order v1 against v2 (benchmarks/corpus_scale.py), `--order-quality`
 # how well each order mixes shards and keeps the shares (benchmarks/order_quality.py),
 # `--remote-reads` remote Parquet read by range against downloaded (benchmarks/remote_reads.py),
-# `--process` each processing step and decontamination against none (benchmarks/processing.py). `--dp-spread
+# `--process` each processing step and decontamination against none (benchmarks/processing.py). `--looks`
+# the guard over an agent's repeated comparisons, simulated (benchmarks/sequential_looks.py). `--dp-spread
 # [OPTIONS]` runs the dp-spread benchmark, `python -m benchmarks.dp_spread [OPTIONS]`,
 # instead. See benchmarks/README.md.
 # Safe to re-run: the install is skipped while .venv/.zephon-bench-installed holds the
@@ -85,6 +86,13 @@ if [[ "${1:-}" == "--decisions" ]]; then
     # (benchmarks/decisions.py; ~10 min on 2 cores): benchmarks/results/decisions.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.decisions "$@"
+fi
+if [[ "${1:-}" == "--looks" ]]; then
+    # An agent adding a seed and comparing again, simulated under three noise balances: the
+    # guard's error over the whole sequence, its power and its next-step advice
+    # (benchmarks/sequential_looks.py; ~5 min on 2 cores): benchmarks/results/sequential_looks.*.
+    shift
+    exec "$venv/bin/python" -m benchmarks.sequential_looks "$@"
 fi
 if [[ "${1:-}" == "--mix-search" ]]; then
     # Zephon's mix search against random, grid and RegMix on synthetic truths, the guard's

@@ -44,7 +44,7 @@ class NextStep:
     """Seeds in all (None: not within the plan's ``max_seeds``: stop, the variants are
     alike within what this budget can see)."""
     target: float
-    """The difference aimed at: the observed ``|difference|``."""
+    """The difference aimed at: the observed ``|difference|``, unless one was given."""
     reason: str
     """One line saying so."""
 
@@ -130,6 +130,7 @@ def decide_pair(
     confidence: float = 0.95,
     seed_variance: SeedVariance | None = None,
     plan: LookPlan | None = None,
+    target: float | None = None,
 ) -> PairDecision:
     """Decide between variants ``a`` and ``b`` (the statistic: docs/design/guard.md).
 
@@ -140,7 +141,8 @@ def decide_pair(
     ``threshold``. ``seed_variance``: a variant's seed-block variance pooled over more
     variants (:func:`~orchestrator.guard.decisions.variance.pooled_seed_variance`), instead
     of this pair's own seeds' spread. ``plan``: the levels later looks decide at, for the
-    :class:`NextStep` of a pair that cannot be told (None: none given). Raises ``ValueError``
+    :class:`NextStep` of a pair that cannot be told (None: none given), aimed at a true
+    difference of ``target`` (None: the observed one). Raises ``ValueError``
     otherwise, naming what is wrong.
     """
     check_options(threshold, confidence)
@@ -176,7 +178,8 @@ def decide_pair(
         else:
             seed_term = (2 * seed_variance.variance / n_seeds, seed_variance.degrees_of_freedom)
             pooled = f" pooled over {seed_variance.variants} variants"
-        terms = [seed_term, (max(v_doc - within_seed_variance(delta, n_bytes), 0.0), df_doc)]
+        within = within_seed_variance(delta, n_bytes)
+        terms = [seed_term, (max(v_doc - within, 0.0), df_doc)]
         method = (
             f"paired over {_documents_text(docs)} (stratified by dataset, blocked by seed) "
             f"and {n_seeds} seeds: the seed term on {seed_term[1]:g} df{pooled}, Banerjee's "
@@ -206,8 +209,10 @@ def decide_pair(
         p_value = _p_value(terms, abs(difference) - threshold)
     next_step = None
     if plan is not None and n_seeds >= MIN_SEEDS:
+        aim = abs(difference) if target is None else target
+        floor = within_seed_variance(delta, n_bytes)  # the seed term's part documents explain
         next_step = _next_step(
-            plan, terms, seeds=n_seeds, target=abs(difference), threshold=threshold
+            plan, terms, seeds=n_seeds, target=aim, threshold=threshold, floor=floor
         )
     return PairDecision(
         a=a,
@@ -233,16 +238,23 @@ def _next_step(
     seeds: int,
     target: float,
     threshold: float,
+    floor: float,
 ) -> NextStep:
     """The fewest seeds, up to ``plan.max_seeds``, at which ``target`` is decided with
-    :data:`POWER` (``terms``: the seed term first, as observed at ``seeds`` seeds)."""
+    :data:`POWER` (``terms``: the seed term first, as observed at ``seeds`` seeds; ``floor``:
+    the part of it the held-out documents' own noise explains, measured on many degrees of
+    freedom, below which an unlucky seed spread is not believed)."""
     if target <= threshold:
         return NextStep(
             None, target, f"the observed difference is within the threshold {threshold:g}: stop"
         )
-    from scipy.special import stdtrit  # deferred: scipy (see decide_pair)
-
     (v_seed, df_seed), *rest = terms
+    from scipy.stats import chi2  # deferred: scipy (see decide_pair)
+
+    training = max(v_seed - floor, 0.0)  # the seed term's own part, on df_seed
+    v_seed = floor + training * df_seed / float(chi2.ppf(0.5, df_seed))
+    from scipy.stats import nct  # deferred: scipy (see decide_pair)
+
     for more in range(seeds + 1, plan.max_seeds + 1):
         level = plan.level(more)
         if level <= 0:
@@ -250,12 +262,16 @@ def _next_step(
         scaled = [(v_seed * seeds / more, df_seed * (more - 1) / (seeds - 1)), *rest]
         error = math.sqrt(sum(v for v, _ in scaled))
         df = welch_degrees_of_freedom(scaled)
-        power_margin = float(stdtrit(df if math.isfinite(df) else 1e6, POWER)) * error
-        if threshold + _banerjee_half_width(scaled, level) + power_margin <= target:
+        # the decision's ratio |difference| / standard error against its critical value,
+        # a noncentral t at the target's distance from the threshold
+        critical = _banerjee_half_width(scaled, level) / error
+        distance = (target - threshold) / error
+        if float(nct.sf(critical, df if math.isfinite(df) else 1e6, distance)) >= POWER:
             return NextStep(
                 more,
                 target,
-                f"{more} seeds decide a difference of {target:.4g} with {POWER:.0%} power",
+                f"{more} seeds decide a difference of {target:.4g} with {POWER:.0%} power at "
+                f"the observed spread (measured on {df_seed:g} df)",
             )
     return NextStep(
         None,

@@ -11,6 +11,7 @@ from orchestrator.guard import (
     RefusalCode,
     RunSummary,
     compare,
+    comparison_markdown,
     load_runs,
     log_comparison,
     mixture_label,
@@ -195,3 +196,39 @@ def test_mlflow_round_trip(tmp_path: Path) -> None:
     }
     with pytest.raises(ValueError, match="no MLflow run"):
         load_runs(tracker, ["0" * 32])
+
+
+def test_a_comparison_with_a_seed_added_is_numbered_the_next_look_of_its_sequence(
+    tmp_path: Path,
+) -> None:
+    """A and B compared at 2 seeds and logged; the same variants at 3 seeds find that look,
+    in another experiment too, and name themselves look 2; other variants start their own."""
+    from orchestrator.guard.decisions import LookPlan
+    from orchestrator.guard.runs import count_looks
+    from tests.support.guard_runs import MIX_A, MIX_B, seeded
+
+    def runs(seeds: int, mixtures: tuple = (MIX_A, MIX_B)) -> list[RunSummary]:
+        return [
+            seeded(f"{k}-s{s}", mix, s, 1.0 + 0.01 * s + 0.05 * k)
+            for k, mix in enumerate(mixtures)
+            for s in range(seeds)
+        ]
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = compare(runs(2))
+    count_looks(Tracker(uri, "sweeps"), first)
+    assert first.look == 1 and not first.earlier_looks
+    first_id = log_comparison(Tracker(uri, "sweeps"), first, runs=runs(2), workdir=tmp_path)
+    second = compare(runs(3))
+    assert second.sequence == first.sequence
+    plan = LookPlan()  # each look decides at its seed count's share of the budget
+    assert (first.look_level, second.look_level) == (plan.level(2), plan.level(3))
+    count_looks(Tracker(uri, "zephon"), second)
+    assert second.look == 2
+    assert second.earlier_looks == [{"comparison_run_id": first_id, "seeds": 2}]
+    report = comparison_markdown(second)
+    assert "look 2 of its sequence" in report and first_id in report
+    assert second.to_json()["look"]["number"] == 2
+    other = compare(runs(3, (MIX_A, {"code": 1.0})))
+    count_looks(Tracker(uri, "zephon"), other)
+    assert other.sequence != first.sequence and other.look == 1

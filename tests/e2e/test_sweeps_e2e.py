@@ -29,6 +29,7 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.guard.decisions import LookPlan
 from orchestrator.tracking.names import TAG_BEST, TAG_DECISIONS, TAG_KIND, TAG_SWEEP, TAG_VERDICT
 from orchestrator.tracking.uris import resolve_uri
 from pipeline import Dataset
@@ -187,14 +188,15 @@ def twin_code(work: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     return {**{name: [path] for name, path in halves.items()}, third: built[third]}
 
 
-@pytest.fixture(scope="module")
-def paired(work: Path, twin_code: dict[str, list[Path]]) -> dict[str, Any]:
-    """Three mixes under two seeds, one run each on dp 1 (two at once): code_a only, code_b
+def paired_sweep(
+    work: Path, twin_code: dict[str, list[Path]], name: str, seeds: str
+) -> dict[str, Any]:
+    """Three mixes under ``seeds``, one run each on dp 1 (two at once): code_a only, code_b
     only (the A/A pair: the same distribution) and the third domain (``unicode``) only."""
     domains = sorted(twin_code)  # code_a, code_b, unicode
     process, sweep_dir = multirun(
         work,
-        "paired",
+        name,
         "hydra/launcher=zephon",
         datasets_override(twin_code),
         tokenizer_override(corpus(work.parent)),
@@ -206,10 +208,35 @@ def paired(work: Path, twin_code: dict[str, list[Path]]) -> dict[str, Any]:
         "eval.interval=2",
         "resources.dp=1",
         mixes_override(domains, (1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)),
-        "hydra.sweeper.replicate_seeds=[0,1]",
+        f"hydra.sweeper.replicate_seeds={seeds}",
     )
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
     return {"summary": summary(sweep_dir), "stdout": process.stdout}
+
+
+@pytest.fixture(scope="module")
+def paired(work: Path, twin_code: dict[str, list[Path]]) -> dict[str, Any]:
+    """The paired sweep under seeds 0 and 1."""
+    return paired_sweep(work, twin_code, "paired", "[0,1]")
+
+
+def test_a_seed_added_makes_the_sweeps_comparison_look_2_of_its_sequence(
+    work: Path, twin_code: dict[str, list[Path]], paired: dict[str, Any]
+) -> None:
+    """The paired sweep again with seed 2 added: seeds 0 and 1 are answered, seed 2 trains,
+    and the comparison finds the first as its earlier look and decides at 3 seeds' share."""
+    again = paired_sweep(work, twin_code, "paired-3-seeds", "[0,1,2]")
+    third = again["summary"]
+    jobs = third["jobs"]
+    assert sorted(bool(j.get("answered_from")) for j in jobs) == [False] * 3 + [True] * 6
+    verdict, first = third["comparison"], paired["summary"]["comparison"]
+    assert verdict["accepted"] and verdict["design"] == "sequential"
+    assert first["look"]["number"] == 1 and first["look"]["seeds"] == 2
+    look = verdict["look"]
+    assert (look["number"], look["seeds"], look["sequence"]) == (2, 3, first["look"]["sequence"])
+    assert [e["seeds"] for e in look["earlier"]] == [2]
+    assert look["level"] == pytest.approx(LookPlan().level(3))
+    assert "look 2 of its sequence" in again["stdout"]
 
 
 def by_mixtures(

@@ -265,6 +265,7 @@ class MixSearch:
             workdir=self.opened.folder / "comparison" / "confirmation",
             confidence=confirmation_confidence(len(arms) - 1),
             family="none",  # the confidence is already Bonferroni's over the comparators
+            design="fixed",  # one look, its seeds fixed by the search spec in advance
         )
 
     def _best_initial(self, state: SearchState, observations: Observations) -> dict[str, float]:

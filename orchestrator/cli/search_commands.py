@@ -49,7 +49,7 @@ def command_fit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     if args.predict:
         ids, mixtures = read_mixtures(args.predict, result.observations.domains)
         payload["predictions"] = [
-            {"id": run_id, "score": p.predicted, "interval": list(p.interval)}
+            {"id": run_id, "score": p.predicted, "interval": p.to_json()["interval"]}
             for run_id, p in zip(ids, result.predictions(mixtures), strict=True)
         ]
     return EXIT_OK, payload

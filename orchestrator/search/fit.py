@@ -15,6 +15,14 @@ from orchestrator.search.validation import ModelScore, cross_validate
 
 INTERVAL = (5.0, 95.0)
 """Percentiles of the bootstrap refits' predictions that bound an interval (90%)."""
+EXTRAPOLATED_LEVEL = (
+    "predicted beyond the largest model size observed: only the ranking of mixtures is "
+    "extrapolated, not the level, so no interval is given. Runs at another size train on "
+    "other token counts, which a law in parameters alone cannot place (RegMix's 1B runs, "
+    "predicted from its 1M and 60M runs, were ranked well but their losses lay outside the "
+    "bootstrap intervals); add runs at that size to predict its level"
+)
+"""Why predictions past the largest size observed carry no interval."""
 
 
 @dataclass(frozen=True)
@@ -23,14 +31,15 @@ class Prediction:
 
     mixture: dict[str, float]
     predicted: float
-    interval: tuple[float, float]
+    interval: tuple[float, float] | None
+    """None: predicted past the largest size observed (:data:`EXTRAPOLATED_LEVEL`)."""
 
     def to_json(self) -> dict[str, object]:
         """The prediction as plain data."""
         return {
             "mixture": self.mixture,
             "predicted": self.predicted,
-            "interval": list(self.interval),
+            "interval": None if self.interval is None else list(self.interval),
         }
 
 
@@ -57,16 +66,44 @@ class FitResult:
         """``(refits, len(mixtures))``: every bootstrap refit's objective per mixture."""
         return np.stack([refit.predict(mixtures) for refit in self.refits])
 
+    @property
+    def extrapolated(self) -> bool:
+        """Whether predictions are for a model size beyond the largest observed."""
+        sizes = self.observations.sizes
+        return self.at_size is not None and bool(sizes) and self.at_size > max(sizes)
+
+    def residuals(self) -> np.ndarray:
+        """Observed minus predicted objective of the runs at the predicted size (all runs if
+        it was not observed): the runs' own noise and the model's misfit, which the refits'
+        spread does not hold."""
+        obs = self.observations
+        size = self.at_size if self.at_size is not None else max(obs.sizes, default=None)
+        at = (
+            np.flatnonzero(obs.params == size)
+            if obs.params is not None and size in obs.sizes
+            else np.arange(len(obs.ids))
+        )
+        return obs.objective[at] - self.model.predict(obs.mixtures[at])
+
     def predictions(self, mixtures: np.ndarray) -> list[Prediction]:
-        """Each row of ``mixtures`` with its prediction and interval."""
+        """Each row of ``mixtures`` with its prediction and 90% interval for a run of it: the
+        refits' spread and the residuals' at that size, added in quadrature (none when
+        :attr:`extrapolated`: :data:`EXTRAPOLATED_LEVEL`)."""
         centre = self.predict(mixtures)
         low, high = np.percentile(self.refit_predictions(mixtures), INTERVAL, axis=0)
+        residuals = self.residuals()
+        if residuals.size > 1:  # the two spreads added in quadrature, each side
+            below, above = np.percentile(residuals, INTERVAL)
+            low = centre - np.hypot(centre - low, below)
+            high = centre + np.hypot(high - centre, above)
         domains = self.observations.domains
         return [
             Prediction(
                 dict(zip(domains, (float(w) for w in mixtures[i]), strict=True)),
                 float(centre[i]),
-                (float(min(low[i], centre[i])), float(max(high[i], centre[i]))),
+                None
+                if self.extrapolated
+                else (float(min(low[i], centre[i])), float(max(high[i], centre[i]))),
             )
             for i in range(len(mixtures))
         ]
@@ -87,6 +124,8 @@ class FitResult:
             "at_size": self.at_size
             if self.at_size is not None
             else (observations.sizes[-1] if observations.sizes else None),
+            "extrapolated": self.extrapolated,
+            "level_note": EXTRAPOLATED_LEVEL if self.extrapolated else None,
         }
 
 

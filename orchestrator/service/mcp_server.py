@@ -229,7 +229,7 @@ def build_server(root: str) -> FastMCP:
                 raise ValueError("predict: every mixture needs weights >= 0, at least one > 0")
             wanted = wanted / wanted.sum(axis=1, keepdims=True)
             payload["predictions"] = [
-                {"score": p.predicted, "interval": list(p.interval)}
+                {"score": p.predicted, "interval": p.to_json()["interval"]}
                 for p in result.predictions(wanted)
             ]
         return payload

@@ -137,8 +137,7 @@ def test_sizes_are_refused_where_a_model_cannot_use_them() -> None:
 
 def test_intervals_cover_held_out_runs_at_a_size_observed_and_none_is_claimed_beyond_it() -> None:
     """RegMix: fitted on 64 runs at 1M and 32 at 60M, the 90% intervals at 60M hold the
-    other 224 runs' losses at their rate or above (measured: 96% with 32 refits; 97% of 192
-    fitted on 128 and 64, where the refits' spread alone held 77%); at 1B, past every size
+    other 224 runs' losses at their rate or above; at 1B, past every size
     observed, only the ranking is predicted: no interval, and the fit says why."""
     observations, held_out = regmix_two_sizes(64, 32)
     at_observed = fit(observations, folds=4, refits=16, seed=0, at_size=6e7)

@@ -34,12 +34,11 @@ from pipeline.processed_plan import ProcessedLanePlan
 from pipeline.processing import (
     NORMALIZATION,
     Decontaminator,
-    Deduplication,
     ProcessChain,
     ProcessStep,
     parse_chain,
 )
-from pipeline.repeat_index import RepeatIndex
+from pipeline.repeat_index import repeat_indexes
 from pipeline.runners import Runner
 from pipeline.source import WorkSource
 from pipeline.stages.pack import PackedSequence, PackingAlgorithm, WrapPacker
@@ -356,7 +355,7 @@ class Pipeline:
         else:
             work = TokenizeWork(self.source.datasets, t.tokenizer_id, decontaminator)
             self._runner = Runner(o.runner, t.parallelism, "tokenize", work)
-        repeats = self._repeat_indexes(chain) if self.process_chain else []
+        repeats = repeat_indexes(chain, self.source.orders) if self.process_chain else []
         for lane in self.owned_lanes:
             restore = None if self._restore is None else self._restore["lanes"][str(lane)]
             plan_state = None if restore is None else restore["plan"]
@@ -387,18 +386,6 @@ class Pipeline:
         for stream in self._lanes:
             stream.submit_ahead()
         self._started = True
-
-    def _repeat_indexes(self, chain: ProcessChain) -> list[list[tuple[int, RepeatIndex]]]:
-        """Per dataset, ``(step index, index of copies)`` of each deduplication step that
-        applies to it: one index per dataset and step, shared by this rank's lanes."""
-        return [
-            [
-                (i, RepeatIndex(order, step))
-                for i, (step, only) in enumerate(zip(chain.steps, chain.only, strict=True))
-                if isinstance(step, Deduplication) and (only is None or ds.name in only)
-            ]
-            for ds, order in zip(self.source.datasets, self.source.orders, strict=True)
-        ]
 
     def _auto_prefetch(self) -> int:
         """Chunks per lane to keep in flight: a whole step's worth plus one, so the workers

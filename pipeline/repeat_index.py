@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.order import DatasetOrder
-from pipeline.processing import Deduplication, RepeatMatcher
+from pipeline.processing import Deduplication, ProcessChain, RepeatMatcher
 from pipeline.stages.tokenize import read_dataset
 
 _READ_BATCH = 1024
@@ -78,3 +78,19 @@ class RepeatIndex:
             if scan.matcher.seen(text):
                 scan.repeats.add(p)
         scan.next = end
+
+
+def repeat_indexes(
+    chain: ProcessChain, orders: list[DatasetOrder]
+) -> list[list[tuple[int, RepeatIndex]]]:
+    """Per dataset (``orders``), ``(step index, index of copies)`` of each deduplication
+    step of ``chain`` that applies to it: one index per dataset and step, shared by a
+    rank's lanes."""
+    return [
+        [
+            (i, RepeatIndex(order, step))
+            for i, (step, only) in enumerate(zip(chain.steps, chain.only, strict=True))
+            if isinstance(step, Deduplication) and (only is None or order.dataset.name in only)
+        ]
+        for order in orders
+    ]

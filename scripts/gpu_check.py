@@ -204,7 +204,7 @@ def check_sweep(check: GpuCheck, details: dict[str, Any]) -> None:
         done.returncode == 0,
         f"the sweep exited {done.returncode}: {(done.stderr or done.stdout)[-1500:]}",
     )
-    runs = sorted(p.name for p in (check.work / "sweep-runs").iterdir() if p.is_dir())
+    runs = sorted(p.name for p in (check.work / "sweep-runs").iterdir() if RunFolder(p).exists())
     details["runs"] = runs
     require(
         len(runs) == len(MIXES) * len(replicate),
@@ -228,6 +228,8 @@ def sweep_run(check: GpuCheck, mixture: dict[str, float], dp: int) -> RunFolder:
     """The sweep's run of ``mixture`` on ``dp`` (:func:`check_sweep`)."""
     for path in sorted((check.work / "sweep-runs").iterdir()):
         folder = RunFolder(path)
+        if not folder.exists():  # the index of identities (.identities)
+            continue
         config = folder.experiment()["config"]
         sizes = [segment["dp_size"] for segment in folder.state().get("segments", [])]
         if config["data"]["mixture"] == mixture and sizes == [dp]:

@@ -36,6 +36,7 @@ from orchestrator.tracking.names import (
     TAG_VERDICT,
     flatten,
 )
+from orchestrator.tracking.reading import runs_everywhere
 
 if TYPE_CHECKING:
     from orchestrator.tracking.tracker import Tracker
@@ -208,9 +209,7 @@ def count_looks(tracker: Tracker, comparison: Comparison) -> None:
     (in any experiment) with its sequence and fewer seeds; one per seed count is counted."""
     seeds = len(comparison.seeds)
     earlier: dict[int, str] = {}
-    for run in tracker.find_runs(
-        f"tags.`{TAG_SEQUENCE}` = '{comparison.sequence}'", everywhere=True
-    ):
+    for run in runs_everywhere(tracker.uri, f"tags.`{TAG_SEQUENCE}` = '{comparison.sequence}'"):
         looked = int(run.data.tags.get(TAG_LOOK_SEEDS, "0"))
         if looked < seeds:
             earlier.setdefault(looked, run.info.run_id)

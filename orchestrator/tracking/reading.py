@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
 from orchestrator.tracking.store import client_for, load_mlflow
@@ -31,6 +31,13 @@ class StoredRun:
     tags: dict[str, str]
     seconds: float | None = None
     """From the run's start to its end (None: still open, or never started)."""
+
+
+def runs_everywhere(uri: str, filter_string: str) -> list[Any]:
+    """Runs of every experiment of the store at ``uri`` matching MLflow's ``filter_string``."""
+    client = client_for(uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return list(client.search_runs(experiments, filter_string))
 
 
 def training_run_ids(

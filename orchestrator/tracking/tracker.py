@@ -268,16 +268,10 @@ class Tracker:
         with mlflow_errors(self.uri, f"logging metrics to MLflow run {run_id}"):
             log_points(self.client, run_id, points, now_ms())
 
-    def find_runs(self, filter_string: str, *, everywhere: bool = False) -> list[Any]:
-        """Runs of this tracker's experiment (``everywhere``: of every experiment of the
-        store) matching MLflow's ``filter_string``."""
+    def find_runs(self, filter_string: str) -> list[Any]:
+        """Runs of this tracker's experiment matching MLflow's ``filter_string``."""
         with mlflow_errors(self.uri, "searching MLflow runs"):
-            ids = (
-                [e.experiment_id for e in self.client.search_experiments()]
-                if everywhere
-                else [self.experiment_id()]
-            )
-            return list(self.client.search_runs(ids, filter_string))
+            return list(self.client.search_runs([self.experiment_id()], filter_string))
 
     def download_run(self, run_id: str, artifact_dir: str, into: Path) -> StoredRun:
         """The run ``run_id``, its ``artifact_dir`` artifacts downloaded under ``into`` (none

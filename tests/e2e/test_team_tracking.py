@@ -70,9 +70,16 @@ def training(runs_root: Path) -> bool:
 
 
 def verdict(result: dict[str, Any]) -> dict[str, Any]:
-    """A comparison's decision, without what names its store (run ids, URIs)."""
-    kept = {k: v for k, v in result.items() if k not in STORE_SPECIFIC}
+    """A comparison's decision, without what names its store (run ids, URIs) or what the
+    runs' wall times estimate (what another seed costs: a restart lengthens a run)."""
+    kept = {k: v for k, v in result.items() if k not in {*STORE_SPECIFIC, "cost_per_seed"}}
     kept["rows"] = [{k: v for k, v in row.items() if k != "run_ids"} for row in result["rows"]]
+    kept["pairs"] = [
+        {**pair, "next_step": {**pair["next_step"], "device_hours": None}}
+        if pair.get("next_step")
+        else pair
+        for pair in result["pairs"]
+    ]
     return kept
 
 

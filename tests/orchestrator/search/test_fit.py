@@ -142,7 +142,8 @@ def test_intervals_cover_held_out_runs_at_a_size_observed_and_none_is_claimed_be
     observations, held_out = regmix_two_sizes(64, 32)
     at_observed = fit(observations, folds=4, refits=16, seed=0, at_size=6e7)
     predictions = at_observed.predictions(held_out.mixtures)
-    inside = [p.interval[0] <= y <= p.interval[1] for p, y in zip(predictions, held_out.objective)]
+    truths = held_out.objective
+    inside = [p.interval[0] <= y <= p.interval[1] for p, y in zip(predictions, truths, strict=True)]
     assert 0.88 <= np.mean(inside) <= 0.99, np.mean(inside)
     assert not at_observed.to_json()["extrapolated"]
     beyond = fit(observations, folds=4, refits=2, seed=0, at_size=1e9)

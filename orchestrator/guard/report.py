@@ -241,6 +241,9 @@ def _next_step_lines(comparison: Comparison) -> list[str]:
         if step["stop"]:
             lines.append(f"- {name}: {step['reason']}.")
             continue
+        if not step.get("powered", True):
+            lines.append(f"- {name}: {step['reason']}.")
+            continue
         hours = step["device_hours"]
         cost = f"{step['runs']} runs" + (
             "" if hours is None else f", about {hours:.2g} device-hours"

@@ -31,6 +31,10 @@ CANNOT_TELL = "cannot_tell"
 
 POWER = 0.80
 """Power at which :attr:`PairDecision.detectable` and :class:`NextStep` are decided."""
+MIN_PLANNING_DF = 3.0
+"""Degrees of freedom the seeds' spread needs before a :class:`NextStep` promises a seed
+count: on fewer, the promise is made where the spread came out small by luck, and it is
+hollow (docs/design/guard.md, "Repeated looks")."""
 
 
 @dataclass(frozen=True)
@@ -47,9 +51,17 @@ class NextStep:
     """The difference aimed at: the observed ``|difference|``, unless one was given."""
     reason: str
     """One line saying so."""
+    powered: bool = True
+    """Whether ``seeds`` is promised to decide with 80% power; False: the seeds' spread is
+    measured on too few degrees of freedom to plan with, so one more seed is named first."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"seeds": self.seeds, "target": self.target, "reason": self.reason}
+        return {
+            "seeds": self.seeds,
+            "target": self.target,
+            "reason": self.reason,
+            "powered": self.powered,
+        }
 
 
 @dataclass(frozen=True)
@@ -253,6 +265,14 @@ def _next_step(
 
     training = max(v_seed - floor, 0.0)  # the seed term's own part, on df_seed
     v_seed = floor + training * df_seed / float(chi2.ppf(0.5, df_seed))
+    if df_seed < MIN_PLANNING_DF and seeds < plan.max_seeds:
+        return NextStep(
+            seeds + 1,
+            target,
+            f"add a seed and compare again: the seeds' spread rests on {df_seed:g} df, too few "
+            f"to say how many seeds decide a difference of {target:.4g}",
+            powered=False,
+        )
     from scipy.stats import nct  # deferred: scipy (see decide_pair)
 
     for more in range(seeds + 1, plan.max_seeds + 1):

@@ -92,17 +92,21 @@ def test_the_next_step_names_more_seeds_for_a_smaller_difference_and_stops_past_
 ):
     plan = LookPlan()
     named = {}
-    for effect in (0.2, 0.05, 0.01):
-        doc_bytes, a, b = _planted(np.random.default_rng(7), effect, seeds=3)
+    for effect in (0.1, 0.05, 0.01):
+        doc_bytes, a, b = _planted(np.random.default_rng(7), effect, seeds=4)
         pair = decide_pair(
-            "a", "b", a_scores=a, b_scores=b, doc_bytes=doc_bytes, confidence=1 - plan.level(3),
+            "a", "b", a_scores=a, b_scores=b, doc_bytes=doc_bytes, confidence=1 - plan.level(4),
             plan=plan, target=effect,
         )  # fmt: skip
         assert pair.decision == CANNOT_TELL and pair.next_step is not None
+        assert pair.next_step.powered
         named[effect] = pair.next_step.seeds
-    assert 3 < named[0.2] < named[0.05] <= 8, named  # a smaller difference needs more
+    assert 4 < named[0.1] < named[0.05] <= 8, named  # a smaller difference needs more
     assert named[0.01] is None  # beyond what 8 seeds can see: stop
+    # At 3 seeds the spread rests on 2 df: no promise, one more seed to measure it first.
     doc_bytes, a, b = _planted(np.random.default_rng(7), 0.05, seeds=3)
+    early = decide_pair("a", "b", a_scores=a, b_scores=b, doc_bytes=doc_bytes, plan=plan)
+    assert (early.next_step.seeds, early.next_step.powered) == (4, False)
     within = decide_pair(
         "a", "b", a_scores=a, b_scores=b, doc_bytes=doc_bytes, threshold=0.1, plan=plan
     )

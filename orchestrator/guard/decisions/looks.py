@@ -31,8 +31,9 @@ DEFAULT_MAX_SEEDS = 8
 """Seeds a sequence may grow to by default: the error budget is spent by then."""
 SPENDING_POWER = 3
 """``rho`` of the spending function ``alpha * t**rho``: 3 keeps most of the budget for the
-later looks (O'Brien-Fleming's shape), which bought 67-72% power against 41-47% for
-Pocock's shape at equal error in ``benchmarks/results/sequential_looks.md``'s model."""
+later looks (O'Brien-Fleming's shape), where an agent's sequence mostly decides; Pocock's
+shape, which spends more early, lost power at equal error in the same simulation
+(``bash scripts/bench.sh --looks``)."""
 
 
 class Design(StrEnum):

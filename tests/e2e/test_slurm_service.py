@@ -215,7 +215,13 @@ def test_a_slurm_job_submitted_before_a_crash_is_adopted_not_submitted_again(
     svc = new_service(tmp_path / "svc", data_roots, launcher="slurm")
     job_id = submit_as(svc, "alice", experiment(domains, 0), key="k")
     # what the dead scheduler left: a Slurm job of that name, not in the queue
-    orphan = cluster.run("sbatch", "--parsable", f"--job-name=zephon-{job_id}", "--wrap=sleep 60")
+    orphan = cluster.run(
+        "sbatch",
+        "--parsable",
+        f"--job-name=zephon-{job_id}",
+        "--output=/dev/null",
+        "--wrap=sleep 60",
+    )
     scheduler = Scheduler(svc)
     scheduler.tick()
     job = svc.queue().get(job_id)

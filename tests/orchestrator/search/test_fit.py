@@ -103,7 +103,8 @@ def regmix_two_sizes(small_runs: int, large_runs: int) -> tuple[Observations, Ob
     from benchmarks.mix_search.regmix import DATA, TARGET, read_runs
 
     train, _ = read_runs()
-    large = read_tables(DATA / "test_mixture_60m.csv", DATA / "test_pile_loss_60m.csv", [TARGET])
+    # RegMix trained the same 256 test mixtures at 1M and 60M: one mixtures file for both
+    large = read_tables(DATA / "test_mixture_1m.csv", DATA / "test_pile_loss_60m.csv", [TARGET])
     order = np.random.default_rng(0).permutation(len(large.ids))
     small = dataclasses.replace(train.subset(range(small_runs)), params=np.full(small_runs, 1e6))
     chosen = large.subset(order[:large_runs])

@@ -20,18 +20,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.machine import describe_machine
+from benchmarks.machine import provenance
 from benchmarks.publish import publish
 from demo.local_corpus import build_local_corpus
-from orchestrator.machine.precision import cpu_model
 from pipeline import Dataset, Pipeline, WorkSource
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -146,15 +143,10 @@ def main(argv: list[str] | None = None) -> int:
                 "ratios": ratios,
             }
         )
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
-    ).stdout.strip()
     report = {
-        "command": "bash scripts/bench.sh --process " + " ".join(sys.argv[1:]),
-        "commit": commit,
-        "cpu": cpu_model(),
-        "machine": describe_machine(["datatrove", "tiktoken"]),
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        **provenance(
+            "bash scripts/bench.sh --process " + " ".join(sys.argv[1:]), ["datatrove", "tiktoken"]
+        ),
         "workload": f"the local corpus's docs domain, gpt2, L={LANES}, "
         f"T={SEQ_LEN}, G={GLOBAL_BATCH}, 2 tokenize threads, each measurement timing at least "
         f"{MIN_SECONDS:g} s and {MIN_STEPS} steps after {WARMUP_STEPS}, {args.rounds} "
@@ -164,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Processing on the fly: throughput against none",
         "",
-        f"`{report['command'].strip()}` at commit {commit}, {report['cpu']}, {report['date']}.",
+        f"`{report['command'].strip()}` at commit {report['commit']}, {report['cpu']}, {report['date']}.",
         f"{report['workload']}.",
         "",
         "| setting | tokens/s (median) | against | ratio (median of rounds) |",

@@ -30,19 +30,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.decision_calibration import NoiseModel, draw_scores, rate
-from benchmarks.machine import describe_machine
+from benchmarks.machine import provenance
 from benchmarks.publish import publish
 from orchestrator.guard.decisions import CANNOT_TELL, Design, LookPlan, Scores, decide_pair
-from orchestrator.machine.precision import cpu_model
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -192,15 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     settings = [simulate(share, args.pairs, args.seed) for share in TRAINING_SHARES]
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
-    ).stdout.strip()
     report = {
-        "command": "bash scripts/bench.sh --looks " + " ".join(sys.argv[1:]),
-        "commit": commit,
-        "cpu": cpu_model(),
-        "machine": describe_machine([]),
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        **provenance("bash scripts/bench.sh --looks " + " ".join(sys.argv[1:]), []),
         "pairs": args.pairs,
         "max_seeds": MAX_SEEDS,
         "settings": settings,
@@ -208,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Repeated looks: the guard's error over an agent's sequence of comparisons",
         "",
-        f"`{report['command'].strip()}` at commit {commit}, {report['cpu']}, {report['date']}. "
+        f"`{report['command'].strip()}` at commit {report['commit']}, {report['cpu']}, {report['date']}. "
         f"{args.pairs} simulated pairs per setting and kind; 95% Wilson intervals.",
         "",
         "## A/A: equal variants (goal: every rate at most 5%)",

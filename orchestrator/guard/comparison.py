@@ -15,6 +15,7 @@ from typing import Any
 
 from orchestrator.evaluation import MetricScores
 from orchestrator.experiment.variant_axis import varied_label
+from orchestrator.guard.decisions.looks import Design
 
 SEED_SETTINGS = {
     "data.seed": "seed",
@@ -307,10 +308,9 @@ class Comparison:
     """What the variants may differ in (the runs' ``data.compared``)."""
     data_read: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """Run name -> :meth:`RunSummary.data_read`: what each run read and removed, per dataset."""
-    design: str = "sequential"
-    """How the decisions are calibrated: ``sequential`` (one error budget for every look as
-    seeds are added) or ``fixed`` (one pre-registered look): :mod:`~orchestrator.guard.
-    decisions.looks`."""
+    design: Design = Design.SEQUENTIAL
+    """How the decisions are calibrated: one error budget for every look as seeds are added,
+    or one pre-registered look (:mod:`~orchestrator.guard.decisions.looks`)."""
     max_seeds: int = 8
     """Sequential: the seed count by which the budget is spent."""
     look_level: float = 0.05
@@ -368,7 +368,7 @@ class Comparison:
             "compared": self.compared,
             "data_read": self.data_read,
             "decontaminated": decontaminated,
-            "design": self.design,
+            "design": str(self.design),
             "max_seeds": self.max_seeds,
             "look": {
                 "number": self.look,

@@ -10,7 +10,7 @@ from orchestrator.guard.comparison import (
     Comparison,
     ComparisonRow,
 )
-from orchestrator.guard.decisions import Family
+from orchestrator.guard.decisions import Design, Family
 
 _NUMERIC_COLUMNS = ("rank", "n", "seeds", "± docs", "vs best", "dp range", "std")
 """Table columns aligned right (besides the ``... bpb`` ones)."""
@@ -201,7 +201,7 @@ def _decisions_lines(comparison: Comparison) -> list[str]:
 def _design_sentence(comparison: Comparison) -> str:
     """Which design decided, at what level, and the look's place in its sequence."""
     seeds, alpha = len(comparison.seeds), 1 - comparison.confidence
-    if comparison.design == "fixed":
+    if comparison.design is Design.FIXED:
         return (
             f"**Fixed design**: one look at {seeds} seeds, decided at {alpha:.2g}: valid if this "
             "seed count was fixed in advance. Adding seeds and comparing again wants the "
@@ -238,10 +238,7 @@ def _next_step_lines(comparison: Comparison) -> list[str]:
     lines = ["", "**Next step** for the pairs that cannot be told:", ""]
     for pair, step in steps:
         name = f"`{pair['a']}` vs `{pair['b']}`"
-        if step["stop"]:
-            lines.append(f"- {name}: {step['reason']}.")
-            continue
-        if not step.get("powered", True):
+        if step["stop"] or not step["powered"]:  # stop, or one more seed first: said why
             lines.append(f"- {name}: {step['reason']}.")
             continue
         hours = step["device_hours"]

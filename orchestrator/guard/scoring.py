@@ -240,7 +240,7 @@ def compare(
         seeds=seeds,
         threshold=threshold,
         confidence=confidence,
-        design=str(plan.design),
+        design=plan.design,
         max_seeds=plan.max_seeds,
         look_level=level,
         sequence=fingerprint(

@@ -94,10 +94,9 @@ def finished_at(runs_root: Path, key: AnswerKey) -> RunFolder | None:
     if key.dp is None:
         return None
     run = indexed_run(runs_root, AnswerKey(key.identity))
-    if run is None or run.state().get("status") != RunStatus.SUCCEEDED:
-        return None
-    sizes = {int(s["dp_size"]) for s in run.state().get("segments", [])}
-    return run if sizes == {key.dp} else None
+    state = {} if run is None else run.state()
+    sizes = {int(s["dp_size"]) for s in state.get("segments", [])}
+    return run if state.get("status") == RunStatus.SUCCEEDED and sizes == {key.dp} else None
 
 
 def indexed_key(folder: RunFolder) -> AnswerKey | None:

@@ -90,22 +90,19 @@ class FitResult:
         refits' spread and the residuals' at that size, added in quadrature (none when
         :attr:`extrapolated`: :data:`EXTRAPOLATED_LEVEL`)."""
         centre = self.predict(mixtures)
+        domains = self.observations.domains
+        rows = [dict(zip(domains, (float(w) for w in row), strict=True)) for row in mixtures]
+        if self.extrapolated:
+            return [Prediction(row, float(c), None) for row, c in zip(rows, centre, strict=True)]
         low, high = np.percentile(self.refit_predictions(mixtures), INTERVAL, axis=0)
         residuals = self.residuals()
         if residuals.size > 1:  # the two spreads added in quadrature, each side
             below, above = np.percentile(residuals, INTERVAL)
             low = centre - np.hypot(centre - low, below)
             high = centre + np.hypot(high - centre, above)
-        domains = self.observations.domains
         return [
-            Prediction(
-                dict(zip(domains, (float(w) for w in mixtures[i]), strict=True)),
-                float(centre[i]),
-                None
-                if self.extrapolated
-                else (float(min(low[i], centre[i])), float(max(high[i], centre[i]))),
-            )
-            for i in range(len(mixtures))
+            Prediction(row, float(c), (float(min(lo, c)), float(max(hi, c))))
+            for row, c, lo, hi in zip(rows, centre, low, high, strict=True)
         ]
 
     def to_json(self) -> dict[str, object]:

@@ -82,11 +82,13 @@ def fingerprints(result: dict[str, Any]) -> dict[str, set[str]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def replicated(work: Path, domains: list[str], base_overrides: list[str]) -> dict[str, Any]:
+def replicated_sweep(
+    work: Path, domains: list[str], base_overrides: list[str], name: str
+) -> dict[str, Any]:
+    """The two mixes, each on dp 1 and dp 2, as the sweep ``name``."""
     process, sweep_dir = multirun(
         work,
-        "replicated",
+        name,
         "hydra/launcher=zephon",
         *base_overrides,
         mixes_override(domains, *TWO),
@@ -94,6 +96,11 @@ def replicated(work: Path, domains: list[str], base_overrides: list[str]) -> dic
     )
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
     return {"summary": summary(sweep_dir), "stdout": process.stdout}
+
+
+@pytest.fixture(scope="module")
+def replicated(work: Path, domains: list[str], base_overrides: list[str]) -> dict[str, Any]:
+    return replicated_sweep(work, domains, base_overrides, "replicated")
 
 
 def test_sweep_logs_parent_children_and_the_accepted_comparison(
@@ -132,18 +139,9 @@ def test_a_replicated_sweep_submitted_again_is_answered_at_each_dp_size(
     """replicate_dp=[1,2] again, unchanged: every job is answered by the first sweep's run
     of its mixture at its own dp size; nothing trains, and the verdict is the same."""
     before = set((work / "runs").iterdir())
-    process, sweep_dir = multirun(
-        work,
-        "replicated-again",
-        "hydra/launcher=zephon",
-        *base_overrides,
-        mixes_override(domains, *TWO),
-        "hydra.sweeper.replicate_dp=[1,2]",
-    )
-    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-5000:]
+    again = replicated_sweep(work, domains, base_overrides, "replicated-again")["summary"]
     assert set((work / "runs").iterdir()) == before  # no run folder made
     first = {j["run_name"]: j for j in replicated["summary"]["jobs"]}
-    again = summary(sweep_dir)
     for job in again["jobs"]:
         answer = first[job["answered_from"]]
         assert (answer["variant"], answer["dp_sizes"]) == (job["variant"], job["dp_sizes"])

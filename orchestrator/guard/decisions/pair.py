@@ -222,9 +222,8 @@ def decide_pair(
     next_step = None
     if plan is not None and n_seeds >= MIN_SEEDS:
         aim = abs(difference) if target is None else target
-        floor = within_seed_variance(delta, n_bytes)  # the seed term's part documents explain
-        next_step = _next_step(
-            plan, terms, seeds=n_seeds, target=aim, threshold=threshold, floor=floor
+        next_step = _next_step(  # ``within``: the seed term's part documents explain
+            plan, terms, seeds=n_seeds, target=aim, threshold=threshold, floor=within
         )
     return PairDecision(
         a=a,
@@ -261,10 +260,6 @@ def _next_step(
             None, target, f"the observed difference is within the threshold {threshold:g}: stop"
         )
     (v_seed, df_seed), *rest = terms
-    from scipy.stats import chi2  # deferred: scipy (see decide_pair)
-
-    training = max(v_seed - floor, 0.0)  # the seed term's own part, on df_seed
-    v_seed = floor + training * df_seed / float(chi2.ppf(0.5, df_seed))
     if df_seed < MIN_PLANNING_DF and seeds < plan.max_seeds:
         return NextStep(
             seeds + 1,
@@ -273,7 +268,10 @@ def _next_step(
             f"to say how many seeds decide a difference of {target:.4g}",
             powered=False,
         )
-    from scipy.stats import nct  # deferred: scipy (see decide_pair)
+    from scipy.stats import chi2, nct  # deferred: scipy (see decide_pair)
+
+    training = max(v_seed - floor, 0.0)  # the seed term's own part, on df_seed
+    v_seed = floor + training * df_seed / float(chi2.ppf(0.5, df_seed))
 
     for more in range(seeds + 1, plan.max_seeds + 1):
         level = plan.level(more)

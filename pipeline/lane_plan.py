@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-from pipeline.dataset import ExhaustedPolicy
-from pipeline.mixture import earliest_finish
+from pipeline.dataset import Dataset, ExhaustedPolicy
+from pipeline.mixture import Mixture, earliest_finish
+from pipeline.order import DatasetOrder
 from pipeline.stages.tokenize import WorkChunk
 from pipeline.stats import PipelineCounters
 
-if TYPE_CHECKING:  # the plan makes lane plans: a module-level import would be a cycle
-    from pipeline.source import WorkSource
+
+class PlanSource(Protocol):
+    """What a lane plan reads of the plan that makes it (:class:`pipeline.source.WorkSource`)."""
+
+    datasets: Sequence[Dataset]
+    orders: Sequence[DatasetOrder]
+    phases: Sequence[tuple[int | None, Mixture]]
+    """``(until_tokens, Mixture)`` of each mixture phase."""
+    chunk_tokens: int
+
+    def lane_offsets(self, lane: int, num_lanes: int, phase: int = 0) -> list[float]: ...
+
+    def lane_start(self, lane: int, num_lanes: int, phase: int = 0) -> int | None: ...
+
+    def record_cost(self, dataset_index: int, key: int) -> int: ...
+
+    def mean_cost(self, dataset_index: int) -> float: ...
 
 
 class LanePlan:
@@ -21,7 +37,7 @@ class LanePlan:
 
     def __init__(
         self,
-        source: WorkSource,
+        source: PlanSource,
         lane: int,
         num_lanes: int,
         state: Mapping[str, Any] | None,

@@ -15,12 +15,12 @@ Design: docs/design/pipeline_processing.md
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from pipeline.errors import DataError
-from pipeline.lane_plan import LanePlan
+from pipeline.lane_plan import LanePlan, PlanSource
 from pipeline.record_feed import RecordFeed
 from pipeline.repeat_index import RepeatIndex
 from pipeline.runners import Runner
@@ -28,9 +28,6 @@ from pipeline.stages.pack import TokenizedChunk
 from pipeline.stages.process import FeedBatch, ProcessedRecords
 from pipeline.stages.tokenize import WorkChunk
 from pipeline.stats import PipelineCounters
-
-if TYPE_CHECKING:  # the plan makes lane plans: a module-level import would be a cycle
-    from pipeline.source import WorkSource
 
 MAX_DROPPED_IN_A_ROW = 100_000
 """Records of one dataset a lane may see dropped one after another before the pipeline stops
@@ -47,7 +44,7 @@ class ProcessedLanePlan(LanePlan):
 
     def __init__(
         self,
-        source: WorkSource,
+        source: PlanSource,
         lane: int,
         num_lanes: int,
         state: Mapping[str, Any] | None,

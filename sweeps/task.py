@@ -34,7 +34,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     experiment, options = split(cfg)
     if options.dry_run:
         warm_start.withdraw()  # a dry run launches nothing
-        plan = api.plan(experiment, run_name=options.run_name).to_dict()
+        plan = api.plan_summary(api.plan(experiment, run_name=options.run_name))
         # one write, line and newline together: parallel jobs' lines never interleave
         sys.stdout.write(json.dumps(plan) + "\n")
         sys.stdout.flush()

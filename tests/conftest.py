@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from demo.local_corpus import build_local_corpus
-from orchestrator.run.recipe import trainer_import_env
+from orchestrator.run.cpu_env import trainer_import_env
 from pipeline import Dataset, WorkSource
 
 TRAINING_FILES_FIRST = (

@@ -9,7 +9,7 @@ from typing import Any
 from orchestrator.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED
 from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.guard.tracked import compare_tracked
-from orchestrator.run.api import plan, resume, run
+from orchestrator.run.api import plan, plan_summary, resume, run
 from orchestrator.run.elastic_check import verify_elastic
 from orchestrator.run.result import RunResult
 from orchestrator.tracking.folder_sync import sync
@@ -17,7 +17,7 @@ from pipeline import ConfigError
 
 
 def command_plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    return EXIT_OK, plan(args.config, dp=args.dp, overrides=args.overrides).to_dict()
+    return EXIT_OK, plan_summary(plan(args.config, dp=args.dp, overrides=args.overrides))
 
 
 def _run_exit(result: RunResult) -> tuple[int, dict[str, Any]]:

@@ -23,7 +23,6 @@ from orchestrator.errors import ExperimentError
 from orchestrator.experiment import (
     DeviceKind,
     ExperimentConfig,
-    Fingerprints,
     Launcher,
     Precision,
     load_experiment,
@@ -43,23 +42,18 @@ from orchestrator.run.answered import (
     record_identity,
 )
 from orchestrator.run.cpu_env import cpu_start_env
-from orchestrator.run.init_checkpoint import InitCheckpoint, ensure_init_checkpoint
+from orchestrator.run.init_checkpoint import ensure_init_checkpoint
 from orchestrator.run.launch import stop_leftover_launch
-from orchestrator.run.plan import (
-    RunPlan,
-    is_follower_node,
-    placement,
-    plan,
-    with_absolute_paths,
-)
+from orchestrator.run.plan import plan, plan_summary, with_absolute_paths
 from orchestrator.run.recipe import recipe_of
 from orchestrator.run.result import RunResult, run_result
+from orchestrator.run.run_plan import InitCheckpoint, RunPlan, is_follower_node
 from orchestrator.run.segment import train_segment
 from orchestrator.run.segment_tracking import TrackingState
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import reachable_uri
 
-__all__ = ["RunPlan", "RunResult", "plan", "resume", "run"]
+__all__ = ["RunPlan", "RunResult", "plan", "plan_summary", "resume", "run"]
 
 
 def run(
@@ -268,7 +262,7 @@ def _continue(
     validate(config, dp)
     if not follower and config.train.steps != folder.experiment()["config"]["train"]["steps"]:
         _record_extension(folder, config)
-    resumed = _resumed_plan(folder, config, dp)
+    resumed = plan(config, dp=dp, resuming=folder)
     if follower:
         return train_segment(resumed, tracker=None, progress=progress)
     _prepare_launch(config, resumed.devices)
@@ -301,29 +295,6 @@ def _recorded_config(
     return config
 
 
-def _resumed_plan(folder: RunFolder, config: ExperimentConfig, dp: int | None) -> RunPlan:
-    """The plan of ``folder``'s next segment: its recorded fingerprints, this machine's
-    devices and dp, and the initial checkpoint if the folder has no checkpoint of its own."""
-    record = folder.experiment()
-    devices, chosen = placement(config, dp)
-    init = _init_of(folder, config)
-    return RunPlan(
-        config=config,
-        folder=folder,
-        dp=chosen,
-        devices=devices,
-        fingerprints=Fingerprints(
-            contract=record.get("contract", {}),
-            mixture=record.get("mixture", {}),
-            contract_fingerprint=record["contract_fingerprint"],
-            variant=record["variant"],
-            varied=record.get("varied", {}),
-        ),
-        recipe=recipe_of(config),
-        init_path=None if init is None else Path(init.path),
-    )
-
-
 def _record_extension(folder: RunFolder, config: ExperimentConfig) -> None:
     """Record a longer schedule: the new steps and recipe, and the step it changed at (the
     learning-rate schedule before it was the old one's, so the guard counts it)."""
@@ -340,27 +311,6 @@ def _record_extension(folder: RunFolder, config: ExperimentConfig) -> None:
     # what it holds now, so it answers no experiment (nor, longer, the shorter one).
     record.pop("identity", None)
     folder.write_experiment(record)
-
-
-def _init_of(folder: RunFolder, config: ExperimentConfig) -> InitCheckpoint | None:
-    """The initial checkpoint a resumed run needs: none once it has its own checkpoint (or
-    when it was recorded without one); else the recorded one, made again if it is gone."""
-    recorded = folder.experiment().get("init_checkpoint")
-    if not recorded or folder.last_checkpoint_step() is not None:
-        return None
-    init = InitCheckpoint(**recorded)
-    if Path(init.path).is_dir():
-        return init
-    made = ensure_init_checkpoint(config, recipe_of(config))
-    if made.sha256 != init.sha256:
-        raise ExperimentError(
-            [
-                f"{folder.path} started from initial checkpoint {init.sha256[:12]}, which is "
-                f"gone; this machine makes {made.sha256[:12]} for its recipe (another torch or "
-                "TorchTitan version?). Start the run again instead of resuming it"
-            ]
-        )
-    return made
 
 
 def _check_same_experiment(

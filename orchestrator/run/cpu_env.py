@@ -48,3 +48,14 @@ def cpu_start_env() -> dict[str, str]:
 def common_env() -> dict[str, str]:
     """This process's environment, offline and unbuffered, as every launch gets it."""
     return {**os.environ, "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def trainer_import_env() -> dict[str, str]:
+    """What a process that imports the trainer outside any run folder (the recipe resolver,
+    the warm server) adds to its environment: torch makes its compile cache's folder on
+    import, here in Zephon's cache, not in the system's temporary folder (a launch's: its
+    run folder)."""
+    # deferred: pipeline's package imports numpy and tokenizers; this module stays light
+    from pipeline.paths import zephon_home
+
+    return {"TORCHINDUCTOR_CACHE_DIR": str(zephon_home() / "inductor")}

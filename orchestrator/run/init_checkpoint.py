@@ -18,16 +18,15 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orchestrator.errors import LaunchError
+from orchestrator.errors import ExperimentError, LaunchError
 from orchestrator.experiment import DeviceKind, ExperimentConfig, write_data_spec
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices
 from orchestrator.run import interrupts
 from orchestrator.run.launch import Launch, launch_env, run_local
-from orchestrator.run.recipe import Recipe
+from orchestrator.run.run_plan import InitCheckpoint, Recipe
 from orchestrator.run.trainer_command import recipe_flags, train_command
 from pipeline.filelock import file_lock
 from pipeline.paths import zephon_home
@@ -36,19 +35,6 @@ RECORD = "init.json"
 CREATE_TIMEOUT_S = 900
 RACY_NS = 2_000_000_000
 """A file modified this recently may change again without its (size, mtime) changing."""
-
-
-@dataclass(frozen=True)
-class InitCheckpoint:
-    """Where a recipe's initial weights are, and their content hash."""
-
-    init_key: str
-    path: str
-    """Absolute path of the DCP checkpoint folder (``--checkpoint.initial-load-path``)."""
-    sha256: str
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 def init_checkpoint_path(config: ExperimentConfig, recipe: Recipe) -> Path:
@@ -93,6 +79,29 @@ def ensure_init_checkpoint(config: ExperimentConfig, recipe: Recipe) -> InitChec
             (home / f"{RECORD}.tmp").replace(home / RECORD)  # last: its presence means done
         finally:
             shutil.rmtree(build, ignore_errors=True)
+    return made
+
+
+def resumed_init(
+    folder: RunFolder, config: ExperimentConfig, recipe: Recipe
+) -> InitCheckpoint | None:
+    """The initial checkpoint a resumed run needs: none once it has its own checkpoint (or
+    when it was recorded without one); else the recorded one, made again if it is gone."""
+    recorded = folder.experiment().get("init_checkpoint")
+    if not recorded or folder.last_checkpoint_step() is not None:
+        return None
+    init = InitCheckpoint(**recorded)
+    if Path(init.path).is_dir():
+        return init
+    made = ensure_init_checkpoint(config, recipe)
+    if made.sha256 != init.sha256:
+        raise ExperimentError(
+            [
+                f"{folder.path} started from initial checkpoint {init.sha256[:12]}, which is "
+                f"gone; this machine makes {made.sha256[:12]} for its recipe (another torch or "
+                "TorchTitan version?). Start the run again instead of resuming it"
+            ]
+        )
     return made
 
 

@@ -13,7 +13,7 @@ import hashlib
 import json
 import secrets
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ from orchestrator.experiment import (
     Launcher,
     fingerprints,
     load_experiment,
-    phase_outline,
     validate,
 )
 from orchestrator.experiment.fingerprints import absolute
@@ -32,98 +31,15 @@ from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices, choose_dp, discover
 from orchestrator.machine.precision import resolve_precision
 from orchestrator.run import slurm
-from orchestrator.run.init_checkpoint import init_checkpoint_path
+from orchestrator.run.init_checkpoint import init_checkpoint_path, resumed_init
 from orchestrator.run.init_from import check_init_from
-from orchestrator.run.recipe import Recipe, recipe_of
+from orchestrator.run.recipe import recipe_of
+from orchestrator.run.run_plan import RunPlan
 from orchestrator.run.trainer_command import launch_command
 from pipeline import canonical_tokenizer_spec, load_tokenizer
 
 NODE_OWN_RESOURCES = ("node_rank", "max_procs", "gpu_ids", "oversubscribe", "timeout_s")
 """Resources each node of a multi-node run sets for itself; the run name ignores them."""
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """A resolved, validated experiment and where and how it trains (module docstring)."""
-
-    config: ExperimentConfig
-    """The experiment: paths absolute, ``train.precision`` resolved for this machine."""
-    folder: RunFolder
-    dp: int
-    devices: Devices
-    fingerprints: Fingerprints
-    """The data contract, the mixture, and their fingerprints (the run's variant)."""
-    recipe: Recipe
-    init_path: Path | None
-    """The initial checkpoint the launch loads; None once the run folder has its own."""
-
-    @property
-    def run_name(self) -> str:
-        return self.folder.name
-
-    @property
-    def contract(self) -> dict[str, Any]:
-        return self.fingerprints.contract
-
-    @property
-    def mixture(self) -> dict[str, str]:
-        return self.fingerprints.mixture
-
-    @property
-    def contract_fingerprint(self) -> str:
-        return self.fingerprints.contract_fingerprint
-
-    @property
-    def variant(self) -> str:
-        return self.fingerprints.variant
-
-    @property
-    def command(self) -> list[str]:
-        """This machine's launch command (:func:`~orchestrator.run.trainer_command.launch_command`)."""
-        return launch_command(self)
-
-    @property
-    def is_follower(self) -> bool:
-        """Whether this machine is node k > 0 of a multi-node run (node 0 keeps the records)."""
-        return is_follower_node(self.config)
-
-    def to_dict(self) -> dict[str, Any]:
-        """What ``zephon plan`` prints."""
-        d, t = self.config.data, self.config.train
-        lanes_per_rank = d.lanes // self.dp
-        tokens_per_step = d.global_batch_size * d.seq_len
-        return {
-            "run_name": self.run_name,
-            "run_folder": str(self.folder.path.absolute()),
-            "device": self.devices.label,
-            "free_devices": self.devices.count,
-            "dp_size": self.dp,
-            "lanes": d.lanes,
-            "lanes_per_rank": {
-                r: [r * lanes_per_rank + i for i in range(lanes_per_rank)] for r in range(self.dp)
-            },
-            "steps": t.steps,
-            "tokens_per_step": tokens_per_step,
-            "tokens": tokens_per_step * t.steps,
-            "micro_batches_per_step": d.global_batch_size // (self.dp * t.microbatch_size),
-            "precision": t.precision,
-            "mixture": self.mixture,
-            **({"phases": [o.to_dict() for o in phase_outline(d, t.steps)]} if d.phases else {}),
-            "contract": self.contract,
-            "contract_fingerprint": self.contract_fingerprint,
-            "variant": self.variant,
-            **({"varied": self.fingerprints.varied} if self.fingerprints.varied else {}),
-            **self.recipe.to_dict(),
-            "init_checkpoint": None if self.init_path is None else str(self.init_path),
-            "command": self.command,
-            "config": self.config.to_dict(),
-        }
-
-
-def is_follower_node(config: ExperimentConfig) -> bool:
-    """Whether ``config`` trains node k > 0 of a multi-node run here (node 0 keeps the records)."""
-    r = config.resources
-    return r.launcher == Launcher.MULTINODE and r.node_rank > 0
 
 
 def plan(
@@ -132,13 +48,19 @@ def plan(
     dp: int | None = None,
     run_name: str | None = None,
     overrides: list[str] | None = None,
+    resuming: RunFolder | None = None,
 ) -> RunPlan:
-    """Resolve and validate ``config``, choose dp from the free devices, fingerprint the data."""
+    """Resolve and validate ``config``, choose dp from the free devices, fingerprint the data.
+
+    The one constructor of a plan: a new run, a follower node, a service attempt, and with
+    ``resuming`` the next segment of that run folder (``config`` is then the experiment it
+    recorded): its recorded fingerprints and name, and the initial checkpoint only while
+    the folder has no checkpoint of its own."""
     if not isinstance(config, ExperimentConfig) or overrides:
         config = load_experiment(config, overrides)
     config = with_absolute_paths(config)
     validate(config, dp)
-    if config.eval.tasks:
+    if config.eval.tasks and resuming is None:  # a resume's tasks were looked up at its start
         # deferred: lm-eval's task index takes seconds to import; only plans with tasks pay it
         from orchestrator.evaluation.task_lookup import task_manager
 
@@ -149,8 +71,19 @@ def plan(
     # Resolved here, on the machine that trains, and stored in the config: a resume keeps it.
     precision = resolve_precision(config.train.precision, devices.kind)
     config = replace(config, train=replace(config.train, precision=precision))
-    prints = fingerprints(config, chosen)
+    prints = fingerprints(config, chosen) if resuming is None else recorded_fingerprints(resuming)
     recipe = recipe_of(config)
+    if resuming is not None:
+        init = resumed_init(resuming, config, recipe)
+        return RunPlan(
+            config=config,
+            folder=resuming,
+            dp=chosen,
+            devices=devices,
+            fingerprints=prints,
+            recipe=recipe,
+            init_path=None if init is None else Path(init.path),
+        )
     if config.train.init_from is not None:  # before anything launches: shapes, vocabulary
         vocab_size = load_tokenizer(config.data.tokenizer).vocab_size
         check_init_from(config, recipe.parameter_shapes, vocab_size)
@@ -164,6 +97,23 @@ def plan(
         recipe=recipe,
         init_path=init_checkpoint_path(config, recipe),
     )
+
+
+def recorded_fingerprints(folder: RunFolder) -> Fingerprints:
+    """The data contract, mixture and fingerprints ``folder``'s run recorded at its start."""
+    record = folder.experiment()
+    return Fingerprints(
+        contract=record.get("contract", {}),
+        mixture=record.get("mixture", {}),
+        contract_fingerprint=record["contract_fingerprint"],
+        variant=record["variant"],
+        varied=record.get("varied", {}),
+    )
+
+
+def plan_summary(the_plan: RunPlan) -> dict[str, Any]:
+    """What ``zephon plan`` prints: the plan and this machine's launch command."""
+    return {**the_plan.to_dict(), "command": launch_command(the_plan)}
 
 
 def placement(config: ExperimentConfig, dp: int | None) -> tuple[Devices, int]:

@@ -9,11 +9,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from importlib import metadata
 from importlib.machinery import PathFinder
 from pathlib import Path
@@ -21,6 +19,8 @@ from typing import Any
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import ExperimentConfig
+from orchestrator.run.cpu_env import trainer_import_env
+from orchestrator.run.run_plan import Recipe
 from orchestrator.run.trainer_command import recipe_flags, schedule_flags
 from pipeline import fingerprint, load_tokenizer
 from pipeline.paths import zephon_home
@@ -31,35 +31,6 @@ RECIPE_PACKAGES = ("torch", "torchtitan", "zephon")
 TRAINER_SOURCES = ("titan/*.py", "evaluation/**/*.py")
 """What the trainer process runs of Zephon (under ``orchestrator/``): part of every recipe."""
 _ORCHESTRATOR_DIR = Path(__file__).resolve().parents[1]
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A resolved recipe (see module docstring)."""
-
-    fields: dict[str, Any]
-    """TorchTitan's resolved settings that the recipe keeps, and ``versions``."""
-    fingerprint: str
-    init: dict[str, Any]
-    """The part of ``fields`` that decides the initial weights."""
-    init_key: str
-    parameter_shapes: dict[str, Any] = field(default_factory=dict)
-    """The model's parameter shapes by TorchTitan name (``titan``) and, if it has a
-    state-dict adapter, by Hugging Face name (``hf``): what ``train.init_from`` must hold."""
-
-    @property
-    def parameters(self) -> int | None:
-        """The model's parameter count (None: its shapes were not resolved)."""
-        shapes = self.parameter_shapes.get("titan")
-        return sum(math.prod(shape) for shape in shapes.values()) if shapes else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "recipe": self.fields,
-            "recipe_fingerprint": self.fingerprint,
-            "init_key": self.init_key,
-            "parameters": self.parameters,
-        }
 
 
 def recipe_of(config: ExperimentConfig) -> Recipe:
@@ -109,13 +80,6 @@ def recipe_of(config: ExperimentConfig) -> Recipe:
 
 class _Refused(Exception):
     """TorchTitan's parser refused the flags (its message): a stable answer, cached."""
-
-
-def trainer_import_env() -> dict[str, str]:
-    """What a process that imports the trainer outside any run folder (the resolver, the
-    warm server) adds to its environment: torch makes its compile cache's folder on import,
-    here in Zephon's cache, not in the system's temporary folder (a launch's: its run folder)."""
-    return {"TORCHINDUCTOR_CACHE_DIR": str(zephon_home() / "inductor")}
 
 
 def _resolve_with_titan(flags: list[str]) -> dict[str, Any]:

@@ -17,11 +17,11 @@ from orchestrator.experiment import Launcher, write_data_spec
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.run import interrupts, slurm
 from orchestrator.run.launch import Launch, launch_env, run_local
-from orchestrator.run.plan import RunPlan
 from orchestrator.run.progress import Progress
 from orchestrator.run.result import RunResult, run_result, zephon_command
+from orchestrator.run.run_plan import RunPlan
 from orchestrator.run.segment_tracking import SegmentTracking, TrackingState
-from orchestrator.run.trainer_command import trainer_args
+from orchestrator.run.trainer_command import launch_command, trainer_args
 from orchestrator.tracking.uris import resolve_uri
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def _local_launch(plan: RunPlan, on_tick: Callable[[RunFolder], None]) -> Launch
     """The torchrun of ``plan`` on this machine (node 0 keeps the run folder's records)."""
     r = plan.config.resources
     return Launch(
-        [plan.command],
+        [launch_command(plan)],
         launch_env(plan.folder, plan.devices, plan.dp // r.nodes, r.max_procs),
         plan.folder,
         timeout_s=r.timeout_s,

@@ -13,15 +13,12 @@ from __future__ import annotations
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from orchestrator.experiment import ExperimentConfig, Launcher, Precision
 from orchestrator.run.base_schedule import base_learning_rate
 from orchestrator.run.cpu_env import TRAIN_MODULE
 from orchestrator.run.init_from import initial_load_flags
-
-if TYPE_CHECKING:
-    from orchestrator.run.plan import RunPlan
+from orchestrator.run.run_plan import RunPlan
 
 LR_FLAG = "--optimizer.param-groups.0.optimizer-kwargs.lr"
 """The peak learning rate's flag (``train.lr``)."""

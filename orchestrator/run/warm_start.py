@@ -29,7 +29,7 @@ from typing import Any
 
 import setproctitle
 
-from orchestrator.run.cpu_env import TRAIN_MODULE
+from orchestrator.run.cpu_env import TRAIN_MODULE, trainer_import_env
 
 WARM_START_ENV = "ZEPHON_WARM_START"
 """``0`` turns warm starts off (every launch is a cold ``torchrun``)."""
@@ -312,9 +312,6 @@ def serve() -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # deferred: imports pipeline (tokenizers, numpy); zephon-run imports this module first
-    from orchestrator.run.recipe import trainer_import_env
-
     os.environ.update(trainer_import_env())  # before torch's imports make that folder
     # The trainer the server launches prepares TorchTitan for this machine before anything
     # imports TorchTitan, as its own main() does; reached by name, as torchrun reaches it.

@@ -147,7 +147,7 @@ class Scheduler:
             return
         try:
             config = admit(job.spec, self.rules)
-            plan = api.plan(config, run_name=job.id).to_dict()
+            plan = api.plan_summary(api.plan(config, run_name=job.id))
             run_id = _log_plan(self.rules.tracking_uri, config, plan, job)
         except Exception as e:  # a plan job fails with the reason, the scheduler goes on
             self._fail_job(job.id, str(e))

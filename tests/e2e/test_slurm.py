@@ -33,6 +33,7 @@ import pytest
 
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api
+from orchestrator.run.trainer_command import launch_command
 from tests.support.experiments import data_only_experiment
 from tests.support.slurm import LocalSlurm
 from tests.support.sweeps import (
@@ -156,7 +157,8 @@ def test_two_task_job_trains_the_same_batches_as_a_local_run(
     cluster: LocalSlurm, work: Path, domains: dict[str, list[Path]], reference: dict[int, str]
 ) -> None:
     planned = api.plan(on_slurm(domains), dp=2)
-    assert planned.dp == 2 and planned.command[1:3] == ["-m", "orchestrator.titan.train"]
+    assert planned.dp == 2
+    assert launch_command(planned)[1:3] == ["-m", "orchestrator.titan.train"]
 
     result = api.run(on_slurm(domains), dp=2, run_name="slurm-2tasks", fresh=True)
 

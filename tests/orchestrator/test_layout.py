@@ -8,7 +8,10 @@
 * only ``orchestrator/tracking/`` imports MLflow, and only it calls MLflow's run-writing
   methods (one writer per external system);
 * no two files import each other, directly or around a cycle, and no two packages of
-  ``orchestrator/`` do, counting imports written inside functions;
+  ``orchestrator/`` do, counting imports written inside functions and under
+  ``TYPE_CHECKING``;
+* ``orchestrator/run/run_plan.py``, the run's data, imports only ``experiment/`` and
+  ``machine/`` of the project, and ``run/`` imports nothing of the faces and rooms above it;
 * an import of the project inside a function defers a heavy dependency and says so in a
   ``# deferred: ...`` comment just above it;
 * every module of the product is under 500 lines.
@@ -133,13 +136,12 @@ def module_name(path: Path) -> str:
 
 def project_imports(path: Path, known: set[str]) -> list[tuple[ast.stmt, str, bool]]:
     """``(statement, imported project module, inside a function)`` for each import of
-    ``path`` outside ``if TYPE_CHECKING:`` blocks (annotations only, never run)."""
+    ``path``: those inside functions and under ``if TYPE_CHECKING:`` count too, since an
+    import only for annotations still ties the two files together."""
     found = []
 
     def visit(node: ast.AST, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue
             inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
             if isinstance(child, ast.Import):
                 names = [alias.name for alias in child.names]
@@ -227,6 +229,18 @@ def test_no_packages_of_the_orchestrator_import_each_other() -> None:
         if b in packages[a] and a in packages[b]
     ]
     assert both_ways == []
+
+
+def test_the_run_plan_is_data_at_the_bottom_of_run() -> None:
+    below = ("orchestrator.experiment", "orchestrator.machine")
+    project = ("orchestrator", "pipeline", "sweeps")
+    imported = imports(ROOT / "orchestrator/run/run_plan.py")
+    assert sorted(m for m in imported if m.startswith(project) and not m.startswith(below)) == []
+
+
+def test_the_run_imports_nothing_above_it() -> None:
+    above = tuple(f"orchestrator.{p}" for p in ("cli", "service", "guard", "search", "mcp"))
+    assert offending(sources("orchestrator/run"), (*above, "sweeps", "hydra_plugins")) == {}
 
 
 def test_imports_inside_functions_say_what_they_defer() -> None:

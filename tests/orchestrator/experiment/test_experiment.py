@@ -174,7 +174,7 @@ def test_dp_choice_follows_free_devices(base: dict) -> None:
 
 
 def test_dry_run_plans_lanes_steps_and_tokens(base: dict) -> None:
-    planned = api.plan(base, dp=2, overrides=["train.steps=30"]).to_dict()
+    planned = api.plan_summary(api.plan(base, dp=2, overrides=["train.steps=30"]))
     assert planned["dp_size"] == 2
     assert planned["lanes_per_rank"] == {0: [0, 1], 1: [2, 3]}
     assert planned["tokens"] == 30 * 8 * 128
@@ -188,7 +188,7 @@ def test_dry_run_plans_lanes_steps_and_tokens(base: dict) -> None:
 def test_the_plan_resolves_the_precision_and_hands_it_to_the_trainer(
     base: dict, requested: str
 ) -> None:
-    planned = api.plan(base, dp=1, overrides=[f"train.precision={requested}"]).to_dict()
+    planned = api.plan_summary(api.plan(base, dp=1, overrides=[f"train.precision={requested}"]))
     expected = resolve_precision(requested, "cuda" if planned["device"] != "cpu" else "cpu")
     assert planned["precision"] == planned["config"]["train"]["precision"] == expected
     flag = planned["command"].index("--training.mixed-precision-param")

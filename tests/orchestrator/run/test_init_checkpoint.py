@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.experiment import load_experiment
 from orchestrator.run import init_checkpoint
-from orchestrator.run.recipe import Recipe
+from orchestrator.run.run_plan import InitCheckpoint, Recipe
 
 
 def fake_recipe(key: str = "k" * 64) -> Recipe:
@@ -42,7 +42,7 @@ def test_concurrent_jobs_make_one_checkpoint(home: Path, monkeypatch: pytest.Mon
     calls: list[int] = []
     monkeypatch.setattr(init_checkpoint, "_create_seed_checkpoint", counting_create(calls))
     config, recipe = load_experiment({}), fake_recipe()
-    results: list[init_checkpoint.InitCheckpoint] = []
+    results: list[InitCheckpoint] = []
     threads = [
         threading.Thread(
             target=lambda: results.append(init_checkpoint.ensure_init_checkpoint(config, recipe))

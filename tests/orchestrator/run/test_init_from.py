@@ -25,7 +25,7 @@ from orchestrator.run.init_from import (
     checkpoint_format,
     initial_load_flags,
 )
-from orchestrator.run.recipe import Recipe
+from orchestrator.run.run_plan import Recipe
 
 VOCAB = 100
 TITAN = {"tok_embeddings.weight": [VOCAB, 8], "layers.0.w.weight": [8, 8], "norm.weight": [8]}

@@ -9,7 +9,8 @@ from orchestrator.errors import ExperimentError
 from orchestrator.experiment import load_experiment
 from orchestrator.experiment.validation import validate
 from orchestrator.run import recipe as recipe_module
-from orchestrator.run.recipe import Recipe, recipe_of
+from orchestrator.run.recipe import recipe_of
+from orchestrator.run.run_plan import Recipe
 
 WEIGHT_DECAY = "--optimizer.param-groups.0.optimizer-kwargs.weight-decay"
 LR = "--optimizer.param-groups.0.optimizer-kwargs.lr"

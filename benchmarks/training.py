@@ -26,7 +26,8 @@ from typing import Any
 from benchmarks.noise import POLL_S, QUIET_PERCENT, machine_load_percent
 from benchmarks.publish import publish
 from demo.local_corpus import build_local_corpus
-from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.experiment.run_record import RunStatus
+from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.precision import cpu_model
 from orchestrator.run import api
 
@@ -113,11 +114,11 @@ def measure_precisions(work: Path, steps: int, reps: int) -> dict[str, Any]:
                 raise RuntimeError(f"{precision} run {result.status}: {result.messages}")
             per_step = seconds_per_step(Path(result.folder))
             samples[precision] += per_step
-            resolved = json.loads((Path(result.folder) / "experiment.json").read_text())
+            resolved = RunFolder(result.folder).experiment().precision
             runs.append(
                 {
                     "precision": precision,
-                    "resolved": resolved["config"]["train"]["precision"],
+                    "resolved": resolved,
                     "round": rep,
                     "load_before_percent": load,
                     "wall_s": round(time.monotonic() - start, 1),

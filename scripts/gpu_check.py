@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.experiment.runfolder import RunFolder, RunStatus, write_json_atomic
+from orchestrator.experiment.run_record import RunStatus
+from orchestrator.experiment.runfolder import RunFolder, write_json_atomic
 from orchestrator.guard.tracked import compare_tracked
 from orchestrator.machine.devices import Devices, discover
 from orchestrator.machine.precision import resolve_precision
@@ -230,9 +231,8 @@ def sweep_run(check: GpuCheck, mixture: dict[str, float], dp: int) -> RunFolder:
         folder = RunFolder(path)
         if not folder.exists():  # the index of identities (.identities)
             continue
-        config = folder.experiment()["config"]
-        sizes = [segment["dp_size"] for segment in folder.state().get("segments", [])]
-        if config["data"]["mixture"] == mixture and sizes == [dp]:
+        recorded = folder.experiment().data_settings.get("mixture")
+        if recorded == mixture and folder.state().dp_sizes == [dp]:
             return folder
     raise CheckFailed(f"the sweep has no run of {mixture} on dp {dp}")
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from orchestrator.experiment.run_record import ExperimentRecord, RunState
 
 EXPERIMENT_FILE = "experiment.json"
 DATA_SPEC_FILE = "data.json"
@@ -47,23 +48,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(scratch, path)
 
 
-class RunStatus(StrEnum):
-    """A run's status in ``run.json`` (a ``str``: it is written and compared as its value)."""
-
-    CREATED = "created"
-    """Planned and recorded; no segment launched yet."""
-    RUNNING = "running"
-    """A segment is training (or the process that ran it died: a resume checks)."""
-    SUCCEEDED = "succeeded"
-    """Trained to its last step."""
-    FAILED = "failed"
-    """A segment ended with an error before the last step."""
-    INTERRUPTED = "interrupted"
-    """Stopped by SIGINT/SIGTERM; ``zephon resume`` continues it."""
-
-
 class RunFolder:
-    """Typed access to one run folder (see module docstring)."""
+    """One run folder: its paths, its records (:mod:`.run_record`) and its outputs."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -98,23 +84,23 @@ class RunFolder:
 
     # -- experiment.json (immutable) and run.json (updated) ---------------------------------
 
-    def experiment(self) -> dict[str, Any]:
-        """``{"config", "contract", "mixture", "contract_fingerprint", "variant"}``."""
-        return json.loads((self.path / EXPERIMENT_FILE).read_text())
+    def experiment(self) -> ExperimentRecord:
+        """``experiment.json``: the experiment, its fingerprints, recipe and identity."""
+        return ExperimentRecord.from_dict(json.loads((self.path / EXPERIMENT_FILE).read_text()))
 
-    def write_experiment(self, record: dict[str, Any]) -> None:
-        write_json_atomic(self.path / EXPERIMENT_FILE, record)
+    def write_experiment(self, record: ExperimentRecord) -> None:
+        write_json_atomic(self.path / EXPERIMENT_FILE, record.to_dict())
 
-    def state(self) -> dict[str, Any]:
-        """``run.json``: ``status``, ``segments``, ``mlflow_run_id``, ``tracking`` ... ({} if none)."""
+    def state(self) -> RunState:
+        """``run.json``: status, segments, where it is tracked (empty before the first write)."""
         path = self.path / RUN_FILE
-        return json.loads(path.read_text()) if path.exists() else {}
+        return RunState.from_dict(json.loads(path.read_text())) if path.exists() else RunState()
 
-    def update_state(self, **changes: Any) -> dict[str, Any]:
-        """Merge ``changes`` into ``run.json`` (one writer per run: the launching process)."""
-        state = self.state()
-        state.update(changes)
-        write_json_atomic(self.path / RUN_FILE, state)
+    def update_state(self, **changes: Any) -> RunState:
+        """Set ``changes`` (fields of :class:`RunState`) in ``run.json`` (one writer per
+        run: the launching process)."""
+        state = self.state().with_(**changes)
+        write_json_atomic(self.path / RUN_FILE, state.to_dict())
         return state
 
     # -- training outputs ---------------------------------------------------------------------

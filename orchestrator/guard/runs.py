@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.evaluation import DEFAULT_METRIC, EvalRecord, MetricScores
+from orchestrator.experiment.run_record import ExperimentRecord
 from orchestrator.experiment.runfolder import read_jsonl
 from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.names import (
@@ -60,12 +61,12 @@ def _dp_sizes(tags: dict[str, str], steps: list[dict[str, Any]]) -> list[int]:
     return sizes
 
 
-def _recipe_fields(experiment: dict[str, Any]) -> dict[str, Any]:
+def _recipe_fields(experiment: ExperimentRecord) -> dict[str, Any]:
     """The recorded recipe, flattened, with the steps a resume extended it at."""
-    if not experiment.get("recipe"):
+    if not experiment.recipe:
         return {}
-    fields = flatten(experiment["recipe"])
-    fields["extended_at_steps"] = [e["at_step"] for e in experiment.get("extended", [])]
+    fields = flatten(dict(experiment.recipe))
+    fields["extended_at_steps"] = [e.at_step for e in experiment.extended]
     return fields
 
 
@@ -85,9 +86,10 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
         with tempfile.TemporaryDirectory(prefix="zephon-compare-") as tmp:
             stored = tracker.download_run(run_id, ARTIFACT_DIR, Path(tmp))
             try:
-                experiment = json.loads((Path(tmp) / ARTIFACT_EXPERIMENT).read_text())
-            except (OSError, json.JSONDecodeError):
-                experiment = {}
+                text = (Path(tmp) / ARTIFACT_EXPERIMENT).read_text()
+                experiment = ExperimentRecord.from_dict(json.loads(text))
+            except (OSError, ValueError):  # missing or damaged: check() refuses the run
+                experiment = ExperimentRecord()
             steps = read_jsonl(Path(tmp) / ARTIFACT_STEPS)
             evals_raw = read_jsonl(Path(tmp) / ARTIFACT_EVAL)
             tasks_raw = read_jsonl(Path(tmp) / ARTIFACT_TASKS)
@@ -149,11 +151,10 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 run_id=run_id,
                 # the run folder's name: unique, and what resume and the reports name
                 name=Path(tags[TAG_RUN_FOLDER]).name if tags.get(TAG_RUN_FOLDER) else stored.name,
-                variant=tags.get(TAG_VARIANT) or str(experiment.get("variant") or ""),
-                contract_fingerprint=tags.get(TAG_CONTRACT)
-                or str(experiment.get("contract_fingerprint") or ""),
-                contract=dict(experiment.get("contract") or {}),
-                mixture={str(k): float(v) for k, v in (experiment.get("mixture") or {}).items()},
+                variant=tags.get(TAG_VARIANT) or experiment.variant,
+                contract_fingerprint=tags.get(TAG_CONTRACT) or experiment.contract_fingerprint,
+                contract=dict(experiment.contract),
+                mixture={str(k): float(v) for k, v in experiment.mixture.items()},
                 digests=digests,
                 evals=evals,
                 documents=documents,
@@ -161,22 +162,20 @@ def load_runs(tracker: Tracker, run_ids: list[str]) -> list[RunSummary]:
                 task_items=task_items,
                 task_higher_is_better=higher_is_better,
                 dp_sizes=_dp_sizes(tags, steps),
-                recipe_fingerprint=tags.get(TAG_RECIPE)
-                or str(experiment.get("recipe_fingerprint") or ""),
+                recipe_fingerprint=tags.get(TAG_RECIPE) or experiment.recipe_fingerprint or "",
                 recipe=_recipe_fields(experiment),
-                init_sha256=tags.get(TAG_INIT)
-                or str((experiment.get("init_checkpoint") or {}).get("sha256") or ""),
+                init_sha256=tags.get(TAG_INIT) or experiment.init_sha256 or "",
                 status=tags.get(TAG_STATUS, ""),
-                planned_steps=(experiment.get("config") or {}).get("train", {}).get("steps"),
-                parameters=experiment.get("parameters"),
+                planned_steps=experiment.planned_steps,
+                parameters=experiment.parameters,
                 folder=tags.get(TAG_RUN_FOLDER, ""),
                 shards_read=shards_read,
-                varied=dict(experiment.get("varied") or {}),
+                varied=dict(experiment.varied),
                 records_read=records_read,
                 overlapping=overlapping,
                 repeated=repeated,
                 ran_out=ran_out,
-                data_config=dict((experiment.get("config") or {}).get("data") or {}),
+                data_config=dict(experiment.data_settings),
                 device_seconds=None
                 if stored.seconds is None
                 else stored.seconds * max(_dp_sizes(tags, steps) or [1]),

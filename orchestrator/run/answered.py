@@ -26,13 +26,13 @@ import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from orchestrator.experiment.runfolder import RunFolder, RunStatus, write_json_atomic
+from orchestrator.experiment.run_record import RunStatus
+from orchestrator.experiment.runfolder import RunFolder, write_json_atomic
 from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.names import KIND_ANSWER
 from orchestrator.tracking.provenance import answer_tags
-from pipeline import fingerprint
 from pipeline.filelock import file_lock
 
 if TYPE_CHECKING:
@@ -40,19 +40,6 @@ if TYPE_CHECKING:
 
 INDEX_DIR = ".identities"
 """The index's folder under ``runs_root``."""
-
-
-def record_identity(record: dict[str, Any]) -> str:
-    """The identity of the run whose ``experiment.json`` is ``record`` (module docstring)."""
-    return fingerprint(
-        {
-            "contract": record["contract_fingerprint"],
-            "variant": record["variant"],
-            "recipe": record["recipe_fingerprint"],
-            "init": (record.get("init_checkpoint") or {}).get("sha256"),
-            "eval": record["config"]["eval"],
-        }
-    )
 
 
 @dataclass(frozen=True)
@@ -83,7 +70,7 @@ def indexed_run(runs_root: Path, key: AnswerKey) -> RunFolder | None:
     except (OSError, ValueError):
         return None
     folder = RunFolder(Path(runs_root) / entry["run"])
-    if not folder.exists() or folder.experiment().get("identity") != key.identity:
+    if not folder.exists() or folder.experiment().identity != key.identity:
         return None
     return folder
 
@@ -94,18 +81,20 @@ def finished_at(runs_root: Path, key: AnswerKey) -> RunFolder | None:
     if key.dp is None:
         return None
     run = indexed_run(runs_root, AnswerKey(key.identity))
-    state = {} if run is None else run.state()
-    sizes = {int(s["dp_size"]) for s in state.get("segments", [])}
-    return run if state.get("status") == RunStatus.SUCCEEDED and sizes == {key.dp} else None
+    if run is None:
+        return None
+    state = run.state()
+    return run if state.status == RunStatus.SUCCEEDED and set(state.dp_sizes) == {key.dp} else None
 
 
 def indexed_key(folder: RunFolder) -> AnswerKey | None:
     """The key the index names ``folder`` for (the run that answers it; not a fresh run
     beside it), else None."""
-    identity = folder.experiment().get("identity")
+    record = folder.experiment()
+    identity = record.identity
     if identity is None:
         return None
-    dp = ((folder.experiment().get("config") or {}).get("resources") or {}).get("dp")
+    dp = record.config.get("resources", {}).get("dp")
     for key in (AnswerKey(identity), AnswerKey(identity, dp)):
         found = indexed_run(folder.path.parent, key)
         if found is not None and found.path.resolve() == folder.path.resolve():

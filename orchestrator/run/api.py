@@ -28,7 +28,13 @@ from orchestrator.experiment import (
     load_experiment,
     validate,
 )
-from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.experiment.run_record import (
+    ExperimentRecord,
+    Extension,
+    InitCheckpoint,
+    RunStatus,
+)
+from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices
 from orchestrator.run import interrupts, warm_start
 from orchestrator.run.answered import (
@@ -39,7 +45,6 @@ from orchestrator.run.answered import (
     indexed_key,
     indexed_run,
     link_answer,
-    record_identity,
 )
 from orchestrator.run.cpu_env import cpu_start_env
 from orchestrator.run.init_checkpoint import ensure_init_checkpoint
@@ -47,7 +52,7 @@ from orchestrator.run.launch import stop_leftover_launch
 from orchestrator.run.plan import plan, plan_summary, with_absolute_paths
 from orchestrator.run.recipe import recipe_of
 from orchestrator.run.result import RunResult, run_result
-from orchestrator.run.run_plan import InitCheckpoint, RunPlan, is_follower_node
+from orchestrator.run.run_plan import RunPlan, is_follower_node
 from orchestrator.run.segment import train_segment
 from orchestrator.run.segment_tracking import TrackingState
 from orchestrator.tracking.tracker import Tracker
@@ -93,19 +98,19 @@ def run(
     # checked before anything is written under runs_root (the identity's lock included)
     tracker = _open_tracker(the_plan.config) if tracking else None
     init = ensure_init_checkpoint(the_plan.config, the_plan.recipe)
-    record = {
-        "config": the_plan.config.to_dict(),
+    record = ExperimentRecord.new(
+        config=the_plan.config.to_dict(),
         **the_plan.fingerprints.to_dict(),
         **the_plan.recipe.to_dict(),
-        "init_checkpoint": init.to_dict(),
-    }
-    record["identity"] = record_identity(record)
+        init_checkpoint=init,
+    )
+    record = record.with_(identity=record.answer_identity())
     runs_root = folder.path.parent
     new_run = {"sweep": sweep, "parent_run_id": parent_run_id, "tracking": tracking}
     if fresh:  # the caller's own run: no lock, and it answers nobody, so replicates of one
         # identity (replicate_dp, verify-elastic) train side by side
         return _train_new(the_plan, record, init, tracker, progress=progress, key=None, **new_run)
-    key = AnswerKey(record["identity"], the_plan.dp if at_dp else None)
+    key = AnswerKey(record.answer_identity(), the_plan.dp if at_dp else None)
     with identity_lock(runs_root, key):  # held to the end: a twin waits
         earlier = indexed_run(runs_root, key) or finished_at(runs_root, key)
         if earlier is None:
@@ -125,7 +130,7 @@ def run(
 
 def _train_new(
     the_plan: RunPlan,
-    record: dict[str, Any],
+    record: ExperimentRecord,
     init: InitCheckpoint,
     tracker: Tracker | None,
     *,
@@ -176,8 +181,8 @@ def _answer(
     it succeeded (with a link in the sweep ``parent_run_id``, if given); else ``earlier``
     resumed on this plan's resources and dp."""
     state = earlier.state()
-    if state.get("status") != RunStatus.SUCCEEDED:
-        recorded = load_experiment(earlier.experiment()["config"])
+    if state.status != RunStatus.SUCCEEDED:
+        recorded = earlier.experiment().experiment_config()
         like = replace(recorded, resources=the_plan.config.resources)
         config = _recorded_config(earlier, steps=None, like=like, overrides=None)
         # this process holds the identity's lock already: resume() would wait on itself
@@ -187,7 +192,7 @@ def _answer(
         )
         result.answered_from = earlier.name
         return result
-    mlflow_run_id = state.get("mlflow_run_id")
+    mlflow_run_id = state.mlflow_run_id
     if parent_run_id is not None and tracker is not None:  # the tracker run() opened
         link_answer(tracker, earlier, parent_run_id=parent_run_id, sweep=sweep)
     result = run_result(
@@ -246,8 +251,8 @@ def _continue(
     state = folder.state()
     follower = is_follower_node(config)
     if not follower:  # node 0 keeps the records; a follower only trains beside it
-        if state.get("status") == RunStatus.SUCCEEDED and not extending:
-            tracked = TrackingState.SYNCED if state.get("mlflow_run_id") else TrackingState.OFF
+        if state.status == RunStatus.SUCCEEDED and not extending:
+            tracked = TrackingState.SYNCED if state.mlflow_run_id else TrackingState.OFF
             return run_result(folder, 0, tracked, [])
         stopped = stop_leftover_launch(folder)
         if stopped:
@@ -256,17 +261,16 @@ def _continue(
                 f"{stopped}): its zephon process had died",
                 file=sys.stderr,
             )
-        segments = state.get("segments", [])
-        if dp is None and config.resources.launcher == Launcher.SLURM and segments:
-            dp = segments[-1]["dp_size"]  # Slurm: the allocation it had, unless told otherwise
+        if dp is None and config.resources.launcher == Launcher.SLURM and state.segments:
+            dp = state.segments[-1].dp_size  # Slurm: the allocation it had, unless told otherwise
     validate(config, dp)
-    if not follower and config.train.steps != folder.experiment()["config"]["train"]["steps"]:
+    if not follower and config.train.steps != folder.experiment().planned_steps:
         _record_extension(folder, config)
     resumed = plan(config, dp=dp, resuming=folder)
     if follower:
         return train_segment(resumed, tracker=None, progress=progress)
     _prepare_launch(config, resumed.devices)
-    tracker = _open_tracker(config) if folder.state().get("tracking_enabled", True) else None
+    tracker = _open_tracker(config) if folder.state().tracking_enabled else None
     return train_segment(resumed, tracker=tracker, progress=progress)
 
 
@@ -279,12 +283,7 @@ def _recorded_config(
 ) -> ExperimentConfig:
     """The experiment ``folder`` recorded, with ``like``'s or ``overrides``' resources and
     ``steps`` (see :func:`resume`)."""
-    recorded = folder.experiment()["config"]
-    config = load_experiment(recorded)
-    if "precision" not in recorded["train"]:  # recorded before it: TorchTitan's default
-        config = replace(config, train=replace(config.train, precision=Precision.BFLOAT16))
-    if "order" not in recorded["data"]:  # recorded before orders had versions: v1
-        config = replace(config, data=replace(config.data, order="v1"))
+    config = folder.experiment().experiment_config()
     if overrides:
         like = load_experiment((like or config).to_dict(), overrides)
     if like is not None:
@@ -299,17 +298,14 @@ def _record_extension(folder: RunFolder, config: ExperimentConfig) -> None:
     """Record a longer schedule: the new steps and recipe, and the step it changed at (the
     learning-rate schedule before it was the old one's, so the guard counts it)."""
     record = folder.experiment()
-    if record.get("recipe"):
-        recipe = recipe_of(config)
-        extended = {
-            "at_step": folder.last_checkpoint_step() or 0,
-            "from_recipe": record.get("recipe_fingerprint"),
-        }
-        record.update(recipe.to_dict(), extended=[*record.get("extended", []), extended])
-    record["config"] = config.to_dict()
+    if record.recipe:
+        extension = Extension.new(
+            at_step=folder.last_checkpoint_step() or 0, from_recipe=record.recipe_fingerprint
+        )
+        record = record.with_(**recipe_of(config).to_dict(), extended=(*record.extended, extension))
     # Its learning rate followed the shorter schedule up to at_step: no fresh run trains
     # what it holds now, so it answers no experiment (nor, longer, the shorter one).
-    record.pop("identity", None)
+    record = record.with_(config=config.to_dict()).without("identity")
     folder.write_experiment(record)
 
 

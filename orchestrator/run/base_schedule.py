@@ -27,8 +27,8 @@ def base_learning_rate(checkpoint: Path) -> float:
     step = STEP_FOLDER.fullmatch(checkpoint.name)
     folder = RunFolder(checkpoint.parents[2]) if len(checkpoint.parents) > 2 else None
     try:
-        recipe = folder.experiment()["recipe"] if folder is not None and step else None
-    except (OSError, ValueError, KeyError):
+        recipe = folder.experiment().recipe if folder is not None and step else None
+    except (OSError, ValueError):
         recipe = None
     if recipe is None:
         raise ExperimentError(

@@ -23,7 +23,8 @@ from orchestrator.experiment import (
     load_experiment,
     split_step_problems,
 )
-from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.experiment.run_record import RunStatus
+from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import discover
 from orchestrator.run.api import resume, run
 

@@ -22,11 +22,12 @@ from pathlib import Path
 
 from orchestrator.errors import ExperimentError, LaunchError
 from orchestrator.experiment import DeviceKind, ExperimentConfig, write_data_spec
+from orchestrator.experiment.run_record import InitCheckpoint
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices
 from orchestrator.run import interrupts
 from orchestrator.run.launch import Launch, launch_env, run_local
-from orchestrator.run.run_plan import InitCheckpoint, Recipe
+from orchestrator.run.run_plan import Recipe
 from orchestrator.run.trainer_command import recipe_flags, train_command
 from pipeline.filelock import file_lock
 from pipeline.paths import zephon_home
@@ -51,7 +52,7 @@ def ensure_init_checkpoint(config: ExperimentConfig, recipe: Recipe) -> InitChec
     machine has it. Raises LaunchError if making it fails."""
     if config.train.init_from is not None:
         path = Path(config.train.init_from)
-        return InitCheckpoint(recipe.init_key, str(path), checkpoint_digest(path))
+        return InitCheckpoint.of(recipe.init_key, str(path), checkpoint_digest(path))
     home = init_checkpoint_path(config, recipe).parent
     found = _read_init_record(home)
     if found is not None:
@@ -73,7 +74,7 @@ def ensure_init_checkpoint(config: ExperimentConfig, recipe: Recipe) -> InitChec
             target = home / "step-0"
             shutil.rmtree(target, ignore_errors=True)  # a half-moved one from a killed job
             shutil.move(str(checkpoint), target)
-            made = InitCheckpoint(recipe.init_key, str(target), checkpoint_digest(target))
+            made = InitCheckpoint.of(recipe.init_key, str(target), checkpoint_digest(target))
             record = {**made.to_dict(), "init": recipe.init}
             (home / f"{RECORD}.tmp").write_text(json.dumps(record, indent=1, sort_keys=True))
             (home / f"{RECORD}.tmp").replace(home / RECORD)  # last: its presence means done
@@ -87,10 +88,9 @@ def resumed_init(
 ) -> InitCheckpoint | None:
     """The initial checkpoint a resumed run needs: none once it has its own checkpoint (or
     when it was recorded without one); else the recorded one, made again if it is gone."""
-    recorded = folder.experiment().get("init_checkpoint")
-    if not recorded or folder.last_checkpoint_step() is not None:
+    init = folder.experiment().recorded_init
+    if init is None or folder.last_checkpoint_step() is not None:
         return None
-    init = InitCheckpoint(**recorded)
     if Path(init.path).is_dir():
         return init
     made = ensure_init_checkpoint(config, recipe)
@@ -110,7 +110,7 @@ def _read_init_record(home: Path) -> InitCheckpoint | None:
         record = json.loads((home / RECORD).read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    return InitCheckpoint(record["init_key"], record["path"], record["sha256"])
+    return InitCheckpoint.of(record["init_key"], record["path"], record["sha256"])
 
 
 def _create_seed_checkpoint(config: ExperimentConfig, build: Path) -> Path:

@@ -101,7 +101,7 @@ def run_local(launch: Launch) -> int:
         log.flush()
         agents = [_start_torchrun(command, launch, log) for command in launch.commands]
     if launch.leader:  # so that a later resume can stop them if this process dies without cleanup
-        folder.update_state(launch_process_groups=[a.pid for a in agents])
+        folder.update_state(launch_process_groups=tuple(a.pid for a in agents))
     deadline = None if launch.timeout_s is None else time.monotonic() + launch.timeout_s
     next_tick = time.monotonic()
     with interrupts.handling():
@@ -181,7 +181,7 @@ def stop_leftover_launch(folder: RunFolder) -> list[int]:
     launch's only while its leader's command line still names the run folder.
     """
     stopped = []
-    for pgid in folder.state().get("launch_process_groups", []):
+    for pgid in folder.state().launch_process_groups:
         try:
             command = " ".join(psutil.Process(pgid).cmdline())
         except psutil.Error:

@@ -20,7 +20,6 @@ from typing import Any
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import (
     ExperimentConfig,
-    Fingerprints,
     Launcher,
     fingerprints,
     load_experiment,
@@ -71,7 +70,9 @@ def plan(
     # Resolved here, on the machine that trains, and stored in the config: a resume keeps it.
     precision = resolve_precision(config.train.precision, devices.kind)
     config = replace(config, train=replace(config.train, precision=precision))
-    prints = fingerprints(config, chosen) if resuming is None else recorded_fingerprints(resuming)
+    prints = (
+        fingerprints(config, chosen) if resuming is None else resuming.experiment().fingerprints
+    )
     recipe = recipe_of(config)
     if resuming is not None:
         init = resumed_init(resuming, config, recipe)
@@ -96,18 +97,6 @@ def plan(
         fingerprints=prints,
         recipe=recipe,
         init_path=init_checkpoint_path(config, recipe),
-    )
-
-
-def recorded_fingerprints(folder: RunFolder) -> Fingerprints:
-    """The data contract, mixture and fingerprints ``folder``'s run recorded at its start."""
-    record = folder.experiment()
-    return Fingerprints(
-        contract=record.get("contract", {}),
-        mixture=record.get("mixture", {}),
-        contract_fingerprint=record["contract_fingerprint"],
-        variant=record["variant"],
-        varied=record.get("varied", {}),
     )
 
 

@@ -11,7 +11,7 @@ Design: docs/design/orchestrator_run.md
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,20 +48,6 @@ class Recipe:
             "init_key": self.init_key,
             "parameters": self.parameters,
         }
-
-
-@dataclass(frozen=True)
-class InitCheckpoint:
-    """Where a recipe's initial weights are, and their content hash
-    (:mod:`orchestrator.run.init_checkpoint`)."""
-
-    init_key: str
-    path: str
-    """Absolute path of the DCP checkpoint folder (``--checkpoint.initial-load-path``)."""
-    sha256: str
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 def is_follower_node(config: ExperimentConfig) -> bool:

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from orchestrator.experiment import Launcher, write_data_spec
-from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.experiment.run_record import RunStatus, Segment
+from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import interrupts, slurm
 from orchestrator.run.launch import Launch, launch_env, run_local
 from orchestrator.run.progress import Progress
@@ -42,15 +43,10 @@ def train_segment(plan: RunPlan, *, tracker: Tracker | None, progress: TextIO | 
         return _train_beside_node_zero(plan, progress)
     folder, config = plan.folder, plan.config
     start_step = folder.last_checkpoint_step() or 0
-    segments = [
-        *folder.state().get("segments", []),
-        {
-            "dp_size": plan.dp,
-            "start_step": start_step,
-            "device": plan.devices.label,
-            "started_at": time.time(),
-        },
-    ]
+    started = Segment.new(
+        dp_size=plan.dp, start_step=start_step, device=plan.devices.label, started_at=time.time()
+    )
+    segments = (*folder.state().segments, started)
     write_data_spec(folder.data_spec_path, config.data)  # the trainer's --dataloader.spec
     folder.update_state(
         status=RunStatus.RUNNING,
@@ -81,8 +77,8 @@ def train_segment(plan: RunPlan, *, tracker: Tracker | None, progress: TextIO | 
         bar.close()
     done = max(folder.steps(), default=0)
     status = segment_status(code, done >= config.train.steps)
-    segments[-1].update(ended_at=time.time(), returncode=code, end_step=done)
-    folder.update_state(status=status, segments=segments)
+    ended = started.with_(ended_at=time.time(), returncode=code, end_step=done)
+    folder.update_state(status=status, segments=(*segments[:-1], ended))
     messages = tracking.messages
     if status == RunStatus.INTERRUPTED:
         checkpoint = folder.last_checkpoint_step()

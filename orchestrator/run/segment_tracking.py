@@ -12,7 +12,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import TrackingError
-from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.experiment.run_record import RunStatus
+from orchestrator.experiment.runfolder import RunFolder
 
 if TYPE_CHECKING:
     from orchestrator.tracking.tracker import Tracker

@@ -10,8 +10,8 @@ import numpy as np
 
 from orchestrator import guard
 from orchestrator.errors import SearchError
-from orchestrator.experiment import load_experiment
 from orchestrator.experiment.config import ExperimentConfig
+from orchestrator.experiment.run_record import ExperimentRecord
 from orchestrator.guard.comparison import RunSummary
 from orchestrator.search.observations import Observations
 from orchestrator.tracking.names import ARTIFACT_DIR, ARTIFACT_EXPERIMENT
@@ -116,7 +116,8 @@ def run_experiment(run_id: str, tracking_uri: str | None = None) -> ExperimentCo
     with tempfile.TemporaryDirectory(prefix="zephon-search-") as folder:
         try:
             Tracker(uri, "zephon").download_run(run_id, ARTIFACT_DIR, Path(folder))
-            recorded = json.loads((Path(folder) / ARTIFACT_EXPERIMENT).read_text())
+            text = (Path(folder) / ARTIFACT_EXPERIMENT).read_text()
+            recorded = ExperimentRecord.from_dict(json.loads(text))
         except (ValueError, OSError) as e:
             raise SearchError([f"run {run_id}: its experiment is not in MLflow ({e})"]) from None
-    return load_experiment(recorded["config"])
+    return recorded.experiment_config()

@@ -16,7 +16,8 @@ from typing import Any
 
 from orchestrator.errors import LaunchError
 from orchestrator.experiment import ExperimentConfig
-from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.experiment.run_record import RunStatus
+from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api, interrupts
 from orchestrator.run.elastic_check import verify_elastic
 from orchestrator.service.admission import admit_job

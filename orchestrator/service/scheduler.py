@@ -33,7 +33,7 @@ from orchestrator.experiment import (
     divisors,
     dp_problems,
 )
-from orchestrator.experiment.runfolder import RunStatus
+from orchestrator.experiment.run_record import RunStatus
 from orchestrator.machine.devices import discover
 from orchestrator.run import api
 from orchestrator.run.slurm import SETTLED_RECHECK_S, is_settled

@@ -19,5 +19,5 @@ def sync(folder: str | Path | RunFolder) -> dict[str, Any]:
     return {
         "run_folder": str(folder.path),
         "sent": sync_folder(folder),
-        "mlflow_run_id": folder.state().get("mlflow_run_id"),
+        "mlflow_run_id": folder.state().mlflow_run_id,
     }

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.experiment.run_record import ExperimentRecord
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.tracking.names import run_display_name
 from orchestrator.tracking.store import load_mlflow
@@ -82,7 +83,7 @@ class InputRecord:
 
 
 def training_inputs(
-    experiment: Mapping[str, Any], paths: Mapping[str, Sequence[str]] | None = None
+    experiment: ExperimentRecord, paths: Mapping[str, Sequence[str]] | None = None
 ) -> list[InputRecord]:
     """The training datasets of a run folder's ``experiment.json`` record, contract order.
 
@@ -90,13 +91,13 @@ def training_inputs(
     absolute); None or a dataset missing there: the experiment's ``data.datasets``, else
     the contract entry's own ``paths``.
     """
-    contract = experiment.get("contract") or {}
-    config_paths = ((experiment.get("config") or {}).get("data") or {}).get("datasets") or {}
-    mixture = experiment.get("mixture") or {}
+    contract = experiment.contract
+    config_paths = experiment.data_settings.get("datasets") or {}
+    mixture = experiment.mixture
     tokens_per_byte = dict(contract.get("tokens_per_byte") or {})
     phases = contract.get("phases") or []
     compared = contract.get("compared_phase")
-    varied = experiment.get("varied") or {}
+    varied = experiment.varied
     records = []
     for listed in contract.get("datasets") or []:
         name = str(listed["name"])
@@ -131,16 +132,16 @@ def training_inputs(
 
 
 def evaluation_inputs(
-    experiment: Mapping[str, Any], paths: Mapping[str, Sequence[str]] | None = None
+    experiment: ExperimentRecord, paths: Mapping[str, Sequence[str]] | None = None
 ) -> list[InputRecord]:
     """The evaluation corpora of an ``experiment.json`` record: ``data.eval_sets``
     (``{NAME: [globs]}``), each with its fingerprint in the contract's ``eval_sets``;
     ``paths`` (the data spec's ``eval_sets``, local paths absolute) before the experiment's
     own."""
-    sets = ((experiment.get("config") or {}).get("data") or {}).get("eval_sets") or {}
+    sets = experiment.data_settings.get("eval_sets") or {}
     fingerprints = {
         str(e.get("name")): e.get("fingerprint")
-        for e in (experiment.get("contract") or {}).get("eval_sets") or []
+        for e in experiment.contract.get("eval_sets") or []
         if isinstance(e, dict)
     }
     return [
@@ -167,8 +168,8 @@ def folder_display_name(folder: RunFolder) -> str:
     size its first segment started on; the folder's name if it has no ``experiment.json``."""
     if not folder.exists():
         return folder.name
-    segments = [s for s in folder.state().get("segments") or [] if "dp_size" in s]
-    dp = segments[0]["dp_size"] if segments else None
+    sizes = folder.state().dp_sizes
+    dp = sizes[0] if sizes else None
     return run_display_name(folder.experiment(), dp=dp)
 
 

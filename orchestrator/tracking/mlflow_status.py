@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from orchestrator.experiment.runfolder import RunStatus
+from orchestrator.experiment.run_record import RunStatus
 
 
 class MlflowStatus(StrEnum):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from orchestrator.evaluation.metrics import DEFAULT_METRIC
+from orchestrator.experiment.run_record import ExperimentRecord
 
 # -- tags --------------------------------------------------------------------------------------
 TAG_KIND = "zephon.kind"
@@ -119,7 +119,7 @@ MAX_RUN_NAME = 250
 """MLflow's run name column holds 250 characters (PostgreSQL enforces it; SQLite does not)."""
 
 
-def run_display_name(experiment: Mapping[str, Any], *, dp: int | None = None) -> str:
+def run_display_name(experiment: ExperimentRecord, *, dp: int | None = None) -> str:
     """The MLflow run name of a training run: what it varies, not when it started.
 
     ``<experiment name>-<variant>-s<seed>-dp<dp>`` from its ``experiment.json`` record, e.g.
@@ -133,16 +133,14 @@ def run_display_name(experiment: Mapping[str, Any], *, dp: int | None = None) ->
     Display only: the run folder keeps its own (unique) name, in the tag
     ``zephon.run_folder``; replicates of one variant, seed and dp share a run name.
     """
-    config = experiment.get("config") or {}
-    data, train = config.get("data") or {}, config.get("train") or {}
     variant = variant_label(experiment)
     tail = []
-    seeds = [s.get(k) for s, k in ((data, "seed"), (data, "shuffle_seed"), (train, "seed"))]
+    seeds = experiment.seeds
     if all(seed is not None for seed in seeds):
         tail.append(f"s{seeds[0]}" if len(set(seeds)) == 1 else "s" + ".".join(map(str, seeds)))
     if dp is not None:
         tail.append(f"dp{dp}")
-    head = str(config.get("name") or "run")
+    head = str(experiment.name or "run")
     room = MAX_RUN_NAME - len("-".join([head, "", *tail]))
     if len(variant) > room:  # many datasets: cut, and a hash of the whole keeps it apart
         digest = hashlib.sha256(variant.encode()).hexdigest()[:8]
@@ -150,13 +148,13 @@ def run_display_name(experiment: Mapping[str, Any], *, dp: int | None = None) ->
     return "-".join([head, *([variant] if variant else []), *tail])[:MAX_RUN_NAME]
 
 
-def variant_label(experiment: Mapping[str, Any]) -> str:
+def variant_label(experiment: ExperimentRecord) -> str:
     """What a run's variant is, short: :func:`short_mixture` of its mixture, then what else
     it varies (``data.compared``, recorded in ``varied``): a dataset's version as
     ``NAME@<fingerprint[:8]>``, a processing chain as ``process-<step>+<step>`` (or
     ``process-none``): ``code0.50-docs0.50-web@3f2a9c1b``."""
-    parts = [short_mixture(experiment.get("mixture") or {})]
-    for key, value in sorted((experiment.get("varied") or {}).items()):
+    parts = [short_mixture(experiment.mixture)]
+    for key, value in sorted(experiment.varied.items()):
         if key.startswith("data.datasets.") and isinstance(value, dict):
             name = key.removeprefix("data.datasets.")
             parts.append(f"{name}@{str(value.get('fingerprint') or '')[:8]}")

@@ -11,7 +11,6 @@ import os
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.tracking.names import (
@@ -63,12 +62,6 @@ def git_revision(cwd: Path | None = None) -> str:
     return revision if done.returncode == 0 and revision else "unknown"
 
 
-def recorded_precision(experiment: dict[str, Any]) -> str | None:
-    """The precision a run folder's ``experiment.json`` records (None: recorded before
-    ``train.precision`` existed)."""
-    return ((experiment.get("config") or {}).get("train") or {}).get("precision")
-
-
 def run_start_tags(folder: RunFolder) -> dict[str, str]:
     """The tags a training run's MLflow run starts with, from its run folder alone.
 
@@ -80,27 +73,26 @@ def run_start_tags(folder: RunFolder) -> dict[str, str]:
     """
     experiment = folder.experiment()
     state = folder.state()
-    segments = state.get("segments") or []
-    precision = recorded_precision(experiment)
+    segments = state.segments
     return {
         TAG_KIND: "run",
-        TAG_CONTRACT: str(experiment.get("contract_fingerprint", "")),
-        TAG_VARIANT: str(experiment.get("variant", "")),
-        TAG_RECIPE: str(experiment.get("recipe_fingerprint", "")),
-        TAG_INIT: str((experiment.get("init_checkpoint") or {}).get("sha256", "")),
-        **({TAG_IDENTITY: experiment["identity"]} if experiment.get("identity") else {}),
+        TAG_CONTRACT: experiment.contract_fingerprint,
+        TAG_VARIANT: experiment.variant,
+        TAG_RECIPE: experiment.recipe_fingerprint or "",
+        TAG_INIT: experiment.init_sha256 or "",
+        **({TAG_IDENTITY: experiment.identity} if experiment.identity else {}),
         TAG_RUN_FOLDER: str(folder.path.resolve()),
         TAG_VERSIONS: json.dumps(package_versions(), sort_keys=True),
         TAG_GIT: git_revision(),
-        TAG_DEVICE: str(segments[-1].get("device") or "cpu") if segments else "cpu",
-        **({TAG_PRECISION: precision} if precision else {}),
-        **({TAG_SWEEP: str(state["sweep"])} if state.get("sweep") else {}),
+        TAG_DEVICE: (segments[-1].device or "cpu") if segments else "cpu",
+        **({TAG_PRECISION: experiment.precision} if experiment.precision else {}),
+        **({TAG_SWEEP: state.sweep} if state.sweep else {}),
     }
 
 
 def run_parent(folder: RunFolder) -> str | None:
     """The MLflow run a training run is a child of (its sweep's parent run), from ``run.json``."""
-    return folder.state().get("parent_run_id") or None
+    return folder.state().parent_run_id or None
 
 
 def answer_tags(earlier: RunFolder, sweep: str | None) -> dict[str, str]:
@@ -108,8 +100,8 @@ def answer_tags(earlier: RunFolder, sweep: str | None) -> dict[str, str]:
     original's MLflow run id, folder and identity (no fingerprints: the link trained nothing)."""
     experiment = earlier.experiment()
     return {
-        TAG_ANSWERED_FROM: str(earlier.state().get("mlflow_run_id") or ""),
+        TAG_ANSWERED_FROM: earlier.state().mlflow_run_id or "",
         TAG_RUN_FOLDER: str(earlier.path.resolve()),
-        **({TAG_IDENTITY: experiment["identity"]} if experiment.get("identity") else {}),
+        **({TAG_IDENTITY: experiment.identity} if experiment.identity else {}),
         **({TAG_SWEEP: sweep} if sweep else {}),
     }

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import NotTracked, TrackingError
+from orchestrator.experiment.run_record import RunStatus, TrackingCursor
 from orchestrator.experiment.runfolder import (
     EVAL_FILE,
     EXPERIMENT_FILE,
@@ -20,7 +21,6 @@ from orchestrator.experiment.runfolder import (
     STEPS_FILE,
     TASKS_FILE,
     RunFolder,
-    RunStatus,
 )
 from orchestrator.tracking.inputs import InputRecord, folder_display_name, folder_inputs
 from orchestrator.tracking.mlflow_status import ENDED, MLFLOW_STATUS, MlflowStatus
@@ -42,7 +42,7 @@ from orchestrator.tracking.names import (
     flatten,
     metric_key,
 )
-from orchestrator.tracking.provenance import recorded_precision, run_parent, run_start_tags
+from orchestrator.tracking.provenance import run_parent, run_start_tags
 from orchestrator.tracking.reading import StoredRun, download_run
 from orchestrator.tracking.store import (
     MAX_KEY,
@@ -58,7 +58,6 @@ from orchestrator.tracking.store import (
     sqlite_path,
 )
 from orchestrator.tracking.units import (
-    EVAL_CURSOR,
     METRICS_CURSOR,
     Unit,
     batches,
@@ -126,10 +125,7 @@ class Tracker:
         there (another store, a deleted run) gets a new run and everything is sent to it
         from the start.
         """
-        state = folder.state()
-        tracking = dict(state.get("tracking") or {})
-        tracking["tags"] = dict(tags or {})
-        tracking["parent_run_id"] = parent_run_id
+        tracking = folder.state().tracking.with_(tags=dict(tags or {}), parent_run_id=parent_run_id)
         folder.update_state(
             tracking_uri=self.uri, mlflow_experiment=self.experiment, tracking=tracking
         )
@@ -142,8 +138,8 @@ class Tracker:
         if is_http(self.uri):
             ping_server(self.uri, folder=folder)
         state = folder.state()
-        tracking = dict(state.get("tracking") or {})
-        run_id = state.get("mlflow_run_id")
+        tracking = state.tracking
+        run_id = state.mlflow_run_id
         with mlflow_errors(self.uri, f"opening the MLflow run of {folder.path}", folder):
             run = self._existing_run(run_id) if run_id else None
             if run is None:
@@ -158,12 +154,11 @@ class Tracker:
                 run_id = self.new_run(
                     folder_display_name(folder),
                     kind="run",
-                    parent_run_id=tracking.get("parent_run_id") or run_parent(folder),
+                    parent_run_id=tracking.parent_run_id or run_parent(folder),
                 )
-                tracking = {
-                    "tags": tracking.get("tags") or {},
-                    "parent_run_id": tracking.get("parent_run_id"),
-                }
+                tracking = TrackingCursor.new(
+                    tags=tracking.tags, parent_run_id=tracking.parent_run_id
+                )
                 folder.update_state(
                     mlflow_run_id=run_id,
                     tracking_uri=self.uri,
@@ -175,14 +170,14 @@ class Tracker:
                 if reopen and run.info.status != MlflowStatus.RUNNING:
                     self.client.update_run(run_id, status=MlflowStatus.RUNNING)
                 logged = dict(run.data.params)
-            if reopen or not tracking.get("params_logged"):
+            if reopen or not tracking.params_logged:
                 self._log_params(folder, run_id, logged)
-                log_tags(self.client, run_id, self._start_tags(folder, tracking.get("tags") or {}))
-                tracking["params_logged"] = True
+                log_tags(self.client, run_id, self._start_tags(folder, dict(tracking.tags)))
+                tracking = tracking.with_(params_logged=True)
                 folder.update_state(tracking=tracking)
-            if reopen or not tracking.get("inputs_logged"):
+            if reopen or not tracking.inputs_logged:
                 self._log_inputs(run_id, folder_inputs(folder), run)
-                tracking["inputs_logged"] = True
+                tracking = tracking.with_(inputs_logged=True)
                 folder.update_state(tracking=tracking)
         return run_id
 
@@ -298,12 +293,11 @@ class Tracker:
         """Mixture shares and flattened contract fields not yet on the run (params are immutable)."""
         experiment = folder.experiment()
         params: dict[str, str] = {}
-        for name, share in (experiment.get("mixture") or {}).items():
+        for name, share in experiment.mixture.items():
             params[metric_key(PARAM_MIX_PREFIX + str(name))[:MAX_KEY]] = param_value(share)
-        precision = recorded_precision(experiment)
-        if precision:
-            params[PARAM_PRECISION] = precision
-        for key, value in flatten(experiment.get("contract") or {}).items():
+        if experiment.precision:
+            params[PARAM_PRECISION] = experiment.precision
+        for key, value in flatten(dict(experiment.contract)).items():
             params[metric_key(PARAM_CONTRACT_PREFIX + key)[:MAX_KEY]] = param_value(value)
         for key in [k for k in params if k in logged]:
             if logged[key] != params.pop(key):
@@ -357,17 +351,17 @@ class Tracker:
         accepted stays pending and goes with the next sync.
         """
         state = folder.state()
-        run_id = state.get("mlflow_run_id")
+        run_id = state.mlflow_run_id
         if not run_id:
-            if not state.get("tracking_uri"):
+            if not state.tracking_uri:
                 raise TrackingError(
                     f"{folder.path} has no MLflow run: call Tracker.start(folder) first."
                 )
             run_id = self._open_run(folder, reopen=False)  # trained offline so far
         elif is_http(self.uri):
             ping_server(self.uri, folder=folder)
-        opened = folder.state().get("tracking") or {}
-        if not (opened.get("params_logged") and opened.get("inputs_logged")):
+        opened = folder.state().tracking
+        if not (opened.params_logged and opened.inputs_logged):
             run_id = self._open_run(folder, reopen=False)
         with mlflow_errors(self.uri, f"syncing {folder.path}", folder):
             counts = self._send_metrics(folder, run_id, final)
@@ -377,12 +371,10 @@ class Tracker:
 
     def _send_metrics(self, folder: RunFolder, run_id: str, final: bool) -> dict[str, int]:
         """Send the steps and evals after the cursor, batch by batch; return what was sent."""
-        tracking = dict(folder.state().get("tracking") or {})
+        tracking = folder.state().tracking
         units = [
-            *metric_units(
-                folder.metrics(), folder.steps(), tracking.get(METRICS_CURSOR), final=final
-            ),
-            *eval_units(folder.evals(), tracking.get(EVAL_CURSOR)),
+            *metric_units(folder.metrics(), folder.steps(), tracking.metrics_step, final=final),
+            *eval_units(folder.evals(), tracking.eval_step),
         ]
         counts = {"metrics": 0, "steps": 0, "evals": 0}
         now = now_ms()
@@ -391,7 +383,7 @@ class Tracker:
                 log_points(self.client, run_id, points, now)
                 counts["metrics"] += len(points)
             if completed:
-                _advance_cursor(folder, tracking, completed, counts)
+                tracking = _advance_cursor(folder, tracking, completed, counts)
         return counts
 
     def _progress_tags(self, folder: RunFolder) -> dict[str, str]:
@@ -400,12 +392,12 @@ class Tracker:
         tags: dict[str, str] = {TAG_STEPS: str(max(steps, default=0))}
         if steps:
             tags[TAG_DATA_FINGERPRINT] = str(steps[max(steps)]["data_fingerprint"])
-        segments = [s for s in state.get("segments") or [] if "dp_size" in s]
-        if segments:
-            tags[TAG_DP_SIZE] = str(segments[-1]["dp_size"])
-            tags[TAG_DP_HISTORY] = ",".join(str(s["dp_size"]) for s in segments)
-        if state.get("status"):
-            tags[TAG_STATUS] = str(state["status"])
+        sizes = state.dp_sizes
+        if sizes:
+            tags[TAG_DP_SIZE] = str(sizes[-1])
+            tags[TAG_DP_HISTORY] = ",".join(map(str, sizes))
+        if state.status:
+            tags[TAG_STATUS] = str(state.status)
         return tags
 
     def _send_artifacts(self, folder: RunFolder, run_id: str) -> None:
@@ -417,8 +409,8 @@ class Tracker:
             ARTIFACT_TASKS: folder.titan_dir / RUN_SUBDIR / TASKS_FILE,
             LAUNCH_LOG_ARTIFACT: folder.log_path,
         }
-        tracking = dict(folder.state().get("tracking") or {})
-        sent = dict(tracking.get("artifacts") or {})
+        tracking = folder.state().tracking
+        sent = dict(tracking.artifacts)
         for name, path in files.items():
             try:
                 stat = path.stat()
@@ -431,7 +423,7 @@ class Tracker:
                 continue
             self.client.log_artifact(run_id, str(path), artifact_path=name.rsplit("/", 1)[0])
             sent[name] = signature
-            tracking["artifacts"] = sent
+            tracking = tracking.with_(artifacts=dict(sent))
             folder.update_state(tracking=tracking)
 
     # -- the end ----------------------------------------------------------------------------
@@ -456,7 +448,8 @@ class Tracker:
         # Only a finished run sends steps without a loss: an interrupted step is trained
         # again after a resume, and its values come then.
         counts = self.sync(folder, final=status == RunStatus.SUCCEEDED)
-        run_id = folder.state()["mlflow_run_id"]
+        run_id = folder.state().mlflow_run_id
+        assert run_id is not None, "sync() opens the MLflow run"
         with mlflow_errors(self.uri, f"ending the MLflow run of {folder.path}", folder):
             log_tags(self.client, run_id, {TAG_STATUS: status})
             if self.client.get_run(run_id).info.status != MLFLOW_STATUS[status]:
@@ -465,13 +458,15 @@ class Tracker:
 
 
 def _advance_cursor(
-    folder: RunFolder, tracking: dict[str, Any], completed: list[Unit], counts: dict[str, int]
-) -> None:
-    """Record in ``run.json`` (and ``counts``) that MLflow accepted the ``completed`` units."""
+    folder: RunFolder, tracking: TrackingCursor, completed: list[Unit], counts: dict[str, int]
+) -> TrackingCursor:
+    """Record in ``run.json`` (and ``counts``) that MLflow accepted the ``completed`` units;
+    the cursor now."""
     for unit in completed:
-        tracking[unit.cursor] = unit.step
+        tracking = tracking.with_(**{unit.cursor: unit.step})
         counts["steps" if unit.cursor == METRICS_CURSOR else "evals"] += 1
     folder.update_state(tracking=tracking)
+    return tracking
 
 
 def sync_folder(folder: RunFolder) -> dict[str, int]:
@@ -485,15 +480,15 @@ def sync_folder(folder: RunFolder) -> dict[str, int]:
     never tracked, :class:`TrackingUnavailable` if the store is down.
     """
     state = folder.state()
-    uri = state.get("tracking_uri")
+    uri = state.tracking_uri
     if not uri:
-        what = "has no run.json" if not state else "has no tracking_uri in run.json"
+        what = "has no run.json" if not state.present else "has no tracking_uri in run.json"
         raise NotTracked(
             f"{folder.path} was never tracked ({what}): nothing to sync. Runs launched with "
             "tracking record their tracking URI there; check the folder path."
         )
-    tracker = Tracker(uri, state.get("mlflow_experiment") or "zephon")
-    status = state.get("status")
-    if status in MLFLOW_STATUS:
+    tracker = Tracker(uri, state.mlflow_experiment or "zephon")
+    status = state.status
+    if status is not None and status in MLFLOW_STATUS:
         return tracker._sync_and_end_run(folder, status)
     return tracker.sync(folder)

@@ -122,7 +122,7 @@ def losses(result: api.RunResult) -> dict[int, float]:
 
 
 def init_sha256(result: api.RunResult) -> str:
-    return RunFolder(result.folder).experiment()["init_checkpoint"]["sha256"]
+    return RunFolder(result.folder).experiment().init_sha256
 
 
 def test_anneals_train_from_the_checkpoint(runs: dict[str, api.RunResult]) -> None:
@@ -182,7 +182,7 @@ def test_a_checkpoint_of_another_model_is_refused_before_launch(
 ) -> None:
     """The real recipe's shapes: a 3-layer model cannot start from the 2-layer base."""
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the recipe resolver imports tests.support
-    config = RunFolder(runs["ann-a"].folder).experiment()["config"]
+    config = RunFolder(runs["ann-a"].folder).experiment().config
     config["model"] = {"module": "tests.support.titan_configs", "config": "zephon_mini_deep"}
     with pytest.raises(ExperimentError, match=r"no tensor layers\.2\.\S+ \(shape \[.*which"):
         api.plan(config, dp=1)
@@ -194,7 +194,7 @@ def test_the_peak_learning_rate_is_the_bases_at_the_checkpoints_step(
     """The base (warmup 2, then linear decay to 0 over its last 2 of 4 steps) trained its
     step 4 at half its peak: the anneal from step 3 starts there, and records it."""
     peak = 8e-4  # zephon_mini's
-    recipe = RunFolder(runs["ann-lr"].folder).experiment()["recipe"]
+    recipe = RunFolder(runs["ann-lr"].folder).experiment().recipe
     assert recipe["optimizer"]["param_groups"][0]["optimizer_kwargs"]["lr"] == pytest.approx(
         peak / 2
     )

@@ -68,7 +68,7 @@ def test_an_unchanged_sweep_trains_nothing_and_links_the_originals(
         assert job["status"] == "succeeded" and job["answered_from"] == first["run_name"]
         assert job["mlflow_run_id"] == first["mlflow_run_id"]
         assert job["data_fingerprint"] == first["data_fingerprint"]
-        assert len(RunFolder(first["folder"]).state()["segments"]) == 1
+        assert len(RunFolder(first["folder"]).state().segments) == 1
     client = MlflowClient(tracking_uri=resolve_uri(None, work))
     parent = client.get_run(again["parent_run_id"])
     children = client.search_runs(

@@ -202,7 +202,7 @@ def test_runs_succeed_with_fingerprints_and_eval(
     # one recipe and one initial checkpoint for every honest run, on any dp
     honest = [runs[n] for n in ("a-dp2", "a-dp1", "b-dp2", "b-dp1")]
     assert len({r.recipe_fingerprint for r in honest}) == 1
-    inits = {RunFolder(r.folder).experiment()["init_checkpoint"]["sha256"] for r in honest}
+    inits = {RunFolder(r.folder).experiment().init_sha256 for r in honest}
     assert len(inits) == 1
     for name in ("a-lr", "a-short", "a-init", "a-layers"):
         assert runs[name].variant == a2.variant  # same data ...
@@ -242,7 +242,7 @@ def test_mlflow_holds_params_tags_metrics_and_digests(
     assert run.data.tags[TAG_VARIANT] == b2.variant
     assert run.data.tags[TAG_DATA_FINGERPRINT] == b2.data_fingerprint
     assert float(run.data.params["mix.docs"]) == pytest.approx(0.5)
-    precision = RunFolder(b2.folder).experiment()["config"]["train"]["precision"]
+    precision = RunFolder(b2.folder).experiment().precision
     assert precision in ("float32", "bfloat16")
     assert run.data.tags[TAG_PRECISION] == run.data.params["train.precision"] == precision
     losses = client.get_metric_history(b2.mlflow_run_id, METRIC_LOSS)

@@ -126,7 +126,7 @@ def test_two_node_job_meets_at_the_first_nodes_address(
 
     assert result.status == "succeeded", result.messages
     assert RunFolder(result.folder).digests() == reference
-    job_id = RunFolder(result.folder).state()["slurm_job_id"]
+    job_id = RunFolder(result.folder).state().slurm_job_id
     assert job_field(cluster, job_id, "NumNodes") == "2"
     assert job_field(cluster, job_id, "NodeList") == "n[1-2]"
 
@@ -166,7 +166,7 @@ def test_two_task_job_trains_the_same_batches_as_a_local_run(
     folder = RunFolder(result.folder)
     assert folder.digests() == reference
     assert {r["dp_size"] for r in folder.steps().values()} == {2}
-    job_id = folder.state()["slurm_job_id"]
+    job_id = folder.state().slurm_job_id
     assert job_field(cluster, job_id, "JobState") == "COMPLETED"
     assert job_field(cluster, job_id, "NumTasks") == "2"
     assert job_field(cluster, job_id, "NumNodes") == "1"
@@ -180,7 +180,7 @@ def test_job_cancelled_by_slurm_resumes_with_the_same_batches(
     agents: list[subprocess.Popen[str]],
 ) -> None:
     folder, agent = running_on_slurm(work, domains, "cancelled", agents)
-    first_job = folder.state()["slurm_job_id"]
+    first_job = folder.state().slurm_job_id
     cluster.run("scancel", first_job)
     out, err = agent.communicate(timeout=300)
 
@@ -203,7 +203,7 @@ def test_job_cancelled_by_slurm_resumes_with_the_same_batches(
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert json.loads(resumed.stdout)["dp_sizes"] == [2, 2]
     assert folder.digests() == reference
-    second_job = folder.state()["slurm_job_id"]
+    second_job = folder.state().slurm_job_id
     assert second_job != first_job and job_field(cluster, second_job, "JobState") == "COMPLETED"
 
 
@@ -218,7 +218,7 @@ def test_job_requeued_by_slurm_continues_with_the_same_batches(
     and the job runs again; ``zephon run`` waits through it, and the second attempt resumes
     from the last checkpoint."""
     folder, agent = running_on_slurm(work, domains, "requeued", agents)
-    job_id = folder.state()["slurm_job_id"]
+    job_id = folder.state().slurm_job_id
     cluster.run("scontrol", "requeue", job_id)
     end = time.monotonic() + 60
     while job_field(cluster, job_id, "JobState") != "PENDING" and time.monotonic() < end:
@@ -277,7 +277,7 @@ def test_sweep_through_submitit_slurm_survives_a_cancelled_job_and_ends_accepted
 
     assert sweep.returncode != 0 and "the launcher failed" in err, err[-3000:]
     assert "(state: CANCELLED)" in err
-    assert folder.state()["status"] == "interrupted"
+    assert folder.state().status == "interrupted"
     name = re.search(r"hydra\.sweeper\.resume=(sweep-[0-9a-f-]+)", err).group(1)
 
     resumed, _ = multirun(tmp_path, "slurm", *arguments, f"hydra.sweeper.resume={name}")

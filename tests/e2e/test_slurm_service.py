@@ -183,8 +183,8 @@ def test_twenty_jobs_on_slurm_survive_requeue_cancel_and_a_killed_service(
     assert owners[REQUEUED_SEED] == requeued.path.name
     restarts = cluster.run("scontrol", "show", "job", "--oneliner", requeued_slurm_id)
     assert "Restarts=1" in restarts, restarts
-    segments = RunFolder(svc.runs_root / owners[REQUEUED_SEED]).state()["segments"]
-    assert [s["dp_size"] for s in segments] == [1, 1], segments
+    segments = RunFolder(svc.runs_root / owners[REQUEUED_SEED]).state().segments
+    assert [s.dp_size for s in segments] == [1, 1], segments
 
     # every result matches a local run of the same spec (the local launcher, its own root)
     local = new_service(tmp_path / "local", data_roots)

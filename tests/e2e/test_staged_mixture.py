@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.experiment.run_record import RunStatus
+from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api
 from orchestrator.run.elastic_check import verify_elastic
 from tests.support.experiments import data_only_experiment

@@ -395,7 +395,7 @@ def test_an_interrupted_sweep_stops_everything_and_continues_to_the_same_data(
     name = started[0].name.rsplit("-", 1)[0]
     folders = [RunFolder(p) for p in sorted((work / "runs").glob(f"{name}-*"))]
     assert not processes_naming(str(work / "runs" / name))
-    statuses = {f.name: f.state()["status"] for f in folders}
+    statuses = {f.name: f.state().status for f in folders}
     assert statuses[started[0].name] == "interrupted"
     assert set(statuses.values()) <= {"interrupted", "succeeded"}
     for folder in folders:
@@ -411,7 +411,7 @@ def test_an_interrupted_sweep_stops_everything_and_continues_to_the_same_data(
         [experiment.experiment_id], f"tags.{TAG_KIND} = 'sweep' and tags.`{TAG_SWEEP}` = '{name}'"
     )
     assert len(parents) == 1 and parents[0].info.status == "KILLED"
-    killed = {f.state()["mlflow_run_id"] for f in folders if statuses[f.name] == "interrupted"}
+    killed = {f.state().mlflow_run_id for f in folders if statuses[f.name] == "interrupted"}
     assert {client.get_run(i).info.status for i in killed} == {"KILLED"}
 
     resumed = subprocess.run(

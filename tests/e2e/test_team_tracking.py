@@ -102,7 +102,7 @@ def undisturbed(folders: list[RunFolder], into: Path) -> tuple[dict[str, Any], d
     for folder in folders:
         copy = RunFolder(shutil.copytree(folder.path, into / folder.name))
         run_ids[copy.name] = tracker.start(copy)  # a run of another store: sent from the start
-        tracker.finish(copy, copy.state()["status"])
+        tracker.finish(copy, copy.state().status)
     result = compare_tracked(list(run_ids.values()), tracking_uri=uri, experiment=EXPERIMENT)
     return result, run_ids
 

@@ -11,6 +11,7 @@ import pytest
 import orchestrator.errors as errors
 from orchestrator import cli
 from orchestrator.cli import dispatch
+from orchestrator.experiment.run_record import ExperimentRecord
 from orchestrator.experiment.runfolder import RunFolder
 from pipeline import ConfigError, DataError, StageError, StateError, TokenizerError, ZephonError
 from sweeps.mixes import MixError
@@ -60,7 +61,9 @@ def test_sync_of_an_untracked_folder_prints_one_json_object(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = RunFolder(tmp_path / "offline")
-    folder.write_experiment({"config": {}})  # trained without tracking: no tracking_uri
+    folder.write_experiment(
+        ExperimentRecord.new(config={})
+    )  # trained without tracking: no tracking_uri
     for path, says in ((folder.path, "never tracked"), (tmp_path / "absent", "not a run folder")):
         code = cli.main(["sync", str(path), "--json"])
         out, err = capsys.readouterr()

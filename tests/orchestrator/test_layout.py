@@ -243,6 +243,43 @@ def test_the_run_imports_nothing_above_it() -> None:
     assert offending(sources("orchestrator/run"), (*above, "sweeps", "hydra_plugins")) == {}
 
 
+RECORD_MODULE = "orchestrator/experiment/run_record.py"
+RECORD_FILES = ("EXPERIMENT_FILE", "RUN_FILE", "ARTIFACT_EXPERIMENT", "experiment.json", "run.json")
+
+
+def test_run_records_are_read_by_key_only_in_the_record_module() -> None:
+    """``experiment.json`` and ``run.json`` (and the experiment's MLflow artifact) are read
+    through :mod:`orchestrator.experiment.run_record`'s types: no subscript or ``.get`` on
+    what ``RunFolder.state()``/``.experiment()`` return, and no JSON of those files loaded
+    but into a record's ``from_dict``."""
+    found = []
+    for path in sources(*CODE):
+        if path.relative_to(ROOT).as_posix() == RECORD_MODULE:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in ("state", "experiment") and not node.args:
+                    above = parents.get(node)
+                    keyed = isinstance(above, ast.Subscript) or (
+                        isinstance(above, ast.Attribute) and above.attr in ("get", "items")
+                    )
+                    if keyed:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+                if node.func.attr == "loads" and any(
+                    name in ast.unparse(node) for name in RECORD_FILES
+                ):
+                    wrapper = parents.get(node)
+                    if not (
+                        isinstance(wrapper, ast.Call)
+                        and isinstance(wrapper.func, ast.Attribute)
+                        and wrapper.func.attr == "from_dict"
+                    ):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} json.loads")
+    assert found == []
+
+
 def test_imports_inside_functions_say_what_they_defer() -> None:
     unexplained = []
     for path in sources(*CODE):

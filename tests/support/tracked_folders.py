@@ -9,6 +9,7 @@ from typing import Any
 
 from mlflow import MlflowClient
 
+from orchestrator.experiment.run_record import ExperimentRecord, Segment
 from orchestrator.experiment.runfolder import (
     EVAL_FILE,
     METRICS_FILE,
@@ -92,15 +93,15 @@ def make_folder(root: Path, name: str = "run-a", steps: int = 10) -> RunFolder:
     """A running run folder ``root/name`` with ``steps`` steps written and a launch log."""
     folder = RunFolder(root / name)
     folder.write_experiment(
-        {
-            "config": {"steps": steps, "lr": 3e-4},
-            "contract": CONTRACT,
-            "mixture": {"code": 0.5, "docs": 0.5},
-            "contract_fingerprint": "ab" * 32,
-            "variant": "cd" * 32,
-        }
+        ExperimentRecord.new(
+            config={"steps": steps, "lr": 3e-4},
+            contract=CONTRACT,
+            mixture={"code": 0.5, "docs": 0.5},
+            contract_fingerprint="ab" * 32,
+            variant="cd" * 32,
+        )
     )
-    folder.update_state(status="running", segments=[{"dp_size": 2, "start_step": 0}])
+    folder.update_state(status="running", segments=(Segment.new(dp_size=2, start_step=0),))
     write_steps(folder, range(1, steps + 1))
     write_metrics(folder, range(1, steps + 1))
     folder.log_path.write_text("torchrun says hello\n")

@@ -3,7 +3,7 @@ its schedule (``unfinished``)."""
 
 from __future__ import annotations
 
-from orchestrator.experiment.runfolder import RunStatus
+from orchestrator.experiment.run_record import RunStatus
 from orchestrator.guard.comparison import Refusal, RefusalCode, RunSummary
 
 

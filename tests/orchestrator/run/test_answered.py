@@ -67,7 +67,7 @@ def test_an_identical_run_is_answered_on_any_dp_size(
     assert f"answered from {first.run_name}" in answer.messages[0]
     assert trained_runs(experiment) == before  # no folder, no training
     assert launches(first.folder) == 1
-    assert RunFolder(first.folder).experiment()["identity"]
+    assert RunFolder(first.folder).experiment().identity
 
 
 def test_a_replicate_asked_at_the_dp_size_a_run_trained_at_is_answered_by_it(
@@ -151,12 +151,12 @@ def test_a_killed_run_is_resumed_not_restarted(experiment: dict[str, Any], tmp_p
     assert agent.poll() is None and folder is not None, agent.communicate()
     agent.send_signal(signal.SIGKILL)  # no clean-up: run.json still says running
     agent.communicate(timeout=60)
-    assert folder.state()["status"] == "running" and 4 not in folder.steps()
+    assert folder.state().status == "running" and 4 not in folder.steps()
     resumed = api.run(four_steps, dp=1, tracking=False)
     assert resumed.status == "succeeded", resumed.messages
     assert resumed.answered_from == folder.name and resumed.folder == str(folder.path.absolute())
-    segments = folder.state()["segments"]
-    assert len(segments) == 2 and segments[1]["start_step"] >= 2
+    segments = folder.state().segments
+    assert len(segments) == 2 and segments[1].start_step >= 2
     assert trained_runs(experiment) == before | {folder.name}
 
 

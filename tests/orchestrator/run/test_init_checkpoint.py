@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.experiment import load_experiment
+from orchestrator.experiment.run_record import InitCheckpoint
 from orchestrator.run import init_checkpoint
-from orchestrator.run.run_plan import InitCheckpoint, Recipe
+from orchestrator.run.run_plan import Recipe
 
 
 def fake_recipe(key: str = "k" * 64) -> Recipe:

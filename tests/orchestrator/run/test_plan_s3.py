@@ -14,6 +14,7 @@ import s3fs
 
 from benchmarks.object_store import local_object_store
 from orchestrator.experiment import read_data_spec, write_data_spec
+from orchestrator.experiment.run_record import ExperimentRecord
 from orchestrator.run import api
 from tests.support.s3_shards import CACHE_ON, jsonl_zst_bytes, parquet_bytes
 
@@ -61,7 +62,7 @@ def test_a_plan_over_s3_downloads_each_shard_once_and_records_no_credentials(
     assert read_data_spec(tmp_path / "data.json").datasets == datasets
     assert read_data_spec(tmp_path / "data.json").io_options == CACHE_ON
     planned.folder.write_experiment(
-        {"config": planned.config.to_dict(), **planned.fingerprints.to_dict()}
+        ExperimentRecord.new(config=planned.config.to_dict(), **planned.fingerprints.to_dict())
     )
     captured = capsys.readouterr()
     written = [

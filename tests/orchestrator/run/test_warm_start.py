@@ -17,7 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.experiment.run_record import RunStatus
+from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices
 from orchestrator.run import api, warm_start
 from orchestrator.run.cpu_env import cpu_start_env

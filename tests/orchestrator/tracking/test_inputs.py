@@ -23,6 +23,7 @@ from orchestrator.errors import TrackingUnavailable
 from orchestrator.experiment import fingerprints, load_experiment
 from orchestrator.experiment.config import load_data_section
 from orchestrator.experiment.dataspec import write_data_spec
+from orchestrator.experiment.run_record import ExperimentRecord, Segment
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.tracking import provenance
 from orchestrator.tracking.inputs import (
@@ -77,9 +78,9 @@ def run_folder(root: Path, name: str, record: dict[str, Any], dp: int = 2) -> Ru
     """A run folder as a launch leaves it before tracking starts (experiment.json, run.json
     with its first segment, the data spec), with 4 synthetic steps."""
     folder = RunFolder(root / name)
-    folder.write_experiment(record)
+    folder.write_experiment(ExperimentRecord.from_dict(record))
     folder.update_state(
-        status="running", segments=[{"dp_size": dp, "start_step": 0, "device": "cpu"}]
+        status="running", segments=(Segment.new(dp_size=dp, start_step=0, device="cpu"),)
     )
     write_data_spec(folder.data_spec_path, load_data_section(record["config"]["data"]))
     write_steps(folder, range(1, 5), dp_size=dp)
@@ -159,13 +160,13 @@ def test_a_run_trained_offline_logs_its_inputs_once_when_it_syncs(
     dead = closed_port_uri()
     with pytest.raises(TrackingUnavailable):
         Tracker(dead, experiment_name).start(folder)
-    assert "mlflow_run_id" not in folder.state()
+    assert folder.state().mlflow_run_id is None
 
     folder.update_state(tracking_uri=db_uri)  # the store is back
     tracker = Tracker(db_uri, experiment_name)
     tracker.sync(folder)
-    run_id = folder.state()["mlflow_run_id"]
-    assert folder.state()["tracking"]["inputs_logged"] is True
+    run_id = folder.state().mlflow_run_id
+    assert folder.state().tracking.inputs_logged is True
     first = inputs_of(db_uri, run_id)
     assert set(first) == set(MIXTURE)
 
@@ -271,8 +272,10 @@ def test_an_experiment_without_eval_sets_logs_no_evaluation_input(
 ) -> None:
     assert "sets" not in planned["config"]["eval"]
     assert not planned["config"]["data"].get("eval_sets")
-    assert evaluation_inputs(planned) == []
-    assert [r.context for r in training_inputs(planned)] == ["training"] * 3
+    assert evaluation_inputs(ExperimentRecord.from_dict(planned)) == []
+    assert [r.context for r in training_inputs(ExperimentRecord.from_dict(planned))] == [
+        "training"
+    ] * 3
 
 
 def test_data_eval_sets_take_their_contract_fingerprint_and_the_spec_paths(
@@ -282,7 +285,9 @@ def test_data_eval_sets_take_their_contract_fingerprint_and_the_spec_paths(
     record = json.loads(json.dumps(planned))
     record["config"]["data"]["eval_sets"] = {"held": ["held/*.jsonl"], "raw": ["raw.jsonl"]}
     record["contract"]["eval_sets"] = [{"name": "held", "fingerprint": "9" * 64, "field": "text"}]
-    held, raw = evaluation_inputs(record, {"held": ["/abs/held/*.jsonl"]})
+    held, raw = evaluation_inputs(
+        ExperimentRecord.from_dict(record), {"held": ["/abs/held/*.jsonl"]}
+    )
     assert (held.name, held.context, held.digest) == ("held", "evaluation", "9" * MAX_DIGEST)
     assert json.loads(held.source)["uris"] == ["/abs/held/*.jsonl"]
     assert json.loads(raw.source)["uris"] == ["raw.jsonl"] and len(raw.digest) == 8
@@ -305,7 +310,7 @@ def test_a_compared_dataset_version_is_the_input_of_its_dataset(
     record["contract"]["datasets"] = [{"name": "docs"} if e is docs else e for e in entries]
     record["config"]["data"]["datasets"]["docs"] = ["/data/docs-v2/*.jsonl"]
     record["varied"] = {"data.datasets.docs": version}
-    by_name = {r.name: r for r in training_inputs(record)}
+    by_name = {r.name: r for r in training_inputs(ExperimentRecord.from_dict(record))}
     assert by_name["docs"].digest == "7" * MAX_DIGEST
     profile = json.loads(by_name["docs"].profile)
     assert profile["fingerprint"] == "7" * 64 and profile["field"] == "text"
@@ -313,7 +318,7 @@ def test_a_compared_dataset_version_is_the_input_of_its_dataset(
     assert json.loads(by_name["docs"].source)["uris"] == ["/data/docs-v2/*.jsonl"]
     assert by_name["code"].digest == entries[0]["fingerprint"][:MAX_DIGEST]
     # and the run is named by that version too
-    assert run_display_name(record, dp=1) == (
+    assert run_display_name(ExperimentRecord.from_dict(record), dp=1) == (
         "main-code0.50-docs0.30-unicode0.20-docs@77777777-s0-dp1"
     )
 
@@ -342,6 +347,11 @@ def test_the_mlflow_run_is_named_by_mixture_seed_and_dp_and_the_folder_keeps_its
     assert folder.name == "sweep-20261204-222229-6815-008" and folder.exists()
 
 
+def named(record: dict[str, Any]) -> ExperimentRecord:
+    """The record of a partial ``experiment.json`` (a run name reads only some keys)."""
+    return ExperimentRecord.from_dict(record)
+
+
 def test_run_display_name_parts() -> None:
     record: dict[str, Any] = {
         "config": {
@@ -351,16 +361,16 @@ def test_run_display_name_parts() -> None:
         },
         "mixture": {"unicode": "0.200000", "code": "0.500000", "docs": "0.300000"},
     }
-    assert run_display_name(record, dp=4) == "main-code0.50-docs0.30-unicode0.20-s1-dp4"
+    assert run_display_name(named(record), dp=4) == "main-code0.50-docs0.30-unicode0.20-s1-dp4"
     record["config"]["train"]["seed"] = 42  # seeds set apart: all three, data.shuffle.train
-    assert run_display_name(record) == "main-code0.50-docs0.30-unicode0.20-s1.1.42"
-    assert run_display_name({"mixture": {"a": 1}}, dp=1) == "run-a1.00-dp1"
+    assert run_display_name(named(record)) == "main-code0.50-docs0.30-unicode0.20-s1.1.42"
+    assert run_display_name(named({"mixture": {"a": 1}}), dp=1) == "run-a1.00-dp1"
     assert short_mixture({"b": "0.666667", "a": "0.333333"}) == "a0.3333-b0.6667"
     assert short_mixture({"a": 0.125, "b": 0.875}) == "a0.125-b0.875"
 
     many = {f"dataset{n:03d}": "0.010000" for n in range(100)}
     names = {
-        run_display_name({"mixture": {**many, "dataset099": share}}, dp=2)
+        run_display_name(named({"mixture": {**many, "dataset099": share}}), dp=2)
         for share in ("0.010000", "0.020000")
     }
     assert len(names) == 2 and all(len(n) <= MAX_RUN_NAME and n.endswith("-dp2") for n in names)

@@ -28,7 +28,8 @@ from mlflow import MlflowClient
 
 from benchmarks.object_store import BUCKET, ObjectStore, local_object_store
 from orchestrator.errors import EXIT_TRACKING, TrackingError
-from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.experiment.run_record import RunStatus
+from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.guard.runs import load_runs
 from orchestrator.run.trainer_command import free_port
 from orchestrator.tracking import postgres_cluster, team_server
@@ -307,7 +308,7 @@ def test_twenty_writers_guards_and_agents_lose_nothing_and_duplicate_nothing(
     assert duplicates == 0 and set(by_folder) == {str(f.path.resolve()) for f in folders}
     written = read = 0
     for folder in folders:
-        run_id = folder.state()["mlflow_run_id"]
+        run_id = folder.state().mlflow_run_id
         steps = sorted(folder.steps())
         assert steps == list(range(1, len(steps) + 1)) and steps
         written += len(steps) * METRICS_PER_STEP

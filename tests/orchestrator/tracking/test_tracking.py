@@ -18,6 +18,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from orchestrator.errors import EXIT_INVALID, TrackingError, TrackingUnavailable
+from orchestrator.experiment.run_record import ExperimentRecord
 from orchestrator.experiment.runfolder import (
     METRICS_FILE,
     RUN_SUBDIR,
@@ -73,8 +74,8 @@ def _no_git(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def cursor(folder: RunFolder) -> dict[str, Any]:
-    t = folder.state().get("tracking") or {}
-    return {"metrics_step": t.get("metrics_step"), "eval_step": t.get("eval_step")}
+    t = folder.state().tracking
+    return {"metrics_step": t.metrics_step, "eval_step": t.eval_step}
 
 
 def closed_port_uri() -> str:
@@ -128,8 +129,8 @@ def test_names_land_where_documented(
     run_id = tracker.start(folder, tags={TAG_DEVICE: "cuda:H200", "zephon.sweep": "s1"})
 
     state = folder.state()
-    assert state["mlflow_run_id"] == run_id
-    assert state["tracking_uri"] == db_uri and state["mlflow_experiment"] == experiment_name
+    assert state.mlflow_run_id == run_id
+    assert state.tracking_uri == db_uri and state.mlflow_experiment == experiment_name
 
     counts = tracker.sync(folder)
     assert counts == {"metrics": 10 * METRICS_PER_STEP + 2 * 3, "steps": 10, "evals": 2}
@@ -308,12 +309,12 @@ def test_parent_run_and_long_params(db_uri: str, experiment_name: str, tmp_path:
     parent = client.create_run(client.create_experiment(experiment_name + "-sweep")).info.run_id
     folder = RunFolder(tmp_path / "long")
     folder.write_experiment(
-        {
-            "contract": {"datasets": [{"name": "code", "paths": ["p" * 7000]}]},
-            "mixture": {"code": 1.0},
-            "contract_fingerprint": "ab",
-            "variant": "cd",
-        }
+        ExperimentRecord.new(
+            contract={"datasets": [{"name": "code", "paths": ["p" * 7000]}]},
+            mixture={"code": 1.0},
+            contract_fingerprint="ab",
+            variant="cd",
+        )
     )
     run_id = Tracker(db_uri, experiment_name).start(folder, parent_run_id=parent)
     run = client.get_run(run_id)
@@ -341,10 +342,10 @@ def test_dead_server_fails_fast_and_loses_nothing(
     write_steps(folder, range(11, 21))
     write_metrics(folder, range(11, 21))
     write_evals(folder, [20])
-    before = folder.state()["tracking"]
+    before = folder.state().tracking
     with pytest.raises(TrackingUnavailable, match="zephon sync"):
         Tracker(dead, experiment_name).sync(folder)  # the server went away mid-training
-    assert folder.state()["tracking"] == before
+    assert folder.state().tracking == before
 
     folder.update_state(status="failed")
     assert sync_folder(folder) == {"metrics": 10 * METRICS_PER_STEP + 3, "steps": 10, "evals": 1}
@@ -362,13 +363,13 @@ def test_offline_from_launch_is_created_by_zephon_sync(
     dead = closed_port_uri()
     with pytest.raises(TrackingUnavailable):
         Tracker(dead, experiment_name).start(folder, tags={TAG_DEVICE: "cuda:X"})
-    assert folder.state()["tracking_uri"] == dead and "mlflow_run_id" not in folder.state()
+    assert folder.state().tracking_uri == dead and folder.state().mlflow_run_id is None
 
     folder.update_state(
         tracking_uri=db_uri, status="succeeded"
     )  # the user points it at a live store
     assert sync_folder(folder) == {"metrics": 10 * METRICS_PER_STEP + 3, "steps": 10, "evals": 1}
-    run = MlflowClient(tracking_uri=db_uri).get_run(folder.state()["mlflow_run_id"])
+    run = MlflowClient(tracking_uri=db_uri).get_run(folder.state().mlflow_run_id)
     assert run.info.status == MlflowStatus.FINISHED
     assert run.data.tags[TAG_DEVICE] == "cuda:X"  # the launch's tags were kept for later
     assert run.data.params["mix.code"] == "0.5"
@@ -396,7 +397,7 @@ def test_offline_from_the_start_keeps_its_sweep_parent_and_device_on_sync(
     Tracker(db_uri, experiment_name).start(online)
     offline.update_state(tracking_uri=db_uri, status="succeeded")  # the store is back
     sync_folder(offline)
-    runs = {f.name: client.get_run(f.state()["mlflow_run_id"]).data.tags for f in (online, offline)}
+    runs = {f.name: client.get_run(f.state().mlflow_run_id).data.tags for f in (online, offline)}
     assert runs["offline"][TAG_SWEEP] == "mix-7" and runs["offline"][TAG_DEVICE] == "cuda:X"
     assert runs["offline"]["mlflow.parentRunId"] == parent
     different = {
@@ -406,7 +407,7 @@ def test_offline_from_the_start_keeps_its_sweep_parent_and_device_on_sync(
     }
     assert not different  # the same start tags as the run tracked from its launch
     found = training_run_ids(db_uri, experiment=experiment_name, sweep="mix-7")
-    assert set(found) == {f.state()["mlflow_run_id"] for f in (online, offline)}
+    assert set(found) == {f.state().mlflow_run_id for f in (online, offline)}
 
 
 def test_failure_between_batches_resends_only_the_rest(
@@ -554,10 +555,10 @@ def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
         # The server "goes away" (a dead URI), training appends, nothing advances.
         write_steps(folder, range(151, 201))
         write_metrics(folder, range(151, 201))
-        before = folder.state()["tracking"]
+        before = folder.state().tracking
         with pytest.raises(TrackingUnavailable):
             Tracker(closed_port_uri(), experiment_name).sync(folder)
-        assert folder.state()["tracking"] == before
+        assert folder.state().tracking == before
 
         folder.update_state(status="succeeded")
         assert sync_folder(folder) == {"metrics": 50 * METRICS_PER_STEP, "steps": 50, "evals": 0}
@@ -594,11 +595,11 @@ def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
         assert (
             segment.state == TrackingState.PENDING and "training continues" in segment.messages[0]
         )
-        assert "mlflow_run_id" not in late.state()
+        assert late.state().mlflow_run_id is None
         segment.last_sync = -SYNC_EVERY_S  # the next periodic sync is due
         segment.sync_now_and_then(late)
         assert segment.state == TrackingState.SYNCED
-        late_id = late.state()["mlflow_run_id"]
+        late_id = late.state().mlflow_run_id
         assert [s for s, _ in history(client, late_id, METRIC_LOSS)] == list(range(1, 21))
 
         # Dataset inputs go over HTTP too, once, in the run created late as well.

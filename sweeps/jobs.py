@@ -11,7 +11,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 
-from orchestrator.experiment.runfolder import RunStatus
+from orchestrator.experiment.run_record import RunStatus
 
 OUTCOME_KEYS = (
     "run_name",

@@ -18,7 +18,7 @@ from typing import Any
 from hydra.core.utils import JobReturn
 
 from orchestrator.errors import ExperimentError, SweepFailed
-from orchestrator.experiment.runfolder import RunStatus
+from orchestrator.experiment.run_record import RunStatus
 from orchestrator.guard.tracked import compare_tracked
 from orchestrator.search import Bounds, Observations, Proposal, fit, initial_design, propose
 from orchestrator.search.budget import dataset_tokens, token_budget

@@ -30,7 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from orchestrator.errors import ExperimentError, SweepFailed
 from orchestrator.experiment import validate
-from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.experiment.run_record import RunStatus
+from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.experiment.variant_axis import parse_axis
 from orchestrator.guard.comparison import SEED_SETTINGS
 from orchestrator.guard.decisions import design_of, family_of

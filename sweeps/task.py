@@ -18,7 +18,8 @@ from omegaconf import DictConfig
 
 from orchestrator.errors import RunFailed
 from orchestrator.experiment import load_experiment
-from orchestrator.experiment.runfolder import RunFolder, RunStatus
+from orchestrator.experiment.run_record import RunStatus
+from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api, interrupts, warm_start
 from sweeps.config import split
 

@@ -92,6 +92,8 @@ class Tracker:
         self.experiment = experiment
         self._client_obj: MlflowClient | None = None
         self._experiment_id: str | None = None
+        self._found: set[str] = set()
+        """Runs this tracker found in its store (or made there): a sync looks each up once."""
 
     def __repr__(self) -> str:
         return f"Tracker({self.uri!r}, experiment={self.experiment!r})"
@@ -179,6 +181,7 @@ class Tracker:
                 self._log_inputs(run_id, folder_inputs(folder), run)
                 tracking = tracking.with_(inputs_logged=True)
                 folder.update_state(tracking=tracking)
+        self._found.add(run_id)
         return run_id
 
     def _existing_run(self, run_id: str) -> Any:
@@ -361,7 +364,8 @@ class Tracker:
         elif is_http(self.uri):
             ping_server(self.uri, folder=folder)
         opened = folder.state().tracking
-        if not (opened.params_logged and opened.inputs_logged):
+        # a folder moved to another store (or whose run was deleted) gets a new run there
+        if not (opened.params_logged and opened.inputs_logged) or run_id not in self._found:
             run_id = self._open_run(folder, reopen=False)
         with mlflow_errors(self.uri, f"syncing {folder.path}", folder):
             counts = self._send_metrics(folder, run_id, final)

@@ -31,6 +31,13 @@ def fingerprint(obj: Any) -> str:
     ).hexdigest()
 
 
+def ordered_fingerprint(parts: list[Any]) -> str:
+    """SHA-256 of the JSON of ``parts`` as given (a tag first, then its children's
+    fingerprints in their fixed order): the identity of a shard version, a dataset's
+    manifest, its numbering and its calibration sample."""
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
 def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Merge per-rank states of the same step into one state holding every rank's lanes."""
     states = list(states)

@@ -30,6 +30,18 @@ class Fingerprints:
     """What the variant differs in besides the mixture (``data.compared``; empty for a
     mixture: its variant is then what it always was)."""
 
+    @classmethod
+    def of(
+        cls, contract: dict[str, Any], mixture: dict[str, str], varied: dict[str, Any]
+    ) -> Fingerprints:
+        """The fingerprints of a run's data, from its children's: the contract's digest, and
+        the variant's from the contract's, the mixture and what else varies."""
+        contract_fp = fingerprint(contract)
+        variant: dict[str, Any] = {"contract": contract_fp, "mixture": mixture}
+        if varied:
+            variant["varied"] = varied_identity(varied)
+        return cls(contract, mixture, contract_fp, fingerprint(variant), varied)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -47,17 +59,7 @@ def fingerprints(config: ExperimentConfig, dp: int = 1) -> Fingerprints:
         pipeline.close()
     paths = {name: [absolute(p) for p in globs] for name, globs in config.data.datasets.items()}
     contract, varied = split_varied(contract, parse_axis(config.data.compared), paths)
-    contract_fp = fingerprint(contract)
-    variant = {"contract": contract_fp, "mixture": mixture}
-    if varied:
-        variant["varied"] = varied_identity(varied)
-    return Fingerprints(
-        contract=contract,
-        mixture=mixture,
-        contract_fingerprint=contract_fp,
-        variant=fingerprint(variant),
-        varied=varied,
-    )
+    return Fingerprints.of(contract, mixture, varied)
 
 
 def build_pipeline(

@@ -75,7 +75,7 @@ def recipe_of(config: ExperimentConfig) -> Recipe:
     fields["versions"] = init["versions"] = versions
     if t.init_from is not None:  # an anneal: its weights are identified by their digest
         fields["initial_load"] = {"optimizer": t.init_optimizer}
-    return Recipe(fields, fingerprint(fields), init, fingerprint(init), resolved["shapes"])
+    return Recipe.of(fields, init, resolved["shapes"])
 
 
 class _Refused(Exception):

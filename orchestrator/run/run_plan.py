@@ -18,6 +18,7 @@ from typing import Any
 from orchestrator.experiment import ExperimentConfig, Fingerprints, Launcher, phase_outline
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices
+from pipeline import fingerprint
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,14 @@ class Recipe:
     parameter_shapes: dict[str, Any] = field(default_factory=dict)
     """The model's parameter shapes by TorchTitan name (``titan``) and, if it has a
     state-dict adapter, by Hugging Face name (``hf``): what ``train.init_from`` must hold."""
+
+    @classmethod
+    def of(
+        cls, fields: dict[str, Any], init: dict[str, Any], parameter_shapes: dict[str, Any]
+    ) -> Recipe:
+        """The recipe of TorchTitan's resolved ``fields``, fingerprinted: the whole, and the
+        part ``init`` that decides the initial weights (its ``init_key``)."""
+        return cls(fields, fingerprint(fields), init, fingerprint(init), parameter_shapes)
 
     @property
     def parameters(self) -> int | None:

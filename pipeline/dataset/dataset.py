@@ -8,8 +8,6 @@ metadata (size and stat, or a remote file's validators).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import threading
@@ -33,6 +31,7 @@ from pipeline.dataset.shard_paths import resolve_shards
 from pipeline.errors import ConfigError
 from pipeline.formats import ShardIndex, utf8_len
 from pipeline.paths import zephon_home
+from pipeline.state import ordered_fingerprint
 
 MANIFEST_TAG = "zephon-manifest-v2"
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -184,7 +183,7 @@ class Dataset:
             self.field,
             [s.manifest_entry(m) for s, m in zip(self._shards, self.shard_metadata(), strict=True)],
         ]
-        return hashlib.sha256(json.dumps(canonical).encode()).hexdigest()
+        return ordered_fingerprint(canonical)
 
     def shard_index(self, shard: int) -> ShardIndex:
         """The index of one shard, built (or mapped from the cache) at its first use; the

@@ -3,8 +3,6 @@ content fingerprint (both index every shard; order v1 uses them)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -14,6 +12,7 @@ from pipeline.dataset.bad_records import skip_summary
 from pipeline.dataset.record_key import record_keys
 from pipeline.dataset.shard import IndexedShard, Shard
 from pipeline.errors import DataError
+from pipeline.state import ordered_fingerprint
 
 FINGERPRINT_TAG = "zephon-dataset-v1"
 
@@ -73,5 +72,5 @@ def number_globally(
     return GlobalNumbering(
         starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         record_bytes=record_bytes,
-        fingerprint=hashlib.sha256(json.dumps(canonical).encode()).hexdigest(),
+        fingerprint=ordered_fingerprint(canonical),
     )

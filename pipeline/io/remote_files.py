@@ -7,8 +7,6 @@ size (``remote_version_fingerprint``), since its bytes are never all read.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Mapping
 from pathlib import PurePosixPath
@@ -19,6 +17,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from pipeline.errors import ConfigError, DataError
+from pipeline.state import ordered_fingerprint
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*(://|::)")  # a scheme, or an fsspec chain
 _HTTP = {"http", "https"}
@@ -102,7 +101,7 @@ def remote_version_fingerprint(url: str, validators: Mapping[str, Any]) -> str:
             "rewritten file; read it whole with io_options['remote_read'] = 'download'"
         )
     canonical = [_REMOTE_VERSION_TAG, validators.get("size"), validators["etag"]]
-    return hashlib.sha256(json.dumps(canonical).encode()).hexdigest()
+    return ordered_fingerprint(canonical)
 
 
 def open_by_range(url: str) -> BinaryIO:

@@ -12,8 +12,6 @@ Design: docs/design/pipeline_order.md.
 from __future__ import annotations
 
 import bisect
-import hashlib
-import json
 import os
 import threading
 from collections import OrderedDict
@@ -33,6 +31,7 @@ from pipeline.order.base import (
     holdout_count,
 )
 from pipeline.permutation import IndexPermutation
+from pipeline.state import ordered_fingerprint
 
 SHARD_STREAM = 0x5A4D
 CALIBRATION_SHARDS = 16
@@ -158,7 +157,7 @@ class ShardWindowOrder(DatasetOrder):
         """The content fingerprints of the shards the sample comes from."""
         shards = self._calibration_shards()
         canonical = [self.version, [[s, self.dataset.shard_fingerprint(s)] for s in shards]]
-        return hashlib.sha256(json.dumps(canonical).encode()).hexdigest()
+        return ordered_fingerprint(canonical)
 
     def mean_cost(self, tokens_per_byte: float) -> float:
         """Mean cost of the calibration sample's records (no other shard is read for it)."""

@@ -44,11 +44,17 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "runs"
 
 
-def test_their_records_read_and_their_identity_is_the_one_recorded(runs: Path) -> None:
+def test_their_records_read_and_their_fingerprints_are_the_ones_recorded(runs: Path) -> None:
     for name in ("mix-a", "mix-b"):
         record = RunFolder(runs / name).experiment()
         assert record.identity and record.answer_identity() == record.identity
         assert record.recorded_init is not None and record.precision in ("float32", "bfloat16")
+        # and this release fingerprints the same experiment's data as that one did
+        again = api.plan(record.experiment_config(), dp=1).fingerprints
+        assert (again.contract_fingerprint, again.variant) == (
+            record.contract_fingerprint,
+            record.variant,
+        )
     state = RunFolder(runs / "mix-b").state()
     assert state.status == "interrupted" and state.dp_sizes == [1]
     assert state.segments[0].end_step == 2 and state.tracking.metrics_step == 2

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import OmegaConf
 
 from orchestrator.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TIMED_OUT
+from orchestrator.experiment.config import read_yaml_file
 from orchestrator.experiment.run_record import RunStatus
 from orchestrator.machine.devices import Devices
 from orchestrator.service import attempt
@@ -73,7 +73,7 @@ def _read_budgets(args: argparse.Namespace) -> Budgets:
     limits replaced by ``--runs-per-day`` and ``--device-hours-per-day`` when given."""
     budgets = Budgets()
     if args.budgets is not None:
-        budgets = Budgets.from_dict(OmegaConf.to_container(OmegaConf.load(args.budgets)))
+        budgets = Budgets.from_dict(read_yaml_file(args.budgets, "--budgets file"))
     given = {
         name: value
         for name, value in (
@@ -94,7 +94,7 @@ def command_submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         except json.JSONDecodeError as e:
             raise ConfigError(f"--spec is not valid JSON: {e}") from None
     else:
-        spec = OmegaConf.to_container(OmegaConf.load(args.config))
+        spec = read_yaml_file(args.config, "experiment file")
     return EXIT_OK, service.submit(
         service.load_service(args.root),
         spec,

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -255,10 +256,7 @@ def load_experiment(
         elif isinstance(source, ExperimentConfig):
             loaded = OmegaConf.structured(source)
         elif isinstance(source, (str, os.PathLike)):
-            path = Path(source)
-            if not path.is_file():
-                raise ExperimentError([f"experiment file {str(path)!r} does not exist"])
-            loaded = OmegaConf.load(path)
+            loaded = read_yaml_file(source, "experiment file")
         else:
             loaded = source
         merged = OmegaConf.merge(schema, loaded)
@@ -268,6 +266,23 @@ def load_experiment(
         config = OmegaConf.to_object(merged)
     assert isinstance(config, ExperimentConfig)
     return config
+
+
+def read_yaml_file(path: str | os.PathLike[str], what: str) -> Any:
+    """The content of the YAML (or JSON) file ``path``; ``ExperimentError`` naming ``what``
+    it is when it does not exist or is not valid YAML, with the line and column."""
+    path = Path(path)
+    if not path.is_file():
+        raise ExperimentError([f"{what} {str(path)!r} does not exist"])
+    try:
+        return OmegaConf.to_container(OmegaConf.load(path))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ExperimentError(
+            [f"{what} {str(path)!r} is not valid YAML{where}: {problem}; fix the file"]
+        ) from None
 
 
 def load_data_section(source: dict[str, Any]) -> DataSection:

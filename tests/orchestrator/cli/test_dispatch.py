@@ -1,6 +1,9 @@
-"""The ``zephon`` command line: where overrides may stand."""
+"""The ``zephon`` command line: where overrides may stand, and files that do not parse."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +32,31 @@ def test_anything_else_is_refused(argv: list[str], capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit) as exit_:
         cli.parse_arguments(argv)
     assert exit_.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "-c", "bad.yaml"],
+        ["run", "-c", "bad.yaml"],
+        ["submit", "-c", "bad.yaml", "--key", "k", "--root", "service"],
+        ["serve", "--budgets", "bad.yaml", "--root", "service"],
+    ],
+)
+def test_a_yaml_file_that_does_not_parse_is_a_mistake_not_a_failure(
+    argv: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Exit 2 (``invalid``) naming the file, line and column, no traceback, nothing written:
+    an agent must not read a typo as a failed training."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("data:\n  mixture: {code: 1\n")
+    code = cli.main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    error = json.loads(out)["error"]
+    assert code == 2 and error["kind"] == "invalid", out
+    assert "'bad.yaml' is not valid YAML at line 3, column 1" in error["message"]
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]

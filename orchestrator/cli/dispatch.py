@@ -129,6 +129,8 @@ def _print_payload(payload: dict[str, Any], as_json: bool) -> None:
                     first, last = phase["steps"]
                     tokens = " ".join(f"{n}={t}" for n, t in phase["expected_tokens"].items())
                     print(f"  phase {phase['phase']}: steps {first}-{last}, tokens {tokens}")
-            elif key not in ("config", "contract", "command") or value is None:
+            # the whole experiment, contract, command and recipe are in --json; the text
+            # keeps one line each (the recipe: its fingerprint, not TorchTitan's settings)
+            elif key not in ("config", "contract", "command", "recipe") or value is None:
                 text = value if isinstance(value, str) else json.dumps(value, default=str)
                 print(f"{key}: {text}")

@@ -211,7 +211,12 @@ def test_cli_plan_json_and_exit_codes(base: dict, tmp_path: Path) -> None:
     path.write_text(json.dumps(base))
     ok = zephon("plan", "-c", str(path), "--dp", "1", "--json", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout)["dp_size"] == 1
+    planned = json.loads(ok.stdout)
+    assert planned["dp_size"] == 1 and planned["recipe"]["training"]["steps"] > 0
+    text = zephon("plan", "-c", str(path), "--dp", "1", cwd=tmp_path)
+    lines = text.stdout.splitlines()
+    assert f"recipe_fingerprint: {planned['recipe_fingerprint']}" in lines
+    assert max(map(len, lines)) < 1000  # a person reads it: the recipe is in --json
     bad = zephon("plan", "-c", str(path), "--json", "data.mixture.web=1", "--dp", "3", cwd=tmp_path)
     assert bad.returncode == 2
     error = json.loads(bad.stdout)["error"]

@@ -7,7 +7,7 @@ use (``import orchestrator.titan`` stays light):
 
     plan, run, resume       orchestrator.run.api
     verify_elastic          orchestrator.run.elastic_check
-    compare                 orchestrator.guard.tracked.compare_tracked
+    compare                 orchestrator.guard.tracked_comparison.compare_tracked
     sync                    orchestrator.tracking.folder_sync.sync
 
 Design: docs/design/orchestrator_layout.md
@@ -23,7 +23,7 @@ _PUBLIC = {
     "run": ("orchestrator.run.api", "run"),
     "resume": ("orchestrator.run.api", "resume"),
     "verify_elastic": ("orchestrator.run.elastic_check", "verify_elastic"),
-    "compare": ("orchestrator.guard.tracked", "compare_tracked"),
+    "compare": ("orchestrator.guard.tracked_comparison", "compare_tracked"),
     "sync": ("orchestrator.tracking.folder_sync", "sync"),
 }
 """Public name -> (module, attribute)."""

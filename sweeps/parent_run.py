@@ -13,9 +13,9 @@ from typing import Any
 
 from orchestrator.errors import ExperimentError
 from orchestrator.guard.ladder import ladder, ladder_markdown
-from orchestrator.guard.tracked import compare_tracked
+from orchestrator.guard.tracked_comparison import compare_tracked
+from orchestrator.tracking.mlflow_names import TAG_KIND, TAG_NOTE, TAG_SWEEP, TAG_VERDICT
 from orchestrator.tracking.mlflow_status import MlflowStatus
-from orchestrator.tracking.names import TAG_KIND, TAG_NOTE, TAG_SWEEP, TAG_VERDICT
 from orchestrator.tracking.store import param_value
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import reachable_uri, resolve_uri

@@ -18,8 +18,8 @@ from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.machine.devices import Devices
 from orchestrator.service import attempt
 from orchestrator.service import client as service
-from orchestrator.service.budget import Budgets
 from orchestrator.service.client import ServiceConfig, load_service
+from orchestrator.service.daily_budgets import Budgets
 from orchestrator.service.job import Job, JobState
 from orchestrator.service.pool import Lease
 from orchestrator.service.scheduler import Scheduler

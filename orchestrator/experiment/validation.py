@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment.choices import (
+from orchestrator.experiment.config import EvalSection, ExperimentConfig, TrainSection
+from orchestrator.experiment.phases import phase_problems
+from orchestrator.experiment.setting_choices import (
     DecayType,
     DeviceRequest,
     Launcher,
     Precision,
     choice_problem,
 )
-from orchestrator.experiment.config import EvalSection, ExperimentConfig, TrainSection
-from orchestrator.experiment.phases import phase_problems
 from orchestrator.experiment.variant_axis import AxisKind, parse_axis
 from pipeline import ConfigError, ExhaustedPolicy, OrderVersion
 from pipeline.io import credentials_problem

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.evaluation import DEFAULT_METRIC, EvalRecord, MetricScores
 from orchestrator.experiment.runfolder import read_jsonl
-from orchestrator.tracking.mlflow_status import MlflowStatus
-from orchestrator.tracking.names import (
+from orchestrator.tracking.mlflow_names import (
     ARTIFACT_DIR,
     ARTIFACT_EVAL,
     ARTIFACT_EXPERIMENT,
@@ -36,7 +35,8 @@ from orchestrator.tracking.names import (
     TAG_VERDICT,
     flatten,
 )
-from orchestrator.tracking.reading import runs_everywhere
+from orchestrator.tracking.mlflow_status import MlflowStatus
+from orchestrator.tracking.stored_runs import runs_everywhere
 
 if TYPE_CHECKING:
     from orchestrator.tracking.tracker import Tracker

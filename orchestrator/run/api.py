@@ -8,8 +8,8 @@ Every function checks its inputs before it starts anything and returns plain dat
     run(config)                    plan, then train (torchrun), track (MLflow), evaluate
     resume(folder, dp=...)         continue a run from its last checkpoint, any dp size
 
-Comparing runs is :func:`orchestrator.guard.tracked.compare`; catching up a run's tracking,
-:func:`orchestrator.tracking.folder_sync.sync`.
+Comparing runs is :func:`orchestrator.guard.tracked_comparison.compare`; catching up a run's
+tracking, :func:`orchestrator.tracking.folder_sync.sync`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from orchestrator.experiment import (
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.machine.devices import Devices
 from orchestrator.run import interrupts, warm_start
-from orchestrator.run.answered import (
+from orchestrator.run.cpu_env import cpu_start_env
+from orchestrator.run.identity_index import (
     AnswerKey,
     finished_at,
     identity_lock,
@@ -41,7 +42,6 @@ from orchestrator.run.answered import (
     link_answer,
     record_identity,
 )
-from orchestrator.run.cpu_env import cpu_start_env
 from orchestrator.run.init_checkpoint import ensure_init_checkpoint
 from orchestrator.run.launch import stop_leftover_launch
 from orchestrator.run.plan import plan, plan_summary, with_absolute_paths
@@ -71,7 +71,7 @@ def run(
 ) -> RunResult:
     """Plan, then train ``config`` to the end; see :class:`RunResult`.
 
-    An experiment whose identity (:mod:`orchestrator.run.answered`) is that of a run
+    An experiment whose identity (:mod:`orchestrator.run.identity_index`) is that of a run
     under the same ``runs_root`` that succeeded is answered from it, training nothing
     (``answered_from`` names it); one whose run stopped (killed, interrupted, failed)
     resumes that run. ``fresh`` trains a new run all the same. ``at_dp``: a replicate asked

@@ -22,7 +22,7 @@ import psutil
 
 from orchestrator.errors import QueueError
 from orchestrator.service.admission import FRESH_KEY, Limits, Rules, admit_job
-from orchestrator.service.budget import Budgets
+from orchestrator.service.daily_budgets import Budgets
 from orchestrator.service.job import FINAL, JobKind, JobState, to_kind
 from orchestrator.service.queue import JobQueue
 from orchestrator.service.slurm_settings import ServiceLauncher, SlurmSettings
@@ -155,7 +155,7 @@ def submit(
     first (:func:`orchestrator.service.admission.admit_job`): a refused spec raises
     ExperimentError listing every reason, and nothing is queued; QueueFull when the
     caller already has its limit of pending jobs; OverBudget when it used up its daily
-    budget (:mod:`orchestrator.service.budget`).
+    budget (:mod:`orchestrator.service.daily_budgets`).
     """
     kind = to_kind(kind)
     if fresh and isinstance(spec, dict):

@@ -16,7 +16,7 @@ from mcp.server.fastmcp import FastMCP
 from pydantic import WithJsonSchema
 
 from orchestrator.experiment.schema import experiment_json_schema
-from orchestrator.guard.tracked import compare_tracked
+from orchestrator.guard.tracked_comparison import compare_tracked
 from orchestrator.search import Bounds, Observations
 from orchestrator.search import fit as fit_models
 from orchestrator.search import propose as propose_mixtures

@@ -44,14 +44,14 @@ from orchestrator.service.job import PENDING, Job, JobKind, JobState
 from orchestrator.service.pool import DevicePool, Lease
 from orchestrator.service.slurm_jobs import SlurmJobRequest, SlurmUnavailable
 from orchestrator.service.slurm_settings import ServiceLauncher
-from orchestrator.tracking.mlflow_status import MlflowStatus
-from orchestrator.tracking.names import (
+from orchestrator.tracking.mlflow_names import (
     PARAM_MIX_PREFIX,
     TAG_CONTRACT,
     TAG_JOB_ID,
     TAG_SUBMITTER,
     TAG_VARIANT,
 )
+from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.tracking.names import (
+from orchestrator.tracking.mlflow_names import (
     TAG_ANSWERED_FROM,
     TAG_CONTRACT,
     TAG_DEVICE,

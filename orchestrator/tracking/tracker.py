@@ -23,8 +23,15 @@ from orchestrator.experiment.runfolder import (
     RunStatus,
 )
 from orchestrator.tracking.inputs import InputRecord, folder_display_name, folder_inputs
-from orchestrator.tracking.mlflow_status import ENDED, MLFLOW_STATUS, MlflowStatus
-from orchestrator.tracking.names import (
+from orchestrator.tracking.metric_units import (
+    EVAL_CURSOR,
+    METRICS_CURSOR,
+    Unit,
+    batches,
+    eval_units,
+    metric_units,
+)
+from orchestrator.tracking.mlflow_names import (
     ARTIFACT_EVAL,
     ARTIFACT_EXPERIMENT,
     ARTIFACT_STEPS,
@@ -42,8 +49,8 @@ from orchestrator.tracking.names import (
     flatten,
     metric_key,
 )
+from orchestrator.tracking.mlflow_status import ENDED, MLFLOW_STATUS, MlflowStatus
 from orchestrator.tracking.provenance import recorded_precision, run_parent, run_start_tags
-from orchestrator.tracking.reading import StoredRun, download_run
 from orchestrator.tracking.store import (
     MAX_KEY,
     client_for,
@@ -57,14 +64,7 @@ from orchestrator.tracking.store import (
     param_value,
     sqlite_path,
 )
-from orchestrator.tracking.units import (
-    EVAL_CURSOR,
-    METRICS_CURSOR,
-    Unit,
-    batches,
-    eval_units,
-    metric_units,
-)
+from orchestrator.tracking.stored_runs import StoredRun, download_run
 from orchestrator.tracking.uris import is_http, ping_server
 
 if TYPE_CHECKING:  # annotations only; load_mlflow() imports MLflow at run time

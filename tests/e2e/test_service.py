@@ -224,7 +224,7 @@ def test_sigkill_of_scheduler_and_job_then_restart_on_a_larger_lease_same_digest
 
     # the victim resumes on a 2-core lease, at dp 2; then these two run side by side, a core each
     # another eval interval (evaluation is off): an identity of its own, so it trains
-    # instead of being answered from the victim (orchestrator.run.answered)
+    # instead of being answered from the victim (orchestrator.run.identity_index)
     uninterrupted = spec(data, steps=6, dp=1, tokenizer=tokenizer)
     uninterrupted |= {"name": "reference", "eval": {"enable": False, "interval": 3}}
     reference = service.submit(svc, uninterrupted, key="reference")["job"]["id"]

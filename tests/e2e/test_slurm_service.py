@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.run.answered import INDEX_DIR
+from orchestrator.run.identity_index import INDEX_DIR
 from orchestrator.service import client as service
 from orchestrator.service.admission import admit_job
 from orchestrator.service.job import FINAL, JobKind, JobState

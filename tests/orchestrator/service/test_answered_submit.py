@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.run.answered import INDEX_DIR
+from orchestrator.run.identity_index import INDEX_DIR
 from orchestrator.service import client as service
 from orchestrator.service.scheduler import Scheduler
 from tests.support.agents import spec

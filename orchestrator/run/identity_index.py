@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.experiment.runfolder import RunFolder, RunStatus, write_json_atomic
+from orchestrator.tracking.mlflow_names import KIND_ANSWER
 from orchestrator.tracking.mlflow_status import MlflowStatus
-from orchestrator.tracking.names import KIND_ANSWER
 from orchestrator.tracking.provenance import answer_tags
 from pipeline import fingerprint
 from pipeline.filelock import file_lock

@@ -17,7 +17,7 @@ import pytest
 from orchestrator.cli import dispatch
 from orchestrator.errors import OverBudget, QueueError
 from orchestrator.service import client as service
-from orchestrator.service.budget import (
+from orchestrator.service.daily_budgets import (
     DEVICE_HOURS_SQL,
     RUNS_SQL,
     Budget,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
+from orchestrator.tracking.mlflow_names import TAG_KIND, TAG_SWEEP
 from orchestrator.tracking.store import client_for, load_mlflow
 from pipeline.errors import ConfigError
 

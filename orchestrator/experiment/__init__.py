@@ -34,8 +34,8 @@ from orchestrator.experiment.setting_choices import (
     Precision,
 )
 from orchestrator.experiment.validation import (
-    divisors,
     dp_problems,
+    dp_sizes,
     split_step_problems,
     validate,
 )
@@ -58,8 +58,8 @@ __all__ = [
     "TrainSection",
     "absolute",
     "build_pipeline",
-    "divisors",
     "dp_problems",
+    "dp_sizes",
     "fingerprints",
     "load_data_section",
     "load_experiment",

@@ -289,5 +289,11 @@ def split_step_problems(steps: int, split_step: Any) -> list[str]:
     return []
 
 
+def dp_sizes(config: ExperimentConfig) -> list[int]:
+    """Every dp size that can run ``config``, smallest first: the divisors of its lanes that
+    :func:`dp_problems` finds nothing wrong with."""
+    return [k for k in divisors(config.data.lanes) if not dp_problems(config, k)]
+
+
 def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]

@@ -26,13 +26,7 @@ from typing import Any
 import psutil
 
 from orchestrator.errors import ExperimentError, TransitionError
-from orchestrator.experiment import (
-    DeviceKind,
-    DeviceRequest,
-    ExperimentConfig,
-    divisors,
-    dp_problems,
-)
+from orchestrator.experiment import DeviceKind, DeviceRequest, ExperimentConfig
 from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.machine.devices import discover
 from orchestrator.run import api
@@ -41,7 +35,7 @@ from orchestrator.service import attempt, slurm_jobs
 from orchestrator.service.admission import AdmittedJob, admit, admit_job
 from orchestrator.service.client import ServiceConfig
 from orchestrator.service.job import PENDING, Job, JobKind, JobState
-from orchestrator.service.pool import DevicePool, Lease
+from orchestrator.service.pool import DevicePool, Lease, lease_sizes
 from orchestrator.service.slurm_jobs import SlurmJobRequest, SlurmUnavailable
 from orchestrator.service.slurm_settings import ServiceLauncher
 from orchestrator.tracking.mlflow_names import (
@@ -373,15 +367,13 @@ class Scheduler:
 
 
 def _list_lease_sizes(admitted: AdmittedJob) -> list[int]:
-    """The lease sizes a job accepts. A run: its own dp, or every divisor of its lanes that
-    fits. A verify job: enough for its larger dp, or for its two first runs side by side."""
-    config, check = admitted.config, admitted.check
-    if check is not None:
-        least = max(check.first_dp, check.second_dp)
-        return sorted({least, max(least, 2 * check.first_dp)})
-    if config.resources.dp is not None:
-        return [config.resources.dp]
-    return [k for k in divisors(config.data.lanes) if not dp_problems(config, k)]
+    """The lease sizes a job accepts. A run: its experiment's (:func:`lease_sizes`). A verify
+    job: enough for its larger dp, or for its two first runs side by side."""
+    check = admitted.check
+    if check is None:
+        return lease_sizes(admitted.config)
+    least = max(check.first_dp, check.second_dp)
+    return sorted({least, max(least, 2 * check.first_dp)})
 
 
 def _spawn_attempt(argv: list[str], cwd: Path, out: Any, err: Any) -> Any:

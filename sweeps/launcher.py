@@ -32,9 +32,10 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from orchestrator.errors import NoFit
+from orchestrator.experiment import Launcher as TrainingLauncher
 from orchestrator.machine.devices import discover
-from orchestrator.run import interrupts, warm_start
-from orchestrator.run.cpu_env import cpu_start_env
+from orchestrator.run import interrupts
+from orchestrator.run.launch import prepare_warm_start
 from orchestrator.service.pool import DevicePool, Lease, lease_resources, lease_sizes
 from pipeline.errors import ConfigError
 from sweeps.config import experiment_from
@@ -109,9 +110,10 @@ class ZephonLauncher(Launcher):
             spare_cores=True,
             extra_processes=self.extra_processes,
         )
-        if pool.devices.kind == "cpu" and not self.config.get("dry_run"):
-            # the trainer's imports overlap the jobs' composition; a dry run launches nothing
-            warm_start.prepare(cpu_start_env())
+        if not self.config.get("dry_run"):  # a dry run launches nothing
+            # the trainer's imports overlap the jobs' composition; they train on the pool's
+            # devices, on this machine
+            prepare_warm_start(pool.devices.kind, TrainingLauncher.LOCAL)
         log.info(
             "Launching %d jobs on %d free %s devices",
             len(job_overrides),

@@ -21,7 +21,6 @@ from typing import Any, TextIO
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import (
-    DeviceKind,
     ExperimentConfig,
     Launcher,
     Precision,
@@ -31,7 +30,6 @@ from orchestrator.experiment import (
 from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.machine.devices import Devices
 from orchestrator.run import interrupts, warm_start
-from orchestrator.run.cpu_env import cpu_start_env
 from orchestrator.run.identity_index import (
     AnswerKey,
     finished_at,
@@ -43,7 +41,7 @@ from orchestrator.run.identity_index import (
     record_identity,
 )
 from orchestrator.run.init_checkpoint import ensure_init_checkpoint
-from orchestrator.run.launch import stop_leftover_launch
+from orchestrator.run.launch import prepare_warm_start, stop_leftover_launch
 from orchestrator.run.plan import plan, plan_summary, with_absolute_paths
 from orchestrator.run.recipe import recipe_of
 from orchestrator.run.result import RunResult, run_result
@@ -335,10 +333,7 @@ def _prepare_launch(config: ExperimentConfig, devices: Devices) -> None:
     """Start the warm server of a CPU launch now (:mod:`orchestrator.run.warm_start`), so
     that its imports overlap the tracking check and the initial checkpoint; end a
     speculative one that no launch of this run will use."""
-    if devices.kind == DeviceKind.CPU and config.resources.launcher != Launcher.SLURM:
-        warm_start.prepare(cpu_start_env())
-    else:
-        warm_start.withdraw()
+    prepare_warm_start(devices.kind, config.resources.launcher)
 
 
 def _open_tracker(config: ExperimentConfig) -> Tracker | None:

@@ -36,6 +36,7 @@ from orchestrator.tracking.mlflow_names import (
     flatten,
 )
 from orchestrator.tracking.mlflow_status import MlflowStatus
+from orchestrator.tracking.run_kind import RunKind
 from orchestrator.tracking.stored_runs import runs_everywhere
 
 if TYPE_CHECKING:
@@ -258,7 +259,9 @@ def log_comparison(
         run_id = into_run_id
         tracker.tag_run(run_id, tags)
     else:
-        run_id = tracker.new_run(name, kind="comparison", tags=tags, parent_run_id=parent_run_id)
+        run_id = tracker.new_run(
+            name, kind=RunKind.COMPARISON, tags=tags, parent_run_id=parent_run_id
+        )
     try:
         folder = Path(workdir) / name
         folder.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from orchestrator.errors import ExperimentError, TransitionError
+from orchestrator.errors import ErrorKind, ExperimentError, TransitionError
 from orchestrator.experiment import DeviceKind, DeviceRequest, ExperimentConfig
 from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.machine.devices import discover
@@ -46,6 +46,7 @@ from orchestrator.tracking.mlflow_names import (
     TAG_VARIANT,
 )
 from orchestrator.tracking.mlflow_status import MlflowStatus
+from orchestrator.tracking.run_kind import RunKind
 from orchestrator.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -414,7 +415,8 @@ def _derive_status(result: dict[str, Any] | None) -> str | None:
     if result is None:
         return None
     error = result.get("error")
-    if "status" not in result and isinstance(error, dict) and error.get("kind") == "interrupted":
+    interrupted = isinstance(error, dict) and error.get("kind") == ErrorKind.INTERRUPTED
+    if "status" not in result and interrupted:
         return RunStatus.INTERRUPTED
     return result.get("status")
 
@@ -444,6 +446,6 @@ def _log_plan(uri: str, config: ExperimentConfig, plan: dict[str, Any], job: Job
         TAG_SUBMITTER: job.submitter,
     }
     params = {f"{PARAM_MIX_PREFIX}{k}": v for k, v in plan["mixture"].items()}
-    run_id = tracker.new_run(job.id, kind="plan", tags=tags, params=params)
+    run_id = tracker.new_run(job.id, kind=RunKind.PLAN, tags=tags, params=params)
     tracker.end_run(run_id, MlflowStatus.FINISHED)
     return run_id

@@ -4,6 +4,7 @@ the team's tracking server.
 ::
 
     mlflow_names.py   run, tag, param, metric and artifact names (what users query)
+    run_kind.py       the kinds of run Zephon creates (RunKind, the zephon.kind tag)
     uris.py           tracking URIs and the pre-launch check
     store.py          the MLflow store of a URI: client, batched writes, errors (imports MLflow)
     mlflow_status.py  MLflow's run statuses (MlflowStatus), and what a finished run ends as

@@ -29,6 +29,7 @@ from orchestrator.tracking.mlflow_names import (
     TAG_VARIANT,
     TAG_VERSIONS,
 )
+from orchestrator.tracking.run_kind import RunKind
 
 VERSIONED_PACKAGES = ("zephon", "torch", "torchtitan", "mlflow", "tiktoken")
 
@@ -83,7 +84,7 @@ def run_start_tags(folder: RunFolder) -> dict[str, str]:
     segments = state.get("segments") or []
     precision = recorded_precision(experiment)
     return {
-        TAG_KIND: "run",
+        TAG_KIND: RunKind.RUN,
         TAG_CONTRACT: str(experiment.get("contract_fingerprint", "")),
         TAG_VARIANT: str(experiment.get("variant", "")),
         TAG_RECIPE: str(experiment.get("recipe_fingerprint", "")),

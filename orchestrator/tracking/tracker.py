@@ -2,8 +2,7 @@
 
 Params, tags, dataset inputs, metrics and artifacts, sent from the run folder (see
 :class:`Tracker` for why the folder is the buffer); MLflow is imported on first use
-(:mod:`.store`), not on import.
-"""
+(:mod:`.store`), not on import."""
 
 from __future__ import annotations
 
@@ -51,6 +50,7 @@ from orchestrator.tracking.mlflow_names import (
 )
 from orchestrator.tracking.mlflow_status import ENDED, MLFLOW_STATUS, MlflowStatus
 from orchestrator.tracking.provenance import recorded_precision, run_parent, run_start_tags
+from orchestrator.tracking.run_kind import RunKind
 from orchestrator.tracking.store import (
     MAX_KEY,
     client_for,
@@ -157,7 +157,7 @@ class Tracker:
                     )
                 run_id = self.new_run(
                     folder_display_name(folder),
-                    kind="run",
+                    kind=RunKind.RUN,
                     parent_run_id=tracking.get("parent_run_id") or run_parent(folder),
                 )
                 tracking = {
@@ -233,7 +233,7 @@ class Tracker:
         self,
         name: str,
         *,
-        kind: str,
+        kind: RunKind,
         tags: dict[str, str] | None = None,
         params: dict[str, object] | None = None,
         parent_run_id: str | None = None,

@@ -18,7 +18,7 @@ from orchestrator.experiment.runfolder import RunStatus
 from orchestrator.machine.devices import Devices
 from orchestrator.service import attempt
 from orchestrator.service import client as service
-from orchestrator.service.client import ServiceConfig, load_service
+from orchestrator.service.config import ServiceConfig, load_service
 from orchestrator.service.daily_budgets import Budgets
 from orchestrator.service.job import Job, JobState
 from orchestrator.service.pool import Lease
@@ -96,7 +96,7 @@ def command_submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     else:
         spec = OmegaConf.to_container(OmegaConf.load(args.config))
     return EXIT_OK, service.submit(
-        service.load_service(args.root),
+        load_service(args.root),
         spec,
         key=args.key,
         kind=args.kind,
@@ -105,7 +105,7 @@ def command_submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def command_job(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    svc = service.load_service(args.root)
+    svc = load_service(args.root)
     if args.command == "status":
         return EXIT_OK, service.status(svc, args.job_id)
     if args.command == "cancel":
@@ -126,7 +126,7 @@ def command_job(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 def command_jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return EXIT_OK, service.list_jobs(
-        service.load_service(args.root),
+        load_service(args.root),
         states=args.state,
         submitter=args.submitter,
         kind=args.kind,
@@ -135,7 +135,7 @@ def command_jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def command_datasets(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    return EXIT_OK, service.list_datasets(service.load_service(args.root))
+    return EXIT_OK, service.list_datasets(load_service(args.root))
 
 
 def command_attempt(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:

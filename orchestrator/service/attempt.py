@@ -20,7 +20,7 @@ from orchestrator.experiment.runfolder import RunFolder, RunStatus
 from orchestrator.run import api, interrupts
 from orchestrator.run.elastic_check import verify_elastic
 from orchestrator.service.admission import admit_job
-from orchestrator.service.client import ServiceConfig
+from orchestrator.service.config import ServiceConfig
 from orchestrator.service.job import Job
 from orchestrator.service.pool import Lease, lease_resources
 

@@ -24,6 +24,7 @@ from orchestrator.search.observations import observations_from_records, records_
 from orchestrator.search.runs import observations_from_runs
 from orchestrator.service import client as service
 from orchestrator.service.admission import verify_request
+from orchestrator.service.config import ServiceConfig, load_service
 from orchestrator.service.job import JobKind, JobState
 
 INSTRUCTIONS = """``zephon mcp``: Zephon's tools for LLM agents over the Model Context Protocol (stdio).
@@ -80,8 +81,8 @@ def build_server(root: str) -> FastMCP:
     submitter = service.caller()
     mcp = FastMCP("zephon", instructions=f"{INSTRUCTIONS}\nThis server submits as {submitter!r}.")
 
-    def svc() -> service.ServiceConfig:
-        return service.load_service(root)
+    def svc() -> ServiceConfig:
+        return load_service(root)
 
     @mcp.tool()
     def submit(

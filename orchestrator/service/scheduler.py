@@ -33,7 +33,7 @@ from orchestrator.run import api
 from orchestrator.run.slurm import SETTLED_RECHECK_S, is_settled
 from orchestrator.service import attempt, slurm_jobs
 from orchestrator.service.admission import AdmittedJob, admit, admit_job
-from orchestrator.service.client import ServiceConfig
+from orchestrator.service.config import ServiceConfig
 from orchestrator.service.job import PENDING, Job, JobKind, JobState
 from orchestrator.service.pool import DevicePool, Lease, lease_sizes
 from orchestrator.service.slurm_jobs import SlurmJobRequest, SlurmUnavailable

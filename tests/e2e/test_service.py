@@ -26,6 +26,7 @@ from orchestrator.errors import ExperimentError, QueueError, QueueFull
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.service import client as service
 from orchestrator.service.admission import verify_request
+from orchestrator.service.config import ServiceConfig, load_service
 from orchestrator.service.scheduler import Scheduler
 from tests.support import REPO
 from tests.support.agents import retrying_submitter, spec
@@ -53,8 +54,8 @@ def tokenizer(data: dict[str, list[str]]) -> str:
     return corpus_tokenizer({n: [Path(p) for p in ps] for n, ps in data.items()})
 
 
-def make_service(root: Path, data_root: str, tokenizer: str, **kw: Any) -> service.ServiceConfig:
-    svc = service.ServiceConfig(root=str(root), data_roots=(data_root, tokenizer), **kw)
+def make_service(root: Path, data_root: str, tokenizer: str, **kw: Any) -> ServiceConfig:
+    svc = ServiceConfig(root=str(root), data_roots=(data_root, tokenizer), **kw)
     svc.save()
     return svc
 
@@ -179,7 +180,7 @@ def test_twenty_agents_two_hundred_jobs_none_lost_none_twice(
 # -- a scheduler and its job killed mid-run -----------------------------------------------------
 
 
-def serve(svc: service.ServiceConfig, *extra: str) -> subprocess.Popen[str]:
+def serve(svc: ServiceConfig, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -280,9 +281,7 @@ async def _mcp_session(root: str, body: dict) -> dict[str, Any]:
         out["verify_queued"] = json.loads(verify.content[0].text)
         # the scheduler runs the two dry runs and the check meanwhile (the MCP server trains
         # nothing itself)
-        await asyncio.to_thread(
-            Scheduler(service.load_service(root), poll_s=0.2).serve, until_idle=True
-        )
+        await asyncio.to_thread(Scheduler(load_service(root), poll_s=0.2).serve, until_idle=True)
         waited = await session.call_tool("verify_elastic", check | {"wait_s": 60})
         out["verify_done"] = json.loads(waited.content[0].text)
         status = await session.call_tool("status", {"job_id": calls["a"]["job"]["id"]})

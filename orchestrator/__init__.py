@@ -1,6 +1,6 @@
 """Zephon's orchestrator: experiments in, trustworthy comparisons out.
 
-One folder per job, layered: a part imports only what is below or beside it (cli.py and
+One folder per job, layered: a part imports only what is below or beside it (cli/, mcp/ and
 service/ over run/, titan/, search/, guard/ and tracking/, over evaluation/, experiment/,
 errors.py and pipeline/). The public Python API is re-exported here and imported on first
 use (``import orchestrator.titan`` stays light):

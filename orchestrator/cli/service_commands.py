@@ -155,7 +155,7 @@ def command_attempt(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 def command_mcp(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     # deferred: the MCP SDK takes about half a second to import; only `zephon mcp` needs it
-    from orchestrator.service.mcp_server import serve_stdio
+    from orchestrator.mcp.server import serve_stdio
 
     serve_stdio(args.root)
     return EXIT_OK, {}

@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.cli import dispatch
 from orchestrator.errors import OverBudget, QueueError
-from orchestrator.service.mcp_server import build_server
+from orchestrator.mcp.server import build_server
 from orchestrator.service import client as service
 from orchestrator.service.config import ServiceConfig, load_service
 from orchestrator.service.daily_budgets import (

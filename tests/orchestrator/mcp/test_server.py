@@ -13,7 +13,7 @@ import pytest
 from mcp.server.fastmcp.exceptions import ToolError
 
 from orchestrator.experiment.schema import experiment_json_schema
-from orchestrator.service.mcp_server import build_server
+from orchestrator.mcp.server import build_server
 from orchestrator.service import client as service
 from orchestrator.service.config import ServiceConfig, load_service
 from orchestrator.service.job import JobKind, JobState

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.run.answered import INDEX_DIR
+from orchestrator.run.identity_index import INDEX_DIR
 from sweeps.summary import SWEEP_FILE
 
 REPO = Path(__file__).resolve().parents[1]

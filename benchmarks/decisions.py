@@ -35,7 +35,7 @@ from benchmarks.publish import publish
 from demo.local_corpus import build_local_corpus
 from orchestrator import guard
 from orchestrator.guard.comparison import mixture_label
-from orchestrator.tracking.reading import training_run_ids
+from orchestrator.tracking.stored_runs import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import resolve_uri
 from pipeline import Dataset

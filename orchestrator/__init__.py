@@ -1,13 +1,13 @@
 """Zephon's orchestrator: experiments in, trustworthy comparisons out.
 
-One folder per job, layered: a part imports only what is below or beside it (cli.py and
+One folder per job, layered: a part imports only what is below or beside it (cli/, mcp/ and
 service/ over run/, titan/, search/, guard/ and tracking/, over evaluation/, experiment/,
 errors.py and pipeline/). The public Python API is re-exported here and imported on first
 use (``import orchestrator.titan`` stays light):
 
     plan, run, resume       orchestrator.run.api
     verify_elastic          orchestrator.run.elastic_check
-    compare                 orchestrator.guard.tracked.compare_tracked
+    compare                 orchestrator.guard.tracked_comparison.compare_tracked
     sync                    orchestrator.tracking.folder_sync.sync
 
 Design: docs/design/orchestrator_layout.md
@@ -23,7 +23,7 @@ _PUBLIC = {
     "run": ("orchestrator.run.api", "run"),
     "resume": ("orchestrator.run.api", "resume"),
     "verify_elastic": ("orchestrator.run.elastic_check", "verify_elastic"),
-    "compare": ("orchestrator.guard.tracked", "compare_tracked"),
+    "compare": ("orchestrator.guard.tracked_comparison", "compare_tracked"),
     "sync": ("orchestrator.tracking.folder_sync", "sync"),
 }
 """Public name -> (module, attribute)."""

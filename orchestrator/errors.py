@@ -9,6 +9,8 @@ Design: docs/design/orchestrator_cli.md
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pipeline.errors import EXIT_FAILED, EXIT_INVALID, ConfigError, ZephonError
 
 EXIT_OK = 0
@@ -31,6 +33,7 @@ __all__ = [
     "EXIT_REFUSED",
     "EXIT_TIMED_OUT",
     "EXIT_TRACKING",
+    "ErrorKind",
     "ExperimentError",
     "LaunchError",
     "MixError",
@@ -45,6 +48,26 @@ __all__ = [
     "TrackingUnavailable",
     "TransitionError",
 ]
+
+
+class ErrorKind(StrEnum):
+    """An error's ``kind`` in the ``zephon`` CLI's JSON output (``{"error": {"kind": ...}}``;
+    a member equals its string). ``failed`` and ``invalid`` are also the kinds of the
+    pipeline's errors (``pipeline/errors.py``, which imports nothing of the orchestrator)."""
+
+    FAILED = "failed"
+    """Work that failed."""
+    INVALID = "invalid"
+    """A request refused before any work started."""
+    QUEUE_FULL = "queue_full"
+    OVER_BUDGET = "over_budget"
+    LAUNCH_FAILED = "launch_failed"
+    TRACKING_ERROR = "tracking_error"
+    TRACKING_UNAVAILABLE = "tracking_unavailable"
+    INTERRUPTED = "interrupted"
+    """SIGINT or SIGTERM stopped the command."""
+    INTERNAL = "internal"
+    """A bug: an exception no error class describes (its traceback goes to stderr)."""
 
 
 class ProblemsError(ConfigError):
@@ -87,13 +110,13 @@ class QueueError(ConfigError):
 class QueueFull(QueueError):
     """The submitter already has as many unfinished jobs as it may."""
 
-    exit_code, kind = EXIT_BUSY, "queue_full"
+    exit_code, kind = EXIT_BUSY, ErrorKind.QUEUE_FULL
 
 
 class OverBudget(QueueError):
     """The submitter used up its daily budget of runs or device-hours."""
 
-    exit_code, kind = EXIT_BUSY, "over_budget"
+    exit_code, kind = EXIT_BUSY, ErrorKind.OVER_BUDGET
 
 
 class TransitionError(QueueError):
@@ -103,31 +126,31 @@ class TransitionError(QueueError):
 class NoFit(ZephonError):
     """A run asks only for dp sizes larger than every device of the pool together."""
 
-    exit_code, kind = EXIT_INVALID, "invalid"
+    exit_code, kind = EXIT_INVALID, ErrorKind.INVALID
 
 
 class LaunchError(ZephonError):
     """A launch that failed; the message ends with the tail of its log."""
 
-    kind = "launch_failed"
+    kind = ErrorKind.LAUNCH_FAILED
 
 
 class TrackingError(ZephonError):
     """Tracking cannot proceed; the message says what is wrong and what to do."""
 
-    exit_code, kind = EXIT_TRACKING, "tracking_error"
+    exit_code, kind = EXIT_TRACKING, ErrorKind.TRACKING_ERROR
 
 
 class TrackingUnavailable(TrackingError):
     """The tracking server (or database) cannot be reached right now; retrying later may work."""
 
-    kind = "tracking_unavailable"
+    kind = ErrorKind.TRACKING_UNAVAILABLE
 
 
 class NotTracked(TrackingError):
     """A run folder that was never tracked: there is nothing to send."""
 
-    exit_code, kind = EXIT_INVALID, "invalid"
+    exit_code, kind = EXIT_INVALID, ErrorKind.INVALID
 
 
 class RunFailed(ZephonError):

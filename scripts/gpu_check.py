@@ -22,7 +22,7 @@ from typing import Any
 
 from orchestrator.experiment.run_record import RunStatus
 from orchestrator.experiment.runfolder import RunFolder, write_json_atomic
-from orchestrator.guard.tracked import compare_tracked
+from orchestrator.guard.tracked_comparison import compare_tracked
 from orchestrator.machine.devices import Devices, discover
 from orchestrator.machine.precision import resolve_precision
 from orchestrator.run import api

@@ -25,7 +25,8 @@ OUTCOME_KEYS = (
     "answered_from",
 )
 """What a finished job's outcome copies from its returned result (``answered_from``: the
-earlier run that answered the job, which trained nothing; :mod:`orchestrator.run.answered`)."""
+earlier run that answered the job, which trained nothing;
+:mod:`orchestrator.run.identity_index`)."""
 
 
 @dataclass

@@ -10,6 +10,7 @@ Design: docs/design/sweeps_sweeper.md
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -31,11 +32,11 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from orchestrator.errors import NoFit
-from orchestrator.experiment import divisors, dp_problems
+from orchestrator.experiment import Launcher as TrainingLauncher
 from orchestrator.machine.devices import discover
-from orchestrator.run import interrupts, warm_start
-from orchestrator.run.cpu_env import cpu_start_env
-from orchestrator.service.pool import DevicePool, Lease
+from orchestrator.run import interrupts
+from orchestrator.run.launch import prepare_warm_start
+from orchestrator.service.pool import DevicePool, Lease, lease_resources, lease_sizes
 from pipeline.errors import ConfigError
 from sweeps.config import experiment_from
 
@@ -109,9 +110,10 @@ class ZephonLauncher(Launcher):
             spare_cores=True,
             extra_processes=self.extra_processes,
         )
-        if pool.devices.kind == "cpu" and not self.config.get("dry_run"):
-            # the trainer's imports overlap the jobs' composition; a dry run launches nothing
-            warm_start.prepare(cpu_start_env())
+        if not self.config.get("dry_run"):  # a dry run launches nothing
+            # the trainer's imports overlap the jobs' composition; they train on the pool's
+            # devices, on this machine
+            prepare_warm_start(pool.devices.kind, TrainingLauncher.LOCAL)
         log.info(
             "Launching %d jobs on %d free %s devices",
             len(job_overrides),
@@ -124,15 +126,9 @@ class ZephonLauncher(Launcher):
                 experiment = experiment_from(
                     self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
                 )
-            r = experiment.resources
-            sizes = (
-                [r.dp]
-                if r.dp is not None
-                else [k for k in divisors(experiment.data.lanes) if not dp_problems(experiment, k)]
-            )
             runs.append(
                 (
-                    sizes,
+                    lease_sizes(experiment),
                     lambda lease, n=number, o=list(overrides): self._run_pinned_job(n, o, lease),
                 )
             )
@@ -171,10 +167,9 @@ class ZephonLauncher(Launcher):
         assert self.task_function is not None
         pinned = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] not in PINNED_KEYS]
         pinned.append(f"resources.dp={lease.dp}")
-        if lease.devices.kind == "cuda":
-            pinned.append(f"resources.gpu_ids=[{','.join(map(str, lease.devices.gpu_ids))}]")
-        else:
-            pinned.append(f"resources.max_procs={lease.size}")
+        for key, value in lease_resources(lease).items():
+            if value is not None:  # a cleared field stays as the job's config has it
+                pinned.append(f"resources.{key}={json.dumps(value, separators=(',', ':'))}")
         with self._hydra_state:
             config = self.hydra_context.config_loader.load_sweep_config(self.config, pinned)
             with open_dict(config):

@@ -13,9 +13,10 @@ from typing import Any
 
 from orchestrator.errors import ExperimentError
 from orchestrator.guard.ladder import ladder, ladder_markdown
-from orchestrator.guard.tracked import compare_tracked
+from orchestrator.guard.tracked_comparison import compare_tracked
+from orchestrator.tracking.mlflow_names import TAG_KIND, TAG_NOTE, TAG_SWEEP, TAG_VERDICT
 from orchestrator.tracking.mlflow_status import MlflowStatus
-from orchestrator.tracking.names import TAG_KIND, TAG_NOTE, TAG_SWEEP, TAG_VERDICT
+from orchestrator.tracking.run_kind import RunKind
 from orchestrator.tracking.store import param_value
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import reachable_uri, resolve_uri
@@ -40,7 +41,7 @@ class ParentRun:
             log.warning("tracking unavailable: the sweep has no parent run; compare later")
             return cls(resolve_uri(t.uri, Path.cwd()), t.experiment, None)
         run_id = Tracker(uri, t.experiment).new_run(
-            name, kind="sweep", tags={TAG_SWEEP: name}, params=params
+            name, kind=RunKind.SWEEP, tags={TAG_SWEEP: name}, params=params
         )
         return cls(uri, t.experiment, run_id)
 
@@ -55,7 +56,9 @@ class ParentRun:
                 [f"hydra.sweeper.resume={name}: the tracking store is unreachable"]
             )
         tracker = Tracker(uri, t.experiment)
-        found = tracker.find_runs(f"tags.{TAG_KIND} = 'sweep' and tags.`{TAG_SWEEP}` = '{name}'")
+        found = tracker.find_runs(
+            f"tags.{TAG_KIND} = '{RunKind.SWEEP}' and tags.`{TAG_SWEEP}` = '{name}'"
+        )
         if not found:
             raise ExperimentError(
                 [

@@ -19,11 +19,11 @@ from hydra.core.utils import JobReturn
 
 from orchestrator.errors import ExperimentError, SweepFailed
 from orchestrator.experiment.run_record import RunStatus
-from orchestrator.guard.tracked import compare_tracked
+from orchestrator.guard.tracked_comparison import compare_tracked
 from orchestrator.search import Bounds, Observations, Proposal, fit, initial_design, propose
-from orchestrator.search.budget import dataset_tokens, token_budget
 from orchestrator.search.confirmation import confirmation_confidence
 from orchestrator.search.observations import MIN_DISTINCT_MIXTURES
+from orchestrator.search.repetition_caps import dataset_tokens, token_budget
 from orchestrator.search.runs import observations_from_runs
 from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.tracker import Tracker

@@ -29,8 +29,9 @@ from torchtitan.trainer import Trainer
 
 from benchmarks.dp_spread.design import GLOBAL_BATCH, ROWS_FILE
 from orchestrator.evaluation.evaluator import HeldOutEvaluator
+from orchestrator.experiment import build_pipeline
 from orchestrator.titan.configs import zephon_debug, zephon_mini
-from orchestrator.titan.dataloader import ZephonDataLoader, build_pipeline
+from orchestrator.titan.dataloader import ZephonDataLoader
 from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, JsonlMetricsLogger
 from orchestrator.titan.trainer import ZephonTrainer
 from pipeline import load_tokenizer
@@ -128,12 +129,13 @@ class StockHeldOutTrainer(Trainer):
             assert isinstance(self.validator, HeldOutEvaluator), "validator must be Zephon's"
             heldout = config.heldout
             source = build_pipeline(
-                heldout,
-                tokenizer=config.tokenizer.name,
-                dp_world_size=1,
+                heldout.trainer_data(
+                    tokenizer=config.tokenizer.name, seq_len=config.training.seq_len
+                ),
+                dp_size=1,
                 dp_rank=0,
-                seq_len=config.training.seq_len,
                 microbatch_size=GLOBAL_BATCH,
+                **heldout.pipeline_options(),
             ).source
             dims = self.parallel_dims
             self.validator.attach(

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from orchestrator.cli import run_commands, search_commands, service_commands
 from orchestrator.cli.parser import build_parser
-from orchestrator.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID
+from orchestrator.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, ErrorKind
 from orchestrator.run import interrupts
 from pipeline import ZephonError
 
@@ -92,7 +92,7 @@ def script() -> NoReturn:
 
 def _interrupted_payload() -> dict[str, Any]:
     message = "interrupted before training started; nothing was created"
-    return {"error": {"kind": "interrupted", "message": message, "problems": [message]}}
+    return {"error": {"kind": ErrorKind.INTERRUPTED, "message": message, "problems": [message]}}
 
 
 def _describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
@@ -100,12 +100,12 @@ def _describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     if isinstance(error, ZephonError):
         code, kind = error.exit_code, error.kind
     elif isinstance(error, (FileNotFoundError, ValueError)):  # files and values of arguments
-        code, kind = EXIT_INVALID, "invalid"
+        code, kind = EXIT_INVALID, ErrorKind.INVALID
     elif isinstance(error, KeyboardInterrupt):
-        code, kind = EXIT_INTERRUPTED, "interrupted"
+        code, kind = EXIT_INTERRUPTED, ErrorKind.INTERRUPTED
     else:  # a bug: the traceback goes to stderr, the payload stays one JSON object
         traceback.print_exception(error, file=sys.stderr)
-        code, kind = EXIT_FAILED, "internal"
+        code, kind = EXIT_FAILED, ErrorKind.INTERNAL
     problems = getattr(error, "problems", [str(error)])
     return code, {"error": {"kind": kind, "message": str(error), "problems": problems}}
 

@@ -18,8 +18,8 @@ from orchestrator.experiment.run_record import RunStatus
 from orchestrator.machine.devices import Devices
 from orchestrator.service import attempt
 from orchestrator.service import client as service
-from orchestrator.service.budget import Budgets
-from orchestrator.service.client import ServiceConfig, load_service
+from orchestrator.service.config import ServiceConfig, load_service
+from orchestrator.service.daily_budgets import Budgets
 from orchestrator.service.job import Job, JobState
 from orchestrator.service.pool import Lease
 from orchestrator.service.scheduler import Scheduler
@@ -96,7 +96,7 @@ def command_submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     else:
         spec = read_yaml_file(args.config, "experiment file")
     return EXIT_OK, service.submit(
-        service.load_service(args.root),
+        load_service(args.root),
         spec,
         key=args.key,
         kind=args.kind,
@@ -105,7 +105,7 @@ def command_submit(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def command_job(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    svc = service.load_service(args.root)
+    svc = load_service(args.root)
     if args.command == "status":
         return EXIT_OK, service.status(svc, args.job_id)
     if args.command == "cancel":
@@ -126,7 +126,7 @@ def command_job(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 def command_jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return EXIT_OK, service.list_jobs(
-        service.load_service(args.root),
+        load_service(args.root),
         states=args.state,
         submitter=args.submitter,
         kind=args.kind,
@@ -135,7 +135,7 @@ def command_jobs(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def command_datasets(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    return EXIT_OK, service.list_datasets(service.load_service(args.root))
+    return EXIT_OK, service.list_datasets(load_service(args.root))
 
 
 def command_attempt(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -155,7 +155,7 @@ def command_attempt(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 def command_mcp(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     # deferred: the MCP SDK takes about half a second to import; only `zephon mcp` needs it
-    from orchestrator.service.mcp_server import serve_stdio
+    from orchestrator.mcp.server import serve_stdio
 
     serve_stdio(args.root)
     return EXIT_OK, {}

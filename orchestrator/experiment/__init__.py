@@ -6,13 +6,6 @@ No torch, no MLflow, no subprocess: this package imports nothing of ``run/``,
 Design: docs/design/orchestrator_experiment.md.
 """
 
-from orchestrator.experiment.choices import (
-    DecayType,
-    DeviceKind,
-    DeviceRequest,
-    Launcher,
-    Precision,
-)
 from orchestrator.experiment.config import (
     DataSection,
     EvalSection,
@@ -33,9 +26,16 @@ from orchestrator.experiment.fingerprints import (
     fingerprints,
 )
 from orchestrator.experiment.phases import PhaseOutline, phase_outline
+from orchestrator.experiment.setting_choices import (
+    DecayType,
+    DeviceKind,
+    DeviceRequest,
+    Launcher,
+    Precision,
+)
 from orchestrator.experiment.validation import (
-    divisors,
     dp_problems,
+    dp_sizes,
     split_step_problems,
     validate,
 )
@@ -58,8 +58,8 @@ __all__ = [
     "TrainSection",
     "absolute",
     "build_pipeline",
-    "divisors",
     "dp_problems",
+    "dp_sizes",
     "fingerprints",
     "load_data_section",
     "load_experiment",

@@ -19,8 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment.choices import DeviceRequest, Launcher, Precision
 from orchestrator.experiment.overrides import check_overrides
+from orchestrator.experiment.setting_choices import DeviceRequest, Launcher, Precision
 
 
 @dataclass

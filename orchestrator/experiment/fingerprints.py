@@ -14,7 +14,7 @@ from typing import Any
 from orchestrator.experiment.config import DataSection, ExperimentConfig
 from orchestrator.experiment.phases import compared_phase, pipeline_mixture, split_contract
 from orchestrator.experiment.variant_axis import parse_axis, split_varied, varied_identity
-from pipeline import Dataset, Pipeline, WorkSource, fingerprint, load_tokenizer
+from pipeline import ConfigError, Dataset, Pipeline, WorkSource, fingerprint, load_tokenizer
 
 
 @dataclass
@@ -71,10 +71,13 @@ def build_pipeline(
     tokenize_parallelism: int = 1,
     runner: str = "threads",
     prefetch_steps: int = 2,
+    sizes_hint: str | None = None,
 ) -> Pipeline:
     """One rank's validated ``Pipeline`` for the data contract ``data`` (no data is read yet;
-    the last three arguments change speed only). The trainer builds its data the same way,
-    so the fingerprints are those of the data it trains on. Raises ConfigError."""
+    ``tokenize_parallelism``, ``runner`` and ``prefetch_steps`` change speed only). The
+    trainer builds its data here too, so the fingerprints are those of the data it trains
+    on. Raises ConfigError, its message followed by ``sizes_hint`` (where the caller's sizes
+    come from: a trainer names its flags) in parentheses when given."""
 
     def datasets(paths_by_name: dict[str, list[str]], **options: Any) -> list[Dataset]:
         return [
@@ -89,35 +92,40 @@ def build_pipeline(
             for name, paths in sorted(paths_by_name.items())
         ]
 
-    source = WorkSource(
-        datasets(data.datasets, exhausted=data.exhausted),
-        pipeline_mixture(data),
-        seed=data.seed,
-        chunk_tokens=data.chunk_tokens,
-        holdout_bytes=data.holdout_bytes,
-        holdout_docs=data.holdout_docs,
-        order=data.order,
-        shard_window=data.shard_window,
-        eval_sets=datasets(data.eval_sets),
-    )
-    pipeline = (
-        Pipeline(source)
-        .options(
-            lanes=data.lanes,
-            dp_rank=dp_rank,
-            dp_size=dp_size,
-            flush_every=data.flush_every,
-            overlap_ngram=data.overlap_ngram,
-            runner=runner,
-            prefetch_steps=prefetch_steps,
+    try:
+        source = WorkSource(
+            datasets(data.datasets, exhausted=data.exhausted),
+            pipeline_mixture(data),
+            seed=data.seed,
+            chunk_tokens=data.chunk_tokens,
+            holdout_bytes=data.holdout_bytes,
+            holdout_docs=data.holdout_docs,
+            order=data.order,
+            shard_window=data.shard_window,
+            eval_sets=datasets(data.eval_sets),
         )
-        .process(*data.process)
-        .tokenize(data.tokenizer, data.text_field, tokenize_parallelism)
-        .pack_flat(max_length=data.seq_len)
-        .shuffle(data.shuffle_buffer, data.shuffle_seed)
-        .batch(microbatch_size=microbatch_size, global_batch_size=data.global_batch_size)
-    )
-    pipeline.validate()
+        pipeline = (
+            Pipeline(source)
+            .options(
+                lanes=data.lanes,
+                dp_rank=dp_rank,
+                dp_size=dp_size,
+                flush_every=data.flush_every,
+                overlap_ngram=data.overlap_ngram,
+                runner=runner,
+                prefetch_steps=prefetch_steps,
+            )
+            .process(*data.process)
+            .tokenize(data.tokenizer, data.text_field, tokenize_parallelism)
+            .pack_flat(max_length=data.seq_len)
+            .shuffle(data.shuffle_buffer, data.shuffle_seed)
+            .batch(microbatch_size=microbatch_size, global_batch_size=data.global_batch_size)
+        )
+        pipeline.validate()
+    except ConfigError as error:
+        if sizes_hint is None:
+            raise
+        raise ConfigError(f"{error} ({sizes_hint})") from None
     return pipeline
 
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Self
 
-from orchestrator.experiment.choices import Precision
 from orchestrator.experiment.config import ExperimentConfig, load_experiment
 from orchestrator.experiment.fingerprints import Fingerprints
+from orchestrator.experiment.setting_choices import Precision
 from pipeline import fingerprint
 
 
@@ -158,7 +158,7 @@ class ExperimentRecord(Record):
     parameters: int | None = None
     init_checkpoint: InitCheckpoint | None = None
     identity: str | None = None
-    """The run's answer identity (:mod:`orchestrator.run.answered`); none once extended."""
+    """The run's answer identity (:mod:`orchestrator.run.identity_index`); none once extended."""
     extended: tuple[Extension, ...] = ()
     NESTED: ClassVar[Mapping[str, type[Record]]] = {
         "init_checkpoint": InitCheckpoint,
@@ -195,7 +195,7 @@ class ExperimentRecord(Record):
         )
 
     def answer_identity(self) -> str:
-        """The run's identity (:mod:`orchestrator.run.answered`), from its children's: the
+        """The run's identity (:mod:`orchestrator.run.identity_index`), from its children's: the
         data contract's and variant's fingerprints, the recipe's, the initial checkpoint's
         sha256, and the ``eval`` section."""
         return fingerprint(

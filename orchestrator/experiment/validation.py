@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment.choices import (
+from orchestrator.experiment.config import EvalSection, ExperimentConfig, TrainSection
+from orchestrator.experiment.phases import phase_problems
+from orchestrator.experiment.setting_choices import (
     DecayType,
     DeviceRequest,
     Launcher,
     Precision,
     choice_problem,
 )
-from orchestrator.experiment.config import EvalSection, ExperimentConfig, TrainSection
-from orchestrator.experiment.phases import phase_problems
 from orchestrator.experiment.variant_axis import AxisKind, parse_axis
 from pipeline import ConfigError, ExhaustedPolicy, OrderVersion
 from pipeline.io import credentials_problem
@@ -287,6 +287,12 @@ def split_step_problems(steps: int, split_step: Any) -> list[str]:
     if not 1 <= split_step < steps:
         return [f"split_step must be in [1, {steps}) (train.steps), got {split_step}"]
     return []
+
+
+def dp_sizes(config: ExperimentConfig) -> list[int]:
+    """Every dp size that can run ``config``, smallest first: the divisors of its lanes that
+    :func:`dp_problems` finds nothing wrong with."""
+    return [k for k in divisors(config.data.lanes) if not dp_problems(config, k)]
 
 
 def divisors(n: int) -> list[int]:

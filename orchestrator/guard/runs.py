@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.evaluation import DEFAULT_METRIC, EvalRecord, MetricScores
 from orchestrator.experiment.run_record import ExperimentRecord
 from orchestrator.experiment.runfolder import read_jsonl
-from orchestrator.tracking.mlflow_status import MlflowStatus
-from orchestrator.tracking.names import (
+from orchestrator.tracking.mlflow_names import (
     ARTIFACT_DIR,
     ARTIFACT_EVAL,
     ARTIFACT_EXPERIMENT,
@@ -37,7 +36,9 @@ from orchestrator.tracking.names import (
     TAG_VERDICT,
     flatten,
 )
-from orchestrator.tracking.reading import runs_everywhere
+from orchestrator.tracking.mlflow_status import MlflowStatus
+from orchestrator.tracking.run_kind import RunKind
+from orchestrator.tracking.stored_runs import runs_everywhere
 
 if TYPE_CHECKING:
     from orchestrator.tracking.tracker import Tracker
@@ -257,7 +258,9 @@ def log_comparison(
         run_id = into_run_id
         tracker.tag_run(run_id, tags)
     else:
-        run_id = tracker.new_run(name, kind="comparison", tags=tags, parent_run_id=parent_run_id)
+        run_id = tracker.new_run(
+            name, kind=RunKind.COMPARISON, tags=tags, parent_run_id=parent_run_id
+        )
     try:
         folder = Path(workdir) / name
         folder.mkdir(parents=True, exist_ok=True)

@@ -20,8 +20,8 @@ from orchestrator.experiment import (
     DeviceKind,
     DeviceRequest,
     ExperimentConfig,
-    divisors,
     dp_problems,
+    dp_sizes,
 )
 
 BUSY_MEMORY_FRACTION = 0.10
@@ -109,9 +109,7 @@ def choose_dp(config: ExperimentConfig, devices: Devices, requested: int | None 
         if problems:
             raise ExperimentError(problems)
         return requested
-    fitting = [
-        k for k in divisors(config.data.lanes) if k <= capacity and not dp_problems(config, k)
-    ]
+    fitting = [k for k in dp_sizes(config) if k <= capacity]
     if not fitting:
         raise ExperimentError(
             [f"no dp size fits: lanes={config.data.lanes}, {capacity} free {devices.kind} devices"]

@@ -8,8 +8,8 @@ Every function checks its inputs before it starts anything and returns plain dat
     run(config)                    plan, then train (torchrun), track (MLflow), evaluate
     resume(folder, dp=...)         continue a run from its last checkpoint, any dp size
 
-Comparing runs is :func:`orchestrator.guard.tracked.compare`; catching up a run's tracking,
-:func:`orchestrator.tracking.folder_sync.sync`.
+Comparing runs is :func:`orchestrator.guard.tracked_comparison.compare`; catching up a run's
+tracking, :func:`orchestrator.tracking.folder_sync.sync`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any, TextIO
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import (
-    DeviceKind,
     ExperimentConfig,
     Launcher,
     Precision,
@@ -37,7 +36,7 @@ from orchestrator.experiment.run_record import (
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices
 from orchestrator.run import interrupts, warm_start
-from orchestrator.run.answered import (
+from orchestrator.run.identity_index import (
     AnswerKey,
     finished_at,
     identity_lock,
@@ -46,9 +45,8 @@ from orchestrator.run.answered import (
     indexed_run,
     link_answer,
 )
-from orchestrator.run.cpu_env import cpu_start_env
 from orchestrator.run.init_checkpoint import ensure_init_checkpoint
-from orchestrator.run.launch import stop_leftover_launch
+from orchestrator.run.launch import prepare_warm_start, stop_leftover_launch
 from orchestrator.run.plan import plan, plan_summary, with_absolute_paths
 from orchestrator.run.recipe import recipe_of
 from orchestrator.run.result import RunResult, run_result
@@ -76,7 +74,7 @@ def run(
 ) -> RunResult:
     """Plan, then train ``config`` to the end; see :class:`RunResult`.
 
-    An experiment whose identity (:mod:`orchestrator.run.answered`) is that of a run
+    An experiment whose identity (:mod:`orchestrator.run.identity_index`) is that of a run
     under the same ``runs_root`` that succeeded is answered from it, training nothing
     (``answered_from`` names it); one whose run stopped (killed, interrupted, failed)
     resumes that run. ``fresh`` trains a new run all the same. ``at_dp``: a replicate asked
@@ -331,10 +329,7 @@ def _prepare_launch(config: ExperimentConfig, devices: Devices) -> None:
     """Start the warm server of a CPU launch now (:mod:`orchestrator.run.warm_start`), so
     that its imports overlap the tracking check and the initial checkpoint; end a
     speculative one that no launch of this run will use."""
-    if devices.kind == DeviceKind.CPU and config.resources.launcher != Launcher.SLURM:
-        warm_start.prepare(cpu_start_env())
-    else:
-        warm_start.withdraw()
+    prepare_warm_start(devices.kind, config.resources.launcher)
 
 
 def _open_tracker(config: ExperimentConfig) -> Tracker | None:

@@ -22,7 +22,7 @@ from typing import BinaryIO, TypeAlias
 
 import psutil
 
-from orchestrator.experiment import DeviceKind
+from orchestrator.experiment import DeviceKind, Launcher
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices, usable_cores
 from orchestrator.run import interrupts, warm_start
@@ -34,6 +34,17 @@ EXIT_POLL_S = 0.05
 
 Agent: TypeAlias = "subprocess.Popen[bytes] | warm_start.WarmProcess"
 """One started torchrun: a cold subprocess or a warm server's fork."""
+
+
+def prepare_warm_start(kind: DeviceKind, launcher: Launcher) -> None:
+    """Before a run's launches on ``kind`` devices by ``launcher``: start the warm server now
+    if they will start from it, CPU torchruns on this machine (not Slurm's), so that its
+    imports overlap the work before them; else end a speculative one
+    (:mod:`orchestrator.run.warm_start`)."""
+    if kind == DeviceKind.CPU and launcher != Launcher.SLURM:
+        warm_start.prepare(cpu_start_env())
+    else:
+        warm_start.withdraw()
 
 
 def launch_env(

@@ -33,7 +33,7 @@ class RunResult:
     messages: list[str] = field(default_factory=list)
     answered_from: str | None = None
     """The run folder's name of the earlier run of the same experiment this result comes
-    from (:mod:`orchestrator.run.answered`); None when this call trained its own run."""
+    from (:mod:`orchestrator.run.identity_index`); None when this call trained its own run."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

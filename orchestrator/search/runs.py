@@ -14,8 +14,8 @@ from orchestrator.experiment.config import ExperimentConfig
 from orchestrator.experiment.run_record import ExperimentRecord
 from orchestrator.guard.comparison import RunSummary
 from orchestrator.search.observations import Observations
-from orchestrator.tracking.names import ARTIFACT_DIR, ARTIFACT_EXPERIMENT
-from orchestrator.tracking.reading import training_run_ids
+from orchestrator.tracking.mlflow_names import ARTIFACT_DIR, ARTIFACT_EXPERIMENT
+from orchestrator.tracking.stored_runs import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import resolve_uri
 

@@ -20,6 +20,7 @@ from typing import Any
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import (
     ExperimentConfig,
+    Launcher,
     dp_problems,
     load_experiment,
     split_step_problems,
@@ -178,7 +179,7 @@ def admit(spec: Any, rules: Rules) -> ExperimentConfig:
     if m.args:
         problems.append("model.args (raw TorchTitan flags) is not accepted by the job service")
     r = config.resources
-    if r.launcher != "local" or r.nodes != 1:
+    if r.launcher != Launcher.LOCAL or r.nodes != 1:
         problems.append(
             "the job service runs local launches on one node (resources.launcher=local)"
         )

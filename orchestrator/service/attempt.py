@@ -21,9 +21,9 @@ from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api, interrupts
 from orchestrator.run.elastic_check import verify_elastic
 from orchestrator.service.admission import admit_job
-from orchestrator.service.client import ServiceConfig
+from orchestrator.service.config import ServiceConfig
 from orchestrator.service.job import Job
-from orchestrator.service.pool import Lease
+from orchestrator.service.pool import Lease, lease_resources
 
 
 def command(service: ServiceConfig, job_id: str, lease: Lease) -> list[str]:
@@ -51,15 +51,9 @@ def command(service: ServiceConfig, job_id: str, lease: Lease) -> list[str]:
 
 
 def on_lease(config: ExperimentConfig, lease: Lease) -> ExperimentConfig:
-    """``config`` placed on ``lease``: its device kind and its cores (CPU) or GPUs (CUDA)."""
-    devices = lease.devices
-    cuda = devices.kind == "cuda"
-    resources = replace(
-        config.resources,
-        device=devices.kind,
-        max_procs=None if cuda else devices.count,
-        gpu_ids=list(devices.gpu_ids) if cuda else None,
-    )
+    """``config`` placed on ``lease``: its device kind and its cores (CPU) or GPUs (CUDA)
+    (:func:`~orchestrator.service.pool.lease_resources`)."""
+    resources = replace(config.resources, device=lease.devices.kind, **lease_resources(lease))
     return replace(config, resources=resources)
 
 

@@ -10,124 +10,21 @@ Design: docs/design/orchestrator_service.md
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from orchestrator.errors import QueueError
-from orchestrator.service.admission import FRESH_KEY, Limits, Rules, admit_job
-from orchestrator.service.budget import Budgets
+from orchestrator.service.admission import FRESH_KEY, admit_job
+from orchestrator.service.config import ServiceConfig
 from orchestrator.service.job import FINAL, JobKind, JobState, to_kind
 from orchestrator.service.queue import JobQueue
-from orchestrator.service.slurm_settings import ServiceLauncher, SlurmSettings
-from pipeline.choice import parse_choice
 from pipeline.errors import ConfigError
 from pipeline.formats import COMPRESSIONS, detect_format
-
-SERVICE_FILE = "service.json"
-DEFAULT_ROOT = "zephon-service"
-
-
-@dataclass(frozen=True)
-class ServiceConfig:
-    """Where a job service keeps its state, and its rules."""
-
-    root: str = DEFAULT_ROOT
-    """Folder holding service.json, queue.db, jobs/, runs/ and mlflow.db."""
-    _: KW_ONLY
-    data_roots: tuple[str, ...] = ()
-    """Folders dataset files must lie under; empty: ``<root>/data``."""
-    tracking_uri: str | None = None
-    """MLflow tracking URI; None: ``sqlite:///<root>/mlflow.db``."""
-    max_queued_per_submitter: int = 100
-    """Jobs a submitter may have queued, running or preempted at once."""
-    device: str = "auto"
-    """Devices the scheduler shares: auto, cuda or cpu."""
-    capacity: int | None = None
-    """Most devices the scheduler uses at once; None: every free one."""
-    extra_processes: int = 1
-    """CPU: training processes beyond the cores, filling what the runs leave idle
-    (:class:`~orchestrator.service.pool.DevicePool`); 0: one process per core."""
-    plan_workers: int = 2
-    """Dry-run (``plan``) jobs evaluated at once."""
-    max_attempts: int = 3
-    """Attempts of a job whose process keeps dying before it is marked failed."""
-    limits: Limits = field(default_factory=Limits)
-    budgets: Budgets = field(default_factory=Budgets)
-    """Runs and device-hours per submitter and UTC day (:mod:`.budget`); none by default."""
-    object_store_prefixes: tuple[str, ...] = ()
-    """URL prefixes (``s3://bucket/prefix/``) dataset URLs may start with; none: no URLs."""
-    launcher: ServiceLauncher = ServiceLauncher.LOCAL
-    """What starts training attempts: local processes on leased devices, or Slurm jobs."""
-    slurm: SlurmSettings = field(default_factory=SlurmSettings)
-    """What each Slurm job asks for (with ``launcher=slurm``)."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "launcher", parse_choice(ServiceLauncher, self.launcher, "launcher")
-        )
-
-    @property
-    def path(self) -> Path:
-        return Path(self.root).absolute()
-
-    @property
-    def queue_path(self) -> Path:
-        return self.path / "queue.db"
-
-    @property
-    def runs_root(self) -> Path:
-        return self.path / "runs"
-
-    def job_dir(self, job_id: str) -> Path:
-        return self.path / "jobs" / job_id
-
-    def rules(self) -> Rules:
-        """The admission rules of this service."""
-        roots = self.data_roots or (str(self.path / "data"),)
-        uri = self.tracking_uri or f"sqlite:///{self.path / 'mlflow.db'}"
-        return Rules(
-            tuple(str(Path(r).expanduser().absolute()) for r in roots),
-            str(self.runs_root),
-            tracking_uri=uri,
-            limits=self.limits,
-            object_store_prefixes=self.object_store_prefixes,
-        )
-
-    def queue(self) -> JobQueue:
-        return JobQueue(
-            self.queue_path,
-            max_queued_per_submitter=self.max_queued_per_submitter,
-            budgets=self.budgets,
-        )
-
-    def save(self) -> None:
-        """Write ``service.json``, so clients of this root apply the same rules."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        data = {**asdict(self), "root": str(self.path)}
-        tmp = self.path / f".{SERVICE_FILE}.tmp"
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        tmp.replace(self.path / SERVICE_FILE)
-
-
-def load_service(root: str | Path = DEFAULT_ROOT) -> ServiceConfig:
-    """The service of ``root`` (its ``service.json``; defaults if it has none yet)."""
-    path = Path(root) / SERVICE_FILE
-    if not path.is_file():
-        return ServiceConfig(root=str(Path(root).absolute()))
-    data = json.loads(path.read_text())
-    limits = Limits(**data.pop("limits", {}))
-    budgets = Budgets.from_dict(data.pop("budgets", {}))
-    data["data_roots"] = tuple(data.get("data_roots", ()))
-    data["object_store_prefixes"] = tuple(data.get("object_store_prefixes", ()))
-    slurm = SlurmSettings.from_dict(data.pop("slurm", {}))
-    return ServiceConfig(**data, limits=limits, budgets=budgets, slurm=slurm)
 
 
 def caller() -> str:
@@ -155,7 +52,7 @@ def submit(
     first (:func:`orchestrator.service.admission.admit_job`): a refused spec raises
     ExperimentError listing every reason, and nothing is queued; QueueFull when the
     caller already has its limit of pending jobs; OverBudget when it used up its daily
-    budget (:mod:`orchestrator.service.budget`).
+    budget (:mod:`orchestrator.service.daily_budgets`).
     """
     kind = to_kind(kind)
     if fresh and isinstance(spec, dict):

@@ -1,8 +1,9 @@
 """Share this machine's free devices among runs that train at the same time.
 
-Each run names the dp sizes it accepts; each time a run is submitted or a lease is
-returned, every waiting run in submission order gets the largest acceptable size that
-is free (first fit). ``spare_cores`` and ``extra_processes`` tune CPU runs.
+Each run names the dp sizes it accepts (an experiment's: :func:`lease_sizes`); each time a
+run is submitted or a lease is returned, every waiting run in submission order gets the
+largest acceptable size that is free (first fit), and holds to its lease the resources
+:func:`lease_resources` names. ``spare_cores`` and ``extra_processes`` tune CPU runs.
 
 Design: docs/design/orchestrator_service.md
 """
@@ -13,9 +14,10 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from orchestrator.errors import NoFit
+from orchestrator.experiment import DeviceKind, ExperimentConfig, dp_sizes
 from orchestrator.machine.devices import Devices
 
 T = TypeVar("T")
@@ -35,6 +37,24 @@ class Lease:
     def size(self) -> int:
         """Devices held."""
         return self.devices.count
+
+
+def lease_sizes(config: ExperimentConfig) -> list[int]:
+    """The lease sizes a run of ``config`` accepts: its own ``resources.dp``, else every dp
+    size that can run it (:func:`~orchestrator.experiment.dp_sizes`)."""
+    dp = config.resources.dp
+    return [dp] if dp is not None else dp_sizes(config)
+
+
+def lease_resources(lease: Lease) -> dict[str, Any]:
+    """The ``resources`` fields that hold a run to ``lease`` (its dp is ``lease.dp``): on
+    CUDA its GPUs, ``gpu_ids``; on CPU its cores, ``max_procs`` training processes. The
+    other field is None: cleared."""
+    cuda = lease.devices.kind == DeviceKind.CUDA
+    return {
+        "max_procs": None if cuda else lease.size,
+        "gpu_ids": list(lease.devices.gpu_ids) if cuda else None,
+    }
 
 
 @dataclass
@@ -58,11 +78,11 @@ class DevicePool:
         assert capacity is None or capacity >= 1, f"capacity must be >= 1, got {capacity}"
         assert extra_processes >= 0, f"extra_processes must be >= 0, got {extra_processes}"
         self.devices = devices
-        self.spare_cores = spare_cores and devices.kind == "cpu"
+        self.spare_cores = spare_cores and devices.kind == DeviceKind.CPU
         """CPU: the last waiting run waits for, and gets, every core (why:
         docs/design/orchestrator_service.md)."""
         self.capacity = min(devices.count, capacity) if capacity else devices.count
-        self.extra_processes = extra_processes if devices.kind == "cpu" else 0
+        self.extra_processes = extra_processes if devices.kind == DeviceKind.CPU else 0
         """CPU: how many processes the runs may have beyond the cores (why:
         docs/design/orchestrator_service.md)."""
         self._slots = self.capacity + self.extra_processes
@@ -132,7 +152,8 @@ class DevicePool:
                 self._waiting.remove(job)
                 slots = self._free if last else dp
                 size = min(slots, self.capacity)
-                gpus = tuple(self._free_gpus[:size]) if self.devices.kind == "cuda" else ()
+                cuda = self.devices.kind == DeviceKind.CUDA
+                gpus = tuple(self._free_gpus[:size]) if cuda else ()
                 self._free_gpus = self._free_gpus[len(gpus) :]
                 self._free -= slots
                 leased = replace(self.devices, count=size, gpu_ids=gpus)

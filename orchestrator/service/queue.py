@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import QueueError, QueueFull, TransitionError
-from orchestrator.service.budget import Budgets, Usage, check_budget, usage
+from orchestrator.service.daily_budgets import Budgets, Usage, check_budget, usage
 from orchestrator.service.job import (
     NOT_FINAL,
     PENDING,

@@ -60,7 +60,7 @@ _SCHEMA = (
         detail TEXT NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, seq)",
-    # One row per attempt, for the device-hours of budgets (orchestrator/service/budget.py).
+    # One row per attempt, for the device-hours of budgets (orchestrator/service/daily_budgets.py).
     """CREATE TABLE IF NOT EXISTS attempts (
         job_id TEXT NOT NULL REFERENCES jobs (id),
         number INTEGER NOT NULL,

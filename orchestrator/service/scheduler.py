@@ -25,33 +25,28 @@ from typing import Any
 
 import psutil
 
-from orchestrator.errors import ExperimentError, TransitionError
-from orchestrator.experiment import (
-    DeviceKind,
-    DeviceRequest,
-    ExperimentConfig,
-    divisors,
-    dp_problems,
-)
+from orchestrator.errors import ErrorKind, ExperimentError, TransitionError
+from orchestrator.experiment import DeviceKind, DeviceRequest, ExperimentConfig
 from orchestrator.experiment.run_record import RunStatus
 from orchestrator.machine.devices import discover
 from orchestrator.run import api
 from orchestrator.run.slurm import SETTLED_RECHECK_S, is_settled
 from orchestrator.service import attempt, slurm_jobs
 from orchestrator.service.admission import AdmittedJob, admit, admit_job
-from orchestrator.service.client import ServiceConfig
+from orchestrator.service.config import ServiceConfig
 from orchestrator.service.job import PENDING, Job, JobKind, JobState
-from orchestrator.service.pool import DevicePool, Lease
+from orchestrator.service.pool import DevicePool, Lease, lease_sizes
 from orchestrator.service.slurm_jobs import SlurmJobRequest, SlurmUnavailable
 from orchestrator.service.slurm_settings import ServiceLauncher
-from orchestrator.tracking.mlflow_status import MlflowStatus
-from orchestrator.tracking.names import (
+from orchestrator.tracking.mlflow_names import (
     PARAM_MIX_PREFIX,
     TAG_CONTRACT,
     TAG_JOB_ID,
     TAG_SUBMITTER,
     TAG_VARIANT,
 )
+from orchestrator.tracking.mlflow_status import MlflowStatus
+from orchestrator.tracking.run_kind import RunKind
 from orchestrator.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -373,15 +368,13 @@ class Scheduler:
 
 
 def _list_lease_sizes(admitted: AdmittedJob) -> list[int]:
-    """The lease sizes a job accepts. A run: its own dp, or every divisor of its lanes that
-    fits. A verify job: enough for its larger dp, or for its two first runs side by side."""
-    config, check = admitted.config, admitted.check
-    if check is not None:
-        least = max(check.first_dp, check.second_dp)
-        return sorted({least, max(least, 2 * check.first_dp)})
-    if config.resources.dp is not None:
-        return [config.resources.dp]
-    return [k for k in divisors(config.data.lanes) if not dp_problems(config, k)]
+    """The lease sizes a job accepts. A run: its experiment's (:func:`lease_sizes`). A verify
+    job: enough for its larger dp, or for its two first runs side by side."""
+    check = admitted.check
+    if check is None:
+        return lease_sizes(admitted.config)
+    least = max(check.first_dp, check.second_dp)
+    return sorted({least, max(least, 2 * check.first_dp)})
 
 
 def _spawn_attempt(argv: list[str], cwd: Path, out: Any, err: Any) -> Any:
@@ -422,7 +415,8 @@ def _derive_status(result: dict[str, Any] | None) -> str | None:
     if result is None:
         return None
     error = result.get("error")
-    if "status" not in result and isinstance(error, dict) and error.get("kind") == "interrupted":
+    interrupted = isinstance(error, dict) and error.get("kind") == ErrorKind.INTERRUPTED
+    if "status" not in result and interrupted:
         return RunStatus.INTERRUPTED
     return result.get("status")
 
@@ -452,6 +446,6 @@ def _log_plan(uri: str, config: ExperimentConfig, plan: dict[str, Any], job: Job
         TAG_SUBMITTER: job.submitter,
     }
     params = {f"{PARAM_MIX_PREFIX}{k}": v for k, v in plan["mixture"].items()}
-    run_id = tracker.new_run(job.id, kind="plan", tags=tags, params=params)
+    run_id = tracker.new_run(job.id, kind=RunKind.PLAN, tags=tags, params=params)
     tracker.end_run(run_id, MlflowStatus.FINISHED)
     return run_id

@@ -25,7 +25,7 @@ from orchestrator.experiment.runfolder import write_json_atomic
 from orchestrator.machine.devices import discover
 from orchestrator.run.slurm import is_settled
 from orchestrator.service import attempt
-from orchestrator.service.client import ServiceConfig
+from orchestrator.service.config import ServiceConfig
 from orchestrator.service.job import Job
 from orchestrator.service.pool import Lease
 from pipeline.errors import ConfigError

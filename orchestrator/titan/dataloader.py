@@ -23,8 +23,7 @@ from torchtitan.components.dataloader import BaseDataLoader
 from torchtitan.components.metrics import BaseLogger
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment import DataSection, read_data_spec
-from orchestrator.experiment import build_pipeline as build_data_pipeline
+from orchestrator.experiment import DataSection, build_pipeline, read_data_spec
 from orchestrator.titan.collectives import DataParallelGroup
 from orchestrator.titan.runlog import StepLog
 from orchestrator.titan.tokenizer import ZephonTokenizer
@@ -33,7 +32,6 @@ from pipeline import (
     ConfigError,
     DigestChain,
     MicroBatch,
-    Pipeline,
     StateError,
     global_batch_digest,
     merge_states,
@@ -95,6 +93,50 @@ class ZephonDataLoader(BaseDataLoader):
             except ExperimentError as error:
                 raise ConfigError("; ".join(error.problems)) from None
 
+        def trainer_data(self, *, tokenizer: str, seq_len: int) -> DataSection:
+            """The data section in ``spec`` for a trainer whose ``--tokenizer.name`` is
+            ``tokenizer`` and ``--training.seq-len`` is ``seq_len`` (both part of the data
+            contract); ConfigError saying what to change, in TorchTitan's flag names and the
+            spec's."""
+            if self.dataset or self.dataset_path:
+                raise ConfigError(
+                    "--dataloader.dataset and --dataloader.dataset-path are settings of "
+                    "TorchTitan's stock loader; the Zephon loader reads its datasets from "
+                    "--dataloader.spec"
+                )
+            data = self.data()
+            where = f"the data spec {self.spec}"
+            if not data.datasets:
+                raise ConfigError(
+                    f"{where} names no datasets; give data.datasets as name -> shard paths or "
+                    'globs, e.g. {"code": ["data/code/*.jsonl.zst"], "docs": '
+                    '["data/docs/*.parquet"]}'
+                )
+            disagreeing = [
+                f"--{flag} is {mine!r} but {where} has {key} {theirs!r}"
+                for flag, mine, key, theirs in (
+                    ("tokenizer.name", tokenizer, "tokenizer", data.tokenizer),
+                    ("training.seq-len", seq_len, "seq_len", data.seq_len),
+                )
+                if mine != theirs
+            ]
+            if disagreeing:
+                raise ConfigError("; ".join(disagreeing) + ": they are part of the data contract")
+            return data
+
+        def pipeline_options(self) -> dict[str, Any]:
+            """What :func:`~orchestrator.experiment.build_pipeline` takes from this loader:
+            its speed settings, and where its sizes come from for its errors."""
+            return {
+                "tokenize_parallelism": self.tokenize_parallelism,
+                "runner": self.runner,
+                "prefetch_steps": self.prefetch_steps,
+                "sizes_hint": (
+                    f"lanes L and global batch G: the data spec {self.spec}; micro-batch = "
+                    "--training.local-batch-size; dp_size = the data-parallel degree"
+                ),
+            }
+
     def __init__(
         self,
         config: Config,
@@ -113,12 +155,11 @@ class ZephonDataLoader(BaseDataLoader):
                 "loader tokenizes with the trainer's tokenizer, which must be a ZephonTokenizer"
             )
         self.pipeline = build_pipeline(
-            config,
-            tokenizer=tokenizer.name,
-            dp_world_size=dp_world_size,
+            config.trainer_data(tokenizer=tokenizer.name, seq_len=seq_len),
+            dp_size=dp_world_size,
             dp_rank=dp_rank,
-            seq_len=seq_len,
             microbatch_size=local_batch_size,
+            **config.pipeline_options(),
         )
         self.dp_world_size = dp_world_size
         self.microbatch_size = local_batch_size
@@ -323,58 +364,6 @@ class ReadingCounts:
             else:
                 record.setdefault("removed", {}).setdefault(dataset, {})[step[0]] = n
         return record
-
-
-def build_pipeline(
-    config: ZephonDataLoader.Config,
-    *,
-    tokenizer: str,
-    dp_world_size: int,
-    dp_rank: int,
-    seq_len: int,
-    microbatch_size: int,
-) -> Pipeline:
-    """One rank's validated ``Pipeline`` for the data spec of ``config`` (no data is read yet).
-
-    Raises ConfigError saying what to change, in TorchTitan's flag names and the spec's.
-    """
-    if config.dataset or config.dataset_path:
-        raise ConfigError(
-            "--dataloader.dataset and --dataloader.dataset-path are settings of TorchTitan's "
-            "stock loader; the Zephon loader reads its datasets from --dataloader.spec"
-        )
-    data = config.data()
-    where = f"the data spec {config.spec}"
-    if not data.datasets:
-        raise ConfigError(
-            f"{where} names no datasets; give data.datasets as name -> shard paths or globs, "
-            'e.g. {"code": ["data/code/*.jsonl.zst"], "docs": ["data/docs/*.parquet"]}'
-        )
-    disagreeing = [
-        f"--{flag} is {mine!r} but {where} has {key} {theirs!r}"
-        for flag, mine, key, theirs in (
-            ("tokenizer.name", tokenizer, "tokenizer", data.tokenizer),
-            ("training.seq-len", seq_len, "seq_len", data.seq_len),
-        )
-        if mine != theirs
-    ]
-    if disagreeing:
-        raise ConfigError("; ".join(disagreeing) + ": they are part of the data contract")
-    try:
-        return build_data_pipeline(
-            data,
-            dp_size=dp_world_size,
-            dp_rank=dp_rank,
-            microbatch_size=microbatch_size,
-            tokenize_parallelism=config.tokenize_parallelism,
-            runner=config.runner,
-            prefetch_steps=config.prefetch_steps,
-        )
-    except ConfigError as error:
-        raise ConfigError(
-            f"{error} (lanes L and global batch G: {where}; micro-batch = "
-            "--training.local-batch-size; dp_size = the data-parallel degree)"
-        ) from None
 
 
 def check_checkpoint(checkpoint_id: str) -> None:

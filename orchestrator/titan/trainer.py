@@ -26,11 +26,11 @@ from torchtitan.models.common.decoder import Decoder
 from torchtitan.trainer import Trainer
 
 from orchestrator.evaluation.evaluator import HeldOutEvaluator
+from orchestrator.experiment import build_pipeline
 from orchestrator.titan.collectives import DataParallelGroup
 from orchestrator.titan.dataloader import (
     TrainerLink,
     ZephonDataLoader,
-    build_pipeline,
     check_checkpoint,
 )
 from orchestrator.titan.runlog import (
@@ -134,16 +134,17 @@ class ZephonTrainer(Trainer):
         dims = super().init_distributed()
         config = self.config
         build_pipeline(
-            config.dataloader,
-            tokenizer=config.tokenizer.name,
-            dp_world_size=dims.get_mesh("batch").size() if dims.dp_enabled else 1,
+            config.dataloader.trainer_data(
+                tokenizer=config.tokenizer.name, seq_len=config.training.seq_len
+            ),
+            dp_size=dims.get_mesh("batch").size() if dims.dp_enabled else 1,
             dp_rank=0,
-            seq_len=config.training.seq_len,
             microbatch_size=(
                 config.parallelism.pipeline_parallel_microbatch_size
                 if dims.pp_enabled
                 else config.training.local_batch_size
             ),
+            **config.dataloader.pipeline_options(),
         )
         return dims
 

@@ -3,16 +3,17 @@ the team's tracking server.
 
 ::
 
-    names.py          run, tag, param, metric and artifact names (what users query)
+    mlflow_names.py   run, tag, param, metric and artifact names (what users query)
+    run_kind.py       the kinds of run Zephon creates (RunKind, the zephon.kind tag)
     uris.py           tracking URIs and the pre-launch check
     store.py          the MLflow store of a URI: client, batched writes, errors (imports MLflow)
     mlflow_status.py  MLflow's run statuses (MlflowStatus), and what a finished run ends as
     provenance.py     package versions, git revision, a training run's start tags
-    units.py          a run folder's new steps and evals as metric units, and their batches
+    metric_units.py   a run folder's new steps and evals as metric units, and their batches
     inputs.py         a run's datasets (training, evaluation) as MLflow dataset inputs
     tracker.py        Tracker: a run folder -> its MLflow run (incremental, batched, resumable),
                       and the other runs Zephon creates (sweep parents, comparisons, planned jobs)
-    reading.py        reading runs back for the guard
+    stored_runs.py    reading runs back for the guard
     team_server.py    the team's `mlflow server` on PostgreSQL (scripts/tracking_server.sh)
     postgres_cluster.py  a private PostgreSQL cluster in a folder, for a team without one
 """

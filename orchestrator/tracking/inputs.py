@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.experiment.run_record import ExperimentRecord
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.tracking.names import run_display_name
+from orchestrator.tracking.mlflow_names import run_display_name
 from orchestrator.tracking.store import load_mlflow
 
 if TYPE_CHECKING:  # annotations only; load_mlflow() imports MLflow at run time

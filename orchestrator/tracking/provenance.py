@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.tracking.names import (
+from orchestrator.tracking.mlflow_names import (
     TAG_ANSWERED_FROM,
     TAG_CONTRACT,
     TAG_DEVICE,
@@ -28,6 +28,7 @@ from orchestrator.tracking.names import (
     TAG_VARIANT,
     TAG_VERSIONS,
 )
+from orchestrator.tracking.run_kind import RunKind
 
 VERSIONED_PACKAGES = ("zephon", "torch", "torchtitan", "mlflow", "tiktoken")
 
@@ -75,7 +76,7 @@ def run_start_tags(folder: RunFolder) -> dict[str, str]:
     state = folder.state()
     segments = state.segments
     return {
-        TAG_KIND: "run",
+        TAG_KIND: RunKind.RUN,
         TAG_CONTRACT: experiment.contract_fingerprint,
         TAG_VARIANT: experiment.variant,
         TAG_RECIPE: experiment.recipe_fingerprint or "",

@@ -2,8 +2,7 @@
 
 Params, tags, dataset inputs, metrics and artifacts, sent from the run folder (see
 :class:`Tracker` for why the folder is the buffer); MLflow is imported on first use
-(:mod:`.store`), not on import.
-"""
+(:mod:`.store`), not on import."""
 
 from __future__ import annotations
 
@@ -23,8 +22,14 @@ from orchestrator.experiment.runfolder import (
     RunFolder,
 )
 from orchestrator.tracking.inputs import InputRecord, folder_display_name, folder_inputs
-from orchestrator.tracking.mlflow_status import ENDED, MLFLOW_STATUS, MlflowStatus
-from orchestrator.tracking.names import (
+from orchestrator.tracking.metric_units import (
+    METRICS_CURSOR,
+    Unit,
+    batches,
+    eval_units,
+    metric_units,
+)
+from orchestrator.tracking.mlflow_names import (
     ARTIFACT_EVAL,
     ARTIFACT_EXPERIMENT,
     ARTIFACT_STEPS,
@@ -42,8 +47,9 @@ from orchestrator.tracking.names import (
     flatten,
     metric_key,
 )
+from orchestrator.tracking.mlflow_status import ENDED, MLFLOW_STATUS, MlflowStatus
 from orchestrator.tracking.provenance import run_parent, run_start_tags
-from orchestrator.tracking.reading import StoredRun, download_run
+from orchestrator.tracking.run_kind import RunKind
 from orchestrator.tracking.store import (
     MAX_KEY,
     client_for,
@@ -57,13 +63,7 @@ from orchestrator.tracking.store import (
     param_value,
     sqlite_path,
 )
-from orchestrator.tracking.units import (
-    METRICS_CURSOR,
-    Unit,
-    batches,
-    eval_units,
-    metric_units,
-)
+from orchestrator.tracking.stored_runs import StoredRun, download_run
 from orchestrator.tracking.uris import is_http, ping_server
 
 if TYPE_CHECKING:  # annotations only; load_mlflow() imports MLflow at run time
@@ -155,7 +155,7 @@ class Tracker:
                     )
                 run_id = self.new_run(
                     folder_display_name(folder),
-                    kind="run",
+                    kind=RunKind.RUN,
                     parent_run_id=tracking.parent_run_id or run_parent(folder),
                 )
                 tracking = TrackingCursor.new(
@@ -231,7 +231,7 @@ class Tracker:
         self,
         name: str,
         *,
-        kind: str,
+        kind: RunKind,
         tags: dict[str, str] | None = None,
         params: dict[str, object] | None = None,
         parent_run_id: str | None = None,

@@ -13,8 +13,8 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.run.answered import INDEX_DIR
-from orchestrator.tracking.names import TAG_ANSWERED_FROM, TAG_KIND
+from orchestrator.run.identity_index import INDEX_DIR
+from orchestrator.tracking.mlflow_names import TAG_ANSWERED_FROM, TAG_KIND
 from orchestrator.tracking.uris import resolve_uri
 from sweeps.summary import SWEEP_FILE
 from tests.support.sweeps import mixes_override, multirun, tiny_sweep_overrides

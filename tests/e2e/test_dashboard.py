@@ -37,7 +37,7 @@ from urllib.parse import quote
 import pytest
 
 from orchestrator.run.trainer_command import free_port
-from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
+from orchestrator.tracking.mlflow_names import TAG_KIND, TAG_SWEEP
 from sweeps.summary import SWEEP_FILE
 from tests.support import REPO
 from tests.support.sweeps import mixes_override, multirun, tiny_sweep_overrides

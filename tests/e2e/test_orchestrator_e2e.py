@@ -45,7 +45,7 @@ from orchestrator.experiment import DataSection, write_data_spec
 from orchestrator.experiment.runfolder import EVAL_FILE, RunFolder
 from orchestrator.run import api
 from orchestrator.titan.runlog import RUN_SUBDIR, read_jsonl
-from orchestrator.tracking.names import (
+from orchestrator.tracking.mlflow_names import (
     METRIC_EVAL_AGGREGATE,
     METRIC_LOSS,
     TAG_DATA_FINGERPRINT,

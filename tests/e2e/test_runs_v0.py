@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.guard.tracked import compare_tracked
+from orchestrator.guard.tracked_comparison import compare_tracked
 from orchestrator.run import api
 from orchestrator.tracking.tracker import sync_folder
 from tests.support import REPO

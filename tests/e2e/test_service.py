@@ -26,6 +26,7 @@ from orchestrator.errors import ExperimentError, QueueError, QueueFull
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.service import client as service
 from orchestrator.service.admission import verify_request
+from orchestrator.service.config import ServiceConfig, load_service
 from orchestrator.service.scheduler import Scheduler
 from tests.support import REPO
 from tests.support.agents import retrying_submitter, spec
@@ -53,8 +54,8 @@ def tokenizer(data: dict[str, list[str]]) -> str:
     return corpus_tokenizer({n: [Path(p) for p in ps] for n, ps in data.items()})
 
 
-def make_service(root: Path, data_root: str, tokenizer: str, **kw: Any) -> service.ServiceConfig:
-    svc = service.ServiceConfig(root=str(root), data_roots=(data_root, tokenizer), **kw)
+def make_service(root: Path, data_root: str, tokenizer: str, **kw: Any) -> ServiceConfig:
+    svc = ServiceConfig(root=str(root), data_roots=(data_root, tokenizer), **kw)
     svc.save()
     return svc
 
@@ -179,7 +180,7 @@ def test_twenty_agents_two_hundred_jobs_none_lost_none_twice(
 # -- a scheduler and its job killed mid-run -----------------------------------------------------
 
 
-def serve(svc: service.ServiceConfig, *extra: str) -> subprocess.Popen[str]:
+def serve(svc: ServiceConfig, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -224,7 +225,7 @@ def test_sigkill_of_scheduler_and_job_then_restart_on_a_larger_lease_same_digest
 
     # the victim resumes on a 2-core lease, at dp 2; then these two run side by side, a core each
     # another eval interval (evaluation is off): an identity of its own, so it trains
-    # instead of being answered from the victim (orchestrator.run.answered)
+    # instead of being answered from the victim (orchestrator.run.identity_index)
     uninterrupted = spec(data, steps=6, dp=1, tokenizer=tokenizer)
     uninterrupted |= {"name": "reference", "eval": {"enable": False, "interval": 3}}
     reference = service.submit(svc, uninterrupted, key="reference")["job"]["id"]
@@ -280,9 +281,7 @@ async def _mcp_session(root: str, body: dict) -> dict[str, Any]:
         out["verify_queued"] = json.loads(verify.content[0].text)
         # the scheduler runs the two dry runs and the check meanwhile (the MCP server trains
         # nothing itself)
-        await asyncio.to_thread(
-            Scheduler(service.load_service(root), poll_s=0.2).serve, until_idle=True
-        )
+        await asyncio.to_thread(Scheduler(load_service(root), poll_s=0.2).serve, until_idle=True)
         waited = await session.call_tool("verify_elastic", check | {"wait_s": 60})
         out["verify_done"] = json.loads(waited.content[0].text)
         status = await session.call_tool("status", {"job_id": calls["a"]["job"]["id"]})

@@ -25,9 +25,10 @@ from typing import Any
 import pytest
 
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.run.answered import INDEX_DIR
+from orchestrator.run.identity_index import INDEX_DIR
 from orchestrator.service import client as service
 from orchestrator.service.admission import admit_job
+from orchestrator.service.config import ServiceConfig
 from orchestrator.service.job import FINAL, JobKind, JobState
 from orchestrator.service.scheduler import Scheduler
 from tests.support.experiments import data_only_experiment
@@ -55,9 +56,9 @@ def data_roots(domains: dict[str, list[Path]]) -> list[str]:
     return [str(shards.parents[1]), corpus_tokenizer(domains)]
 
 
-def new_service(root: Path, data_roots: list[str], **settings: Any) -> service.ServiceConfig:
+def new_service(root: Path, data_roots: list[str], **settings: Any) -> ServiceConfig:
     """A service root at ``root`` admitting the corpus, saved."""
-    svc = service.ServiceConfig(root=str(root), data_roots=tuple(data_roots), **settings)
+    svc = ServiceConfig(root=str(root), data_roots=tuple(data_roots), **settings)
     svc.save()
     return svc
 
@@ -68,7 +69,7 @@ def experiment(domains: dict[str, list[Path]], seed: int) -> dict[str, Any]:
     return spec
 
 
-def submit_as(svc: service.ServiceConfig, submitter: str, spec: dict[str, Any], key: str) -> str:
+def submit_as(svc: ServiceConfig, submitter: str, spec: dict[str, Any], key: str) -> str:
     """What ``service.submit`` does for the OS user ``submitter``: admit, then queue."""
     admit_job(JobKind.RUN, spec, svc.rules())
     job, created = svc.queue().submit(spec, key=key, submitter=submitter)
@@ -76,7 +77,7 @@ def submit_as(svc: service.ServiceConfig, submitter: str, spec: dict[str, Any], 
     return job.id
 
 
-def start_service(svc: service.ServiceConfig, data_roots: list[str], log: Path) -> Any:
+def start_service(svc: ServiceConfig, data_roots: list[str], log: Path) -> Any:
     roots = [arg for root in data_roots for arg in ("--data-root", root)]
     argv = [*ZEPHON, "serve", "--root", str(svc.path), "--launcher", "slurm", *roots]
     argv += ["--slurm-poll-s", "1", "--until-idle"]
@@ -84,9 +85,7 @@ def start_service(svc: service.ServiceConfig, data_roots: list[str], log: Path) 
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
 
-def wait_for(
-    condition: Any, what: str, svc: service.ServiceConfig, *, limit_s: float = 600
-) -> None:
+def wait_for(condition: Any, what: str, svc: ServiceConfig, *, limit_s: float = 600) -> None:
     """Wait until ``condition()``; past ``limit_s``, fail with every job's state and the
     service's log."""
     end = time.monotonic() + limit_s

@@ -30,7 +30,13 @@ from mlflow import MlflowClient
 
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.guard.decisions import LookPlan
-from orchestrator.tracking.names import TAG_BEST, TAG_DECISIONS, TAG_KIND, TAG_SWEEP, TAG_VERDICT
+from orchestrator.tracking.mlflow_names import (
+    TAG_BEST,
+    TAG_DECISIONS,
+    TAG_KIND,
+    TAG_SWEEP,
+    TAG_VERDICT,
+)
 from orchestrator.tracking.uris import resolve_uri
 from pipeline import Dataset
 from sweeps.summary import SWEEP_FILE

@@ -22,8 +22,8 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.guard.tracked import compare_tracked
-from orchestrator.tracking.names import TAG_KIND, TAG_RUN_FOLDER
+from orchestrator.guard.tracked_comparison import compare_tracked
+from orchestrator.tracking.mlflow_names import TAG_KIND, TAG_RUN_FOLDER
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import check_tracking, resolve_uri
 from sweeps.summary import SWEEP_FILE

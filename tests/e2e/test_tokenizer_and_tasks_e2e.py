@@ -23,9 +23,9 @@ from orchestrator.errors import ExperimentError
 from orchestrator.experiment import DataSection
 from orchestrator.experiment.fingerprints import build_pipeline
 from orchestrator.experiment.runfolder import RUN_SUBDIR, TASKS_FILE, RunFolder, read_jsonl
-from orchestrator.guard.tracked import compare_tracked
+from orchestrator.guard.tracked_comparison import compare_tracked
 from orchestrator.run import api
-from orchestrator.tracking.names import task_metric
+from orchestrator.tracking.mlflow_names import task_metric
 from orchestrator.tracking.uris import resolve_uri
 from pipeline import ConfigError, load_tokenizer
 from tests.support import REPO

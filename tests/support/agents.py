@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from orchestrator.service import client as service
+from orchestrator.service.config import load_service
 
 
 def spec(
@@ -39,7 +40,7 @@ def retrying_submitter(
     each submitted 3 times (retries), in a random order;
     (key, job id, created) per submission. Worker 0 and 1's first experiment trains
     (2 steps at dp 1: both at once on 2 cores), the rest are dry runs."""
-    svc = service.load_service(root)
+    svc = load_service(root)
     rng = random.Random(worker)
     keys = [f"w{worker}-e{i}" for i in range(10)] * 3
     rng.shuffle(keys)

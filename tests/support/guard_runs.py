@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from orchestrator.guard import Refusal, RefusalCode, RunSummary
-from orchestrator.tracking.names import flatten
+from orchestrator.tracking.mlflow_names import flatten
 
 DOMAINS = ("code", "docs", "i18n")
 MIX_A = {"code": 0.5, "docs": 0.3, "i18n": 0.2}

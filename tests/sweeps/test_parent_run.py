@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from mlflow import MlflowClient
 
+from orchestrator.tracking.mlflow_names import TAG_NOTE, TAG_VERDICT
 from orchestrator.tracking.mlflow_status import MlflowStatus
-from orchestrator.tracking.names import TAG_NOTE, TAG_VERDICT
 from orchestrator.tracking.tracker import Tracker
 from sweeps import parent_run
 from sweeps.parent_run import ParentRun, ladders

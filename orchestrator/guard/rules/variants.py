@@ -15,7 +15,7 @@ from orchestrator.guard.comparison import (
     mixture_label,
     ordered_runs,
 )
-from orchestrator.tracking.names import flatten
+from orchestrator.tracking.mlflow_names import flatten
 
 
 def run_labels(runs: list[RunSummary]) -> dict[str, str]:

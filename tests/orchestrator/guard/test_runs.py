@@ -16,7 +16,7 @@ from orchestrator.guard import (
     log_comparison,
     mixture_label,
 )
-from orchestrator.tracking.names import (
+from orchestrator.tracking.mlflow_names import (
     ARTIFACT_DIR,
     TAG_BEST,
     TAG_COMPARED,
@@ -31,7 +31,7 @@ from orchestrator.tracking.names import (
     TAG_VARIANT,
     TAG_VERDICT,
 )
-from orchestrator.tracking.reading import training_run_ids
+from orchestrator.tracking.stored_runs import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from tests.support.guard_runs import MIX_A, MIX_B, RECIPE, codes, four_runs
 

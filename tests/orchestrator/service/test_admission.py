@@ -9,7 +9,8 @@ import pytest
 
 from orchestrator.errors import ExperimentError
 from orchestrator.service.admission import Rules, admit, admit_job
-from orchestrator.service.client import ServiceConfig, list_datasets, load_service
+from orchestrator.service.client import list_datasets
+from orchestrator.service.config import ServiceConfig, load_service
 from orchestrator.service.job import JobKind
 
 PREFIX = "s3://corpus/shared/"

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.run.answered import INDEX_DIR
+from orchestrator.run.identity_index import INDEX_DIR
 from orchestrator.service import client as service
+from orchestrator.service.config import ServiceConfig
 from orchestrator.service.scheduler import Scheduler
 from tests.support.agents import spec
 from tests.support.titan_run import corpus, corpus_tokenizer
@@ -21,7 +22,7 @@ def test_a_new_key_with_a_trained_spec_is_answered_from_its_run(tmp_path: Path) 
     tokenizer = corpus_tokenizer(built)
     data = {n: [str(p) for p in ps] for n, ps in built.items()}
     data_root = str(Path(next(iter(data.values()))[0]).parents[1])
-    svc = service.ServiceConfig(root=str(tmp_path / "svc"), data_roots=(data_root, tokenizer))
+    svc = ServiceConfig(root=str(tmp_path / "svc"), data_roots=(data_root, tokenizer))
     svc.save()
     body = spec(data, dp=1, tokenizer=tokenizer)
     first = service.submit(svc, body, key="first")["job"]["id"]

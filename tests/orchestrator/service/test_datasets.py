@@ -12,6 +12,7 @@ import pytest
 
 from orchestrator import cli
 from orchestrator.service import client as service
+from orchestrator.service.config import ServiceConfig, load_service
 
 
 def write(path: Path, size: int) -> Path:
@@ -48,9 +49,7 @@ def test_datasets_files_sizes_and_totals_without_leaving_the_root(
     tmp_path: Path, data_root: Path
 ) -> None:
     missing = tmp_path / "not-mounted"
-    svc = service.ServiceConfig(
-        root=str(tmp_path / "svc"), data_roots=(str(data_root), str(missing))
-    )
+    svc = ServiceConfig(root=str(tmp_path / "svc"), data_roots=(str(data_root), str(missing)))
     listed = service.list_datasets(svc)
 
     assert listed["data_roots"] == [str(data_root), str(missing)]
@@ -97,7 +96,7 @@ def test_datasets_files_sizes_and_totals_without_leaving_the_root(
 
 
 def test_a_long_file_list_is_cut_but_counted(tmp_path: Path, data_root: Path) -> None:
-    svc = service.ServiceConfig(root=str(tmp_path / "svc"), data_roots=(str(data_root),))
+    svc = ServiceConfig(root=str(tmp_path / "svc"), data_roots=(str(data_root),))
     web = next(
         d
         for d in service.list_datasets(svc, max_files_per_dataset=1)["datasets"]
@@ -108,7 +107,7 @@ def test_a_long_file_list_is_cut_but_counted(tmp_path: Path, data_root: Path) ->
 
 
 def test_a_service_without_data_reports_its_default_root_missing(tmp_path: Path) -> None:
-    listed = service.list_datasets(service.load_service(tmp_path / "svc"))
+    listed = service.list_datasets(load_service(tmp_path / "svc"))
     assert listed["missing_roots"] == [str(tmp_path / "svc" / "data")]
     assert listed["datasets"] == [] and listed["total_bytes"] == 0
 
@@ -116,7 +115,7 @@ def test_a_service_without_data_reports_its_default_root_missing(tmp_path: Path)
 def test_cli_prints_one_json_object(
     tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    svc = service.ServiceConfig(root=str(tmp_path / "svc"), data_roots=(str(data_root),))
+    svc = ServiceConfig(root=str(tmp_path / "svc"), data_roots=(str(data_root),))
     svc.save()  # `zephon datasets` reads the roots from service.json, as every client does
     assert cli.main(["datasets", "--root", str(svc.path), "--json"]) == 0
     printed: dict[str, Any] = json.loads(capsys.readouterr().out)

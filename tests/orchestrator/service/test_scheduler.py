@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.service.client import ServiceConfig
+from orchestrator.service.config import ServiceConfig
 from orchestrator.service.job import JobState
 from orchestrator.service.scheduler import Scheduler, job_process
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.service.client import ServiceConfig, load_service
+from orchestrator.service.config import ServiceConfig, load_service
 from orchestrator.service.scheduler import Scheduler
 from orchestrator.service.slurm_settings import ServiceLauncher, SlurmSettings
 from pipeline.errors import ConfigError

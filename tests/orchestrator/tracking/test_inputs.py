@@ -33,7 +33,7 @@ from orchestrator.tracking.inputs import (
     evaluation_inputs,
     training_inputs,
 )
-from orchestrator.tracking.names import (
+from orchestrator.tracking.mlflow_names import (
     MAX_RUN_NAME,
     TAG_RUN_FOLDER,
     run_display_name,

@@ -33,14 +33,14 @@ from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.guard.runs import load_runs
 from orchestrator.run.trainer_command import free_port
 from orchestrator.tracking import postgres_cluster, team_server
-from orchestrator.tracking.names import (
+from orchestrator.tracking.mlflow_names import (
     METRIC_DATA_WAIT,
     METRIC_LOSS,
     METRIC_TOKENS_PER_S,
     TAG_KIND,
     TAG_RUN_FOLDER,
 )
-from orchestrator.tracking.reading import training_run_ids
+from orchestrator.tracking.stored_runs import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from pipeline.errors import ConfigError
 from tests.support import REPO

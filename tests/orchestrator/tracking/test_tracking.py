@@ -27,8 +27,7 @@ from orchestrator.experiment.runfolder import (
 )
 from orchestrator.run.segment_tracking import SYNC_EVERY_S, SegmentTracking, TrackingState
 from orchestrator.tracking import provenance
-from orchestrator.tracking.mlflow_status import MlflowStatus
-from orchestrator.tracking.names import (
+from orchestrator.tracking.mlflow_names import (
     METRIC_DATA_WAIT,
     METRIC_EVAL_AGGREGATE,
     METRIC_LOSS,
@@ -48,7 +47,8 @@ from orchestrator.tracking.names import (
     TAG_VERSIONS,
     eval_metric,
 )
-from orchestrator.tracking.reading import training_run_ids
+from orchestrator.tracking.mlflow_status import MlflowStatus
+from orchestrator.tracking.stored_runs import training_run_ids
 from orchestrator.tracking.tracker import Tracker, sync_folder
 from orchestrator.tracking.uris import check_tracking, resolve_uri
 from pipeline.errors import ConfigError

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from orchestrator.guard import RefusalCode, check, compare, comparison_markdown
-from orchestrator.tracking.names import flatten
+from orchestrator.tracking.mlflow_names import flatten
 from tests.support.guard_runs import (
     MIX_A,
     MIX_B,

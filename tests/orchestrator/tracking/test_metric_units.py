@@ -1,18 +1,12 @@
-"""orchestrator.tracking.units: which steps a sync sends, and in which batches; and the lazy import."""
+"""orchestrator.tracking.metric_units: which steps a sync sends, and in which batches; and the
+lazy import."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from orchestrator.tracking.names import (
-    METRIC_DATA_WAIT,
-    METRIC_EVAL_AGGREGATE,
-    METRIC_EVAL_SECONDS,
-    METRIC_LOSS,
-    eval_metric,
-)
-from orchestrator.tracking.units import (
+from orchestrator.tracking.metric_units import (
     EVAL_CURSOR,
     METRICS_CURSOR,
     TITAN_LOSS,
@@ -20,6 +14,13 @@ from orchestrator.tracking.units import (
     batches,
     eval_units,
     metric_units,
+)
+from orchestrator.tracking.mlflow_names import (
+    METRIC_DATA_WAIT,
+    METRIC_EVAL_AGGREGATE,
+    METRIC_EVAL_SECONDS,
+    METRIC_LOSS,
+    eval_metric,
 )
 
 
@@ -85,7 +86,8 @@ def test_importing_tracking_and_an_offline_check_do_not_import_mlflow() -> None:
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from orchestrator.tracking import provenance, reading, store, tracker, units, uris\n"
+        "from orchestrator.tracking import metric_units, provenance, store, stored_runs, tracker\n"
+        "from orchestrator.tracking import uris\n"
         "assert uris.reachable_uri('http://127.0.0.1:9', True, Path('.')) is None\n"
         "print('mlflow' in sys.modules)\n"
     )

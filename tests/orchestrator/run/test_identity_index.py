@@ -17,7 +17,7 @@ import pytest
 
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api
-from orchestrator.run.answered import INDEX_DIR
+from orchestrator.run.identity_index import INDEX_DIR
 from tests.support import REPO
 from tests.support.experiments import data_only_experiment
 from tests.support.titan_run import corpus

@@ -17,7 +17,7 @@ from orchestrator.guard.decisions import (
 from orchestrator.guard.report import comparison_markdown
 from orchestrator.guard.runs import count_looks, load_runs, log_comparison
 from orchestrator.guard.scoring import compare
-from orchestrator.tracking.reading import training_run_ids
+from orchestrator.tracking.stored_runs import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import resolve_uri
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.evaluation.record import EvalRecord, as_number
-from orchestrator.tracking.names import (
+from orchestrator.tracking.mlflow_names import (
     METRIC_DATA_WAIT,
     METRIC_EVAL_PREFIX,
     METRIC_EVAL_SECONDS,

@@ -1,8 +1,7 @@
-"""``zephon mcp``: Zephon's tools for LLM agents over the Model Context Protocol (stdio).
-
-The tools are the job service's functions (:mod:`orchestrator.service.client`) and the
-guard; their JSON schemas come from the type hints below. Every tool that trains queues a
-job: nothing trains in this process. :data:`INSTRUCTIONS` is what agents are told.
+"""Zephon's MCP tools over one job service (:class:`ServiceTools`): the job service's
+functions (:mod:`orchestrator.service.client`), the guard and the mix search. Each tool is
+a method: its name, its type hints (the tool's JSON schema) and its docstring (its
+description) are what agents see.
 
 Design: docs/design/orchestrator_service.md
 """
@@ -12,51 +11,19 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import numpy as np
-from mcp.server.fastmcp import FastMCP
 from pydantic import WithJsonSchema
 
 from orchestrator.experiment.schema import experiment_json_schema
-from orchestrator.guard.tracked import compare_tracked
-from orchestrator.search import Bounds, Observations
+from orchestrator.guard.tracked_comparison import compare_tracked
+from orchestrator.search import Bounds, FitResult, Observations
 from orchestrator.search import fit as fit_models
 from orchestrator.search import propose as propose_mixtures
 from orchestrator.search.observations import observations_from_records, records_from_json
 from orchestrator.search.runs import observations_from_runs
-from orchestrator.service import client as service
+from orchestrator.service import client
 from orchestrator.service.admission import verify_request
+from orchestrator.service.config import ServiceConfig, load_service
 from orchestrator.service.job import JobKind, JobState
-
-INSTRUCTIONS = """``zephon mcp``: Zephon's tools for LLM agents over the Model Context Protocol (stdio).
-
-The tools are the job service's functions (:mod:`orchestrator.service.client`) and the
-guard; their JSON schemas come from the type hints below. A refused request
-(invalid spec, unknown job, full queue, a used-up daily budget, a key reused for
-another spec) is a tool error whose text says what is wrong; nothing is queued or
-changed then. A budget refusal says what was used, what is left and when it renews
-(00:00 UTC); plan jobs are free.
-
-    submit(spec, key, kind)               queue an experiment, idempotent per key; its
-                                          input schema holds the experiment's fields
-    experiment_schema()                   the experiment's JSON Schema (fields, types,
-                                          defaults, descriptions)
-    list_datasets(max_files_per_dataset)  the data files under the service's data roots,
-                                          per dataset, with their sizes
-    status(job_id) / wait(job_id, timeout_s) / cancel(job_id) / list_jobs(...)
-    compare(run_ids | sweep | experiment) the guard's verdict (table, or refusal)
-    fit(targets, runs | run_ids | sweep | experiment, predict)
-                                          mixture -> score models, k-fold figures per model
-    propose(n, min, max, targets, runs | run_ids | sweep | experiment, seed)
-                                          the next mixtures, the recommended one, stop or not
-    verify_elastic(spec, dp, resume_dp, key, wait_s)
-                                          queue a job that trains, resumes on another dp
-                                          and checks the digests; optionally wait for it
-
-Every tool that trains queues a job: nothing trains in this process, so the scheduler's
-device pool and the per-submitter limit apply to all of it. The submitter of every job
-is the OS user who started this server (fixed at its start); no tool argument names
-another (an unknown argument such as ``submitter`` is ignored).
-"""
-"""The server's MCP instructions: its tools and how they behave (sent before the submitter)."""
 
 
 def spec_json_schema() -> dict[str, Any]:
@@ -75,70 +42,93 @@ def spec_json_schema() -> dict[str, Any]:
 ExperimentSpec = Annotated[dict[str, Any], WithJsonSchema(spec_json_schema())]
 
 
-def build_server(root: str) -> FastMCP:
-    """An MCP server over the job service rooted at ``root``, submitting as :func:`caller`."""
-    submitter = service.caller()
-    mcp = FastMCP("zephon", instructions=f"{INSTRUCTIONS}\nThis server submits as {submitter!r}.")
+def predictions(fitted: FitResult, mixtures: list[dict[str, float]]) -> list[dict[str, Any]]:
+    """The ``fit`` tool's ``predictions``: ``{score, interval}`` of each of ``mixtures``
+    (domain -> weight, normalised; a domain the fit does not know is refused)."""
+    domains = fitted.observations.domains
+    unknown = sorted({d for m in mixtures for d in m} - set(domains))
+    if unknown:
+        raise ValueError(f"predict names domains {unknown}; the fit knows {list(domains)}")
+    wanted = np.array([[float(m.get(d, 0.0)) for d in domains] for m in mixtures])
+    if (wanted < 0).any() or (wanted.sum(axis=1) <= 0).any():
+        raise ValueError("predict: every mixture needs weights >= 0, at least one > 0")
+    wanted = wanted / wanted.sum(axis=1, keepdims=True)
+    return [
+        {"score": p.predicted, "interval": p.to_json()["interval"]}
+        for p in fitted.predictions(wanted)
+    ]
 
-    def svc() -> service.ServiceConfig:
-        return service.load_service(root)
 
-    @mcp.tool()
+class ServiceTools:
+    """The MCP tools over the job service rooted at ``root`` (its ``service.json`` is read
+    again by every call)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def _service(self) -> ServiceConfig:
+        """The job service, as its root's ``service.json`` says now."""
+        return load_service(self.root)
+
     def submit(
-        spec: ExperimentSpec, key: str, kind: JobKind = JobKind.RUN, fresh: bool = False
+        self,
+        spec: ExperimentSpec,
+        key: str,
+        *,
+        kind: JobKind = JobKind.RUN,
+        fresh: bool = False,
     ) -> dict[str, Any]:
         """Queue an experiment (a Zephon experiment as a JSON object: data, train, eval, ...;
         data.datasets from list_datasets; leave runs_root, data.cache_dir, tracking.uri and
         model.args out, the service sets them). A retry with the same key returns the same
         job; kind "plan" only plans it. An experiment that already trained is answered from
         that run (its result names it in answered_from); fresh=true trains a new run."""
-        return service.submit(svc(), spec, key=key, kind=kind, fresh=fresh)
+        return client.submit(self._service(), spec, key=key, kind=kind, fresh=fresh)
 
-    @mcp.tool()
+    @staticmethod
     def experiment_schema() -> dict[str, Any]:
         """The JSON Schema of an experiment (submit's spec): every section and field, with
         its type, default and description."""
         return experiment_json_schema()
 
-    @mcp.tool()
-    def list_datasets(max_files_per_dataset: int = 1000) -> dict[str, Any]:
+    def list_datasets(self, max_files_per_dataset: int = 1000) -> dict[str, Any]:
         """The datasets under the service's data roots: per dataset its name, its data files
         (absolute paths to put in a spec's data.datasets), their sizes in bytes and the
         total; missing roots, and symlinks leaving the roots (skipped), are reported."""
-        return service.list_datasets(svc(), max_files_per_dataset=max_files_per_dataset)
+        return client.list_datasets(self._service(), max_files_per_dataset=max_files_per_dataset)
 
-    @mcp.tool()
-    def status(job_id: str) -> dict[str, Any]:
+    def status(self, job_id: str) -> dict[str, Any]:
         """A job's state (queued, running, succeeded, failed, cancelled, preempted), its
         history and, when finished, its result: fingerprints, eval scores, MLflow run id;
         usage: each submitter's daily budget (runs, device_hours: used, limit, left;
         renews_at, 00:00 UTC)."""
-        return service.status(svc(), job_id)
+        return client.status(self._service(), job_id)
 
-    @mcp.tool()
-    def wait(job_id: str, timeout_s: float = 600) -> dict[str, Any]:
+    def wait(self, job_id: str, timeout_s: float = 600) -> dict[str, Any]:
         """Wait until the job is final or timeout_s passes; then its status."""
-        return service.wait(svc(), job_id, timeout_s=timeout_s)
+        return client.wait(self._service(), job_id, timeout_s=timeout_s)
 
-    @mcp.tool()
-    def cancel(job_id: str) -> dict[str, Any]:
+    def cancel(self, job_id: str) -> dict[str, Any]:
         """Cancel a queued job now, or stop a running one."""
-        return service.cancel(svc(), job_id)
+        return client.cancel(self._service(), job_id)
 
-    @mcp.tool()
     def list_jobs(
+        self,
         states: list[JobState] | None = None,
         submitter: str | None = None,
+        *,
         kind: JobKind | None = None,
         limit: int = 100,
     ) -> dict[str, Any]:
         """Jobs, oldest first, filtered by states, submitter and kind; counts per state;
         usage: each submitter's daily budget (runs, device_hours: used, limit, left;
         renews_at, 00:00 UTC)."""
-        return service.list_jobs(svc(), states=states, submitter=submitter, kind=kind, limit=limit)
+        return client.list_jobs(
+            self._service(), states=states, submitter=submitter, kind=kind, limit=limit
+        )
 
-    @mcp.tool()
     def compare(
+        self,
         run_ids: list[str] | None = None,
         *,
         sweep: str | None = None,
@@ -166,7 +156,7 @@ def build_server(root: str) -> FastMCP:
             run_ids,
             sweep=sweep,
             experiment=experiment,
-            tracking_uri=svc().rules().tracking_uri,
+            tracking_uri=self._service().rules().tracking_uri,
             threshold=threshold,
             decide_on=decide_on,
             family=family,
@@ -174,7 +164,8 @@ def build_server(root: str) -> FastMCP:
             max_seeds=max_seeds,
         )
 
-    def observations(
+    def _observations(
+        self,
         runs: list[dict[str, Any]] | None,
         targets: list[str] | None,
         *,
@@ -182,18 +173,20 @@ def build_server(root: str) -> FastMCP:
         sweep: str | None,
         experiment: str | None,
     ) -> Observations:
+        """The observations a fit or proposal reads: the inline table ``runs``, else the
+        service's runs the guard accepts (``run_ids``, ``sweep`` or ``experiment``)."""
         if runs:
             return observations_from_records(records_from_json(runs), targets or [], "runs")
         return observations_from_runs(
             run_ids,
             sweep=sweep,
             experiment=experiment,
-            tracking_uri=svc().rules().tracking_uri,
+            tracking_uri=self._service().rules().tracking_uri,
             targets=targets,
         )
 
-    @mcp.tool()
     def fit(
+        self,
         targets: list[str] | None = None,
         runs: list[dict[str, Any]] | None = None,
         *,
@@ -214,28 +207,17 @@ def build_server(root: str) -> FastMCP:
         better; the objective is the targets' mean. predict: a list of mixtures to predict,
         answered as predictions=[{score, interval}] in order."""
         result = fit_models(
-            observations(runs, targets, run_ids=run_ids, sweep=sweep, experiment=experiment),
+            self._observations(runs, targets, run_ids=run_ids, sweep=sweep, experiment=experiment),
             seed=seed,
             at_size=at_size,
         )
         payload = result.to_json()
         if predict:
-            domains = result.observations.domains
-            unknown = sorted({d for m in predict for d in m} - set(domains))
-            if unknown:
-                raise ValueError(f"predict names domains {unknown}; the fit knows {list(domains)}")
-            wanted = np.array([[float(m.get(d, 0.0)) for d in domains] for m in predict])
-            if (wanted < 0).any() or (wanted.sum(axis=1) <= 0).any():
-                raise ValueError("predict: every mixture needs weights >= 0, at least one > 0")
-            wanted = wanted / wanted.sum(axis=1, keepdims=True)
-            payload["predictions"] = [
-                {"score": p.predicted, "interval": p.to_json()["interval"]}
-                for p in result.predictions(wanted)
-            ]
+            payload["predictions"] = predictions(result, predict)
         return payload
 
-    @mcp.tool()
     def propose(
+        self,
         n: int = 4,
         *,
         min: dict[str, float] | None = None,
@@ -256,7 +238,7 @@ def build_server(root: str) -> FastMCP:
         Same observations (and at_size) as fit. Deterministic for a seed: submit the proposals
         with submit, then compare."""
         fitted = fit_models(
-            observations(runs, targets, run_ids=run_ids, sweep=sweep, experiment=experiment),
+            self._observations(runs, targets, run_ids=run_ids, sweep=sweep, experiment=experiment),
             seed=seed,
             at_size=at_size,
         )
@@ -265,8 +247,8 @@ def build_server(root: str) -> FastMCP:
         )
         return proposal.to_json()
 
-    @mcp.tool()
     def verify_elastic(
+        self,
         spec: ExperimentSpec,
         *,
         dp: int,
@@ -281,14 +263,7 @@ def build_server(root: str) -> FastMCP:
         uninterrupted run. Returns the job; with wait_s > 0, waits like `wait` and returns
         its status: result.ok, first_mismatch, matched_steps."""
         request = verify_request(spec, dp, resume_dp, split_step)
-        submitted = service.submit(svc(), request, key=key, kind=JobKind.VERIFY)
+        submitted = client.submit(self._service(), request, key=key, kind=JobKind.VERIFY)
         if wait_s <= 0:
             return submitted
-        return service.wait(svc(), submitted["job"]["id"], timeout_s=wait_s)
-
-    return mcp
-
-
-def serve_stdio(root: str) -> None:
-    """Serve :func:`build_server` on stdin/stdout until the client closes it."""
-    build_server(root).run(transport="stdio")
+        return client.wait(self._service(), submitted["job"]["id"], timeout_s=wait_s)

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 from orchestrator.experiment.run_record import RunStatus
 from orchestrator.experiment.runfolder import RunFolder, write_json_atomic
 from orchestrator.tracking.mlflow_status import MlflowStatus
-from orchestrator.tracking.names import KIND_ANSWER
 from orchestrator.tracking.provenance import answer_tags
+from orchestrator.tracking.run_kind import RunKind
 from pipeline.filelock import file_lock
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def link_answer(
     is ``answer``, not ``run``: comparisons count the original alone."""
     link = tracker.new_run(
         earlier.name,
-        kind=KIND_ANSWER,
+        kind=RunKind.ANSWER,
         tags=answer_tags(earlier, sweep),
         parent_run_id=parent_run_id,
     )

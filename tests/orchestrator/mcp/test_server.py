@@ -13,9 +13,10 @@ import pytest
 from mcp.server.fastmcp.exceptions import ToolError
 
 from orchestrator.experiment.schema import experiment_json_schema
+from orchestrator.mcp.server import build_server
 from orchestrator.service import client as service
+from orchestrator.service.config import ServiceConfig, load_service
 from orchestrator.service.job import JobKind, JobState
-from orchestrator.service.mcp_server import build_server
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def root(tmp_path: Path) -> str:
     data = tmp_path / "data"
     (data / "web").mkdir(parents=True)
     (data / "web" / "part-0.jsonl").write_text('{"text": "hello"}\n')
-    svc = service.ServiceConfig(root=str(tmp_path / "svc"), data_roots=(str(data),))
+    svc = ServiceConfig(root=str(tmp_path / "svc"), data_roots=(str(data),))
     svc.save()
     return str(svc.path)
 
@@ -55,7 +56,7 @@ def test_experiment_schema_and_list_datasets_tools(root: str) -> None:
     assert call(root, "experiment_schema", {}) == experiment_json_schema()
     listed = call(root, "list_datasets", {})
     assert [(d["name"], d["file_count"]) for d in listed["datasets"]] == [("web", 1)]
-    assert listed == service.list_datasets(service.load_service(root))
+    assert listed == service.list_datasets(load_service(root))
 
 
 def test_a_wrong_spec_is_still_refused_by_admission_with_its_reasons(root: str) -> None:
@@ -65,7 +66,7 @@ def test_a_wrong_spec_is_still_refused_by_admission_with_its_reasons(root: str) 
         asyncio.run(
             build_server(root).call_tool("submit", {"spec": {"colour": "blue"}, "key": "k"})
         )
-    assert sum(service.load_service(root).queue().counts().values()) == 0
+    assert sum(load_service(root).queue().counts().values()) == 0
 
 
 def test_list_jobs_advertises_the_states_and_kinds_and_filters_by_them(root: str) -> None:

@@ -19,11 +19,9 @@ from orchestrator.experiment.run_record import ExperimentRecord
 TAG_KIND = "zephon.kind"
 """``run`` (one training run), ``comparison`` (a guard verdict), ``sweep`` (a sweep's parent)
 or ``answer`` (a sweep's job answered from an earlier run: a link, no metrics)."""
-KIND_ANSWER = "answer"
-"""``zephon.kind`` of a link to the earlier run a sweep's job was answered from."""
 TAG_IDENTITY = "zephon.identity"
 """The run's identity: variant, recipe, initial checkpoint and eval settings
-(:mod:`orchestrator.run.answered`); an experiment of the same identity is answered from it."""
+(:mod:`orchestrator.run.identity_index`); an experiment of the same identity is answered from it."""
 TAG_ANSWERED_FROM = "zephon.answered_from"
 """On ``answer`` links: the MLflow run id of the earlier run that answered the job."""
 TAG_CONTRACT = "zephon.contract_fingerprint"

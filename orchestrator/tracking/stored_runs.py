@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.tracking.names import TAG_KIND, TAG_SWEEP
+from orchestrator.tracking.mlflow_names import TAG_KIND, TAG_SWEEP
+from orchestrator.tracking.run_kind import RunKind
 from orchestrator.tracking.store import client_for, load_mlflow
 from pipeline.errors import ConfigError
 
@@ -43,7 +44,7 @@ def runs_everywhere(uri: str, filter_string: str) -> list[Any]:
 def training_run_ids(
     uri: str, *, experiment: str | None = None, sweep: str | None = None
 ) -> list[str]:
-    """Ids of the training runs (``TAG_KIND == "run"``) of ``experiment`` (name; all
+    """Ids of the training runs (``TAG_KIND == RunKind.RUN``) of ``experiment`` (name; all
     experiments if None), only those of ``sweep`` if given; ordered by run name, then id.
 
     Raises :class:`ConfigError` if the experiment does not exist or no run matches.
@@ -56,7 +57,7 @@ def training_run_ids(
         experiment_ids = [found.experiment_id]
     else:
         experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    query = f"tags.`{TAG_KIND}` = 'run'"
+    query = f"tags.`{TAG_KIND}` = '{RunKind.RUN}'"
     if sweep is not None:
         query += f" and tags.`{TAG_SWEEP}` = {_filter_literal(sweep)}"
     runs = []
@@ -72,7 +73,7 @@ def training_run_ids(
         which = f" of sweep {sweep!r}" if sweep is not None else ""
         raise ConfigError(
             f"no training runs{which} in {where} at {client.tracking_uri} "
-            f"(looked for tag {TAG_KIND}=run); check the names, or sync the runs' tracking first"
+            f"(looked for tag {TAG_KIND}={RunKind.RUN}); check the names, or sync the runs' tracking first"
         )
     runs.sort(key=lambda r: (r.info.run_name or "", r.info.run_id))
     return [r.info.run_id for r in runs]

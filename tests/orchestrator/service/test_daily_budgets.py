@@ -16,8 +16,10 @@ import pytest
 
 from orchestrator.cli import dispatch
 from orchestrator.errors import OverBudget, QueueError
+from orchestrator.mcp.server import build_server
 from orchestrator.service import client as service
-from orchestrator.service.budget import (
+from orchestrator.service.config import ServiceConfig, load_service
+from orchestrator.service.daily_budgets import (
     DEVICE_HOURS_SQL,
     RUNS_SQL,
     Budget,
@@ -25,7 +27,6 @@ from orchestrator.service.budget import (
     day_window,
 )
 from orchestrator.service.job import JobState
-from orchestrator.service.mcp_server import build_server
 from orchestrator.service.queue import JobQueue
 
 NOON = datetime.datetime(2026, 12, 4, 12, tzinfo=datetime.UTC).timestamp()
@@ -170,11 +171,11 @@ def test_budgets_read_from_their_dict_and_refuse_bad_values() -> None:
 
 
 @pytest.fixture
-def svc(tmp_path: Path) -> service.ServiceConfig:
+def svc(tmp_path: Path) -> ServiceConfig:
     data = tmp_path / "data"
     (data / "web").mkdir(parents=True)
     (data / "web" / "part-0.jsonl").write_text('{"text": "hello"}\n')
-    config = service.ServiceConfig(
+    config = ServiceConfig(
         root=str(tmp_path / "svc"),
         data_roots=(str(data),),
         budgets=Budgets(default=Budget(runs_per_day=1, device_hours_per_day=2.5)),
@@ -183,7 +184,7 @@ def svc(tmp_path: Path) -> service.ServiceConfig:
     return config
 
 
-def experiment(svc: service.ServiceConfig) -> dict[str, Any]:
+def experiment(svc: ServiceConfig) -> dict[str, Any]:
     files = [str(Path(svc.data_roots[0]) / "web" / "part-0.jsonl")]
     return {"data": {"datasets": {"web": files}}, "eval": {"enable": False}}
 
@@ -194,7 +195,7 @@ def zephon(*argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[st
 
 
 def test_cli_and_mcp_show_usage_and_refuse_over_budget(
-    svc: service.ServiceConfig, capsys: pytest.CaptureFixture[str]
+    svc: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root, me = str(svc.path), service.caller()
     spec = json.dumps(experiment(svc))
@@ -246,6 +247,6 @@ def test_serve_writes_the_budgets_of_its_flags_and_file(
         capsys=capsys,
     )
     assert code == 0
-    budgets = service.load_service(root).budgets
+    budgets = load_service(root).budgets
     assert budgets.default == Budget(runs_per_day=20, device_hours_per_day=8)
     assert budgets.of("alice") == Budget(runs_per_day=5)

@@ -344,8 +344,8 @@ def test_mlflow_tags_name_the_recipe_and_the_initial_weights(
         result = runs[name]
         tags = client.get_run(result.mlflow_run_id).data.tags
         record = RunFolder(result.folder).experiment()
-        assert tags[TAG_RECIPE] == result.recipe_fingerprint == record["recipe_fingerprint"]
-        assert tags[TAG_INIT] == record["init_checkpoint"]["sha256"]
+        assert tags[TAG_RECIPE] == result.recipe_fingerprint == record.recipe_fingerprint
+        assert tags[TAG_INIT] == record.init_sha256
     a, other = (RunFolder(runs[n].folder).experiment() for n in ("a-dp2", "a-init"))
     assert a["init_checkpoint"]["sha256"] != other["init_checkpoint"]["sha256"]
 

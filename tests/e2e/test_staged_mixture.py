@@ -85,9 +85,9 @@ def test_the_second_phase_starts_inside_the_run(runs: dict) -> None:
 
 def test_the_run_records_its_phases_in_the_contract(runs: dict) -> None:
     experiment = RunFolder(runs["uninterrupted"].folder).experiment()
-    assert experiment["contract"]["compared_phase"] == 1
-    assert [p["until_tokens"] for p in experiment["contract"]["phases"]] == [
+    assert experiment.contract["compared_phase"] == 1
+    assert [p["until_tokens"] for p in experiment.contract["phases"]] == [
         BOUNDARY * 8 * 128,
         None,
     ]
-    assert experiment["mixture"] == {"code": "0.000000", "docs": "1.000000", "unicode": "0.000000"}
+    assert experiment.mixture == {"code": "0.000000", "docs": "1.000000", "unicode": "0.000000"}

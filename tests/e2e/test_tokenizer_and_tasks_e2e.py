@@ -104,12 +104,12 @@ def test_runs_train_with_the_neox_tokenizer_and_record_its_content(
         assert result.status == "succeeded", f"{name}: {result.messages}"
         assert result.steps == STEPS and result.tracking == "synced"
         record = RunFolder(result.folder).experiment()
-        assert record["contract"]["tokenizer"] == {
+        assert record.contract["tokenizer"] == {
             "name": "huggingface",
             "fingerprint": neox.fingerprint,
         }
-        assert str(GPT_NEOX) not in json.dumps(record["contract"])  # content, not path
-        assert record["recipe"]["model_spec"]["model"]["vocab_size"] == GPT_NEOX_VOCAB
+        assert str(GPT_NEOX) not in json.dumps(record.contract)  # content, not path
+        assert record.recipe["model_spec"]["model"]["vocab_size"] == GPT_NEOX_VOCAB
 
 
 def test_held_out_bytes_do_not_depend_on_the_tokenizer(

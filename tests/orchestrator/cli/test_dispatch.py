@@ -90,3 +90,23 @@ def test_reading_runs_from_a_store_that_is_not_there_is_answered_at_once(
     assert code == 4 and error["kind"] == "tracking_unavailable", error
     assert "--tracking-uri" in error["message"] and "offline_ok" not in error["message"]
     assert list(tmp_path.iterdir()) == []  # no mlflow.db, no lock, nothing
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (["--device", "tpu"], "--device='tpu' is invalid; use one of ['auto', 'cpu', 'cuda']"),
+        (["--data-root", "/nonexistent/data"], "--data-root /nonexistent/data: no such folder"),
+    ],
+)
+def test_a_service_that_could_not_serve_does_not_start(
+    option: list[str],
+    says: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["serve", "--root", "svc", *option, "--until-idle", "--json"]) == 2
+    assert says in json.loads(capsys.readouterr().out)["error"]["message"]
+    assert list(tmp_path.iterdir()) == []

@@ -75,6 +75,7 @@ def test_every_problem_is_reported_at_once(base: dict) -> None:
         ("resources.launcher=kubernetes", "use one of local, multinode, slurm"),
         ("resources.launcher=multinode", "needs resources.rdzv_endpoint"),
         ("train.steps=0", "train.steps must be >= 1"),
+        ("train.keep_checkpoints=1", r"keep_checkpoints must be 0 \(keep all\) or >= 2"),
         ("train.precision=fp16", "use one of auto, float32, bfloat16"),
         (
             "model.args=[--training.mixed-precision-param,float32]",

@@ -11,6 +11,8 @@ import hashlib
 import json
 import threading
 
+from pipeline.dataset import Dataset
+from pipeline.errors import DataError
 from pipeline.io import atomic_write
 from pipeline.order import DatasetOrder
 from pipeline.order.base import CALIBRATION_STREAM
@@ -33,6 +35,8 @@ def measure_tokens_per_byte(
     ``calibration_bytes``: from this process's memory, the machine's cache, or measured."""
     ds = order.dataset
     identity = order.calibration_identity()
+    if len(order.calibration_keys()) == 0:  # the same (empty) identity for any such dataset
+        raise _no_usable_records(ds)
     key = (ds.name, identity, ds.field, tokenizer.fingerprint, calibration_bytes)
     with _MEASURED_LOCK:
         if key in _MEASURED:
@@ -52,6 +56,18 @@ def measure_tokens_per_byte(
     with _MEASURED_LOCK:
         _MEASURED[key] = measured
     return measured
+
+
+def _no_usable_records(ds: Dataset) -> DataError:
+    """The dataset ``ds`` has no record to train on in the files read so far (its calibration
+    sample is drawn from them): what they held instead."""
+    report = ds.report()
+    found = ", ".join(f"{n} {reason}" for reason, n in sorted(report["skipped"].items()))
+    held = f" ({found}; e.g. {report['examples']})" if found else ""
+    return DataError(
+        f"dataset {ds.name!r}: no usable record in the {report['shards_indexed']} file(s) "
+        f"read{held}; check the files and data.text_field ({ds.field!r})"
+    )
 
 
 def _calibration_file(key: tuple[str, str, str, str, int]) -> str:

@@ -1,7 +1,5 @@
-"""``python -m orchestrator.cli``: the ``zephon`` command."""
+"""``python -m orchestrator.cli``: the ``zephon`` command, as its console script runs it."""
 
-import sys
+from orchestrator.cli.dispatch import script
 
-from orchestrator.cli.dispatch import main
-
-sys.exit(main())
+script()

@@ -16,8 +16,9 @@ import contextlib
 import json
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 from orchestrator.cli import run_commands, search_commands, service_commands
 from orchestrator.cli.parser import build_parser
@@ -87,7 +88,21 @@ def main(argv: list[str] | None = None) -> int:
 def script() -> NoReturn:
     """The ``zephon`` console script: :func:`main`, then its exit code without the
     interpreter's teardown (:func:`orchestrator.run.interrupts.exit_without_teardown`)."""
+    warnings.showwarning = _show_warning
     interrupts.exit_without_teardown(main())
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """A warning as a line of the command's own (``zephon: warning: ...``), not Python's
+    form with a line of Zephon's source under it."""
+    print(f"zephon: warning: {message}", file=file or sys.stderr)
 
 
 def _interrupted_payload() -> dict[str, Any]:

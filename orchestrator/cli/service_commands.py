@@ -47,6 +47,7 @@ def command_serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
             poll_s=args.slurm_poll_s,
         ),
     )
+    service.check_serving()
     scheduler = Scheduler(service)
     signal.signal(signal.SIGTERM, lambda *_: scheduler.stop())
     try:

@@ -75,6 +75,11 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
     for key in ("steps", "microbatch_size", "checkpoint_interval"):
         if getattr(t, key) < 1:
             problems.append(f"train.{key} must be >= 1, got {getattr(t, key)}")
+    if t.keep_checkpoints < 0 or t.keep_checkpoints == 1:  # TorchTitan refuses 1 at launch
+        problems.append(
+            f"train.keep_checkpoints must be 0 (keep all) or >= 2 (the newest may be half "
+            f"written when a run stops), got {t.keep_checkpoints}"
+        )
     problems += _schedule_problems(t)
     if t.init_optimizer and t.init_from is None:
         problems.append("train.init_optimizer needs train.init_from (a checkpoint to restore)")

@@ -19,7 +19,7 @@ from orchestrator.guard.runs import count_looks, load_runs, log_comparison
 from orchestrator.guard.scoring import compare
 from orchestrator.tracking.stored_runs import training_run_ids
 from orchestrator.tracking.tracker import Tracker
-from orchestrator.tracking.uris import resolve_uri
+from orchestrator.tracking.uris import stored_uri
 
 
 def compare_tracked(
@@ -56,7 +56,7 @@ def compare_tracked(
     check_options(threshold, confidence)  # before any run is read
     correction = family_of(family)
     plan = LookPlan(design_of(design), 1 - confidence, max_seeds)  # ValueError if wrong
-    uri = resolve_uri(tracking_uri, Path.cwd())
+    uri = stored_uri(tracking_uri, Path.cwd())
     tracker = Tracker(uri, experiment or "zephon")
     if not run_ids:
         run_ids = training_run_ids(uri, experiment=experiment, sweep=sweep)

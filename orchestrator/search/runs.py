@@ -17,7 +17,7 @@ from orchestrator.search.observations import Observations
 from orchestrator.tracking.mlflow_names import ARTIFACT_DIR, ARTIFACT_EXPERIMENT
 from orchestrator.tracking.stored_runs import training_run_ids
 from orchestrator.tracking.tracker import Tracker
-from orchestrator.tracking.uris import resolve_uri
+from orchestrator.tracking.uris import stored_uri
 
 
 def observations_from_runs(
@@ -41,7 +41,7 @@ def observations_from_runs(
     """
     if not run_ids and not sweep and not experiment:
         raise SearchError(["name the runs: run ids, a sweep or an experiment"])
-    uri = resolve_uri(tracking_uri, Path.cwd())
+    uri = stored_uri(tracking_uri, Path.cwd())
     try:
         ids = run_ids or training_run_ids(uri, experiment=experiment, sweep=sweep)
         runs = guard.load_runs(Tracker(uri, experiment or "zephon"), list(ids))
@@ -112,7 +112,7 @@ def _observations_of_one_size(
 def run_experiment(run_id: str, tracking_uri: str | None = None) -> ExperimentConfig:
     """The experiment a run trained (its ``zephon/experiment.json`` artifact): the data and
     schedule a repetition cap is computed from. :class:`SearchError` if it is not there."""
-    uri = resolve_uri(tracking_uri, Path.cwd())
+    uri = stored_uri(tracking_uri, Path.cwd())
     with tempfile.TemporaryDirectory(prefix="zephon-search-") as folder:
         try:
             Tracker(uri, "zephon").download_run(run_id, ARTIFACT_DIR, Path(folder))

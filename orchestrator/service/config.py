@@ -10,11 +10,13 @@ import json
 from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
 
+from orchestrator.experiment import DeviceRequest
 from orchestrator.service.admission import Limits, Rules
 from orchestrator.service.daily_budgets import Budgets
 from orchestrator.service.queue import JobQueue
 from orchestrator.service.slurm_settings import ServiceLauncher, SlurmSettings
 from pipeline.choice import parse_choice
+from pipeline.errors import ConfigError
 
 SERVICE_FILE = "service.json"
 DEFAULT_ROOT = "zephon-service"
@@ -33,7 +35,7 @@ class ServiceConfig:
     """MLflow tracking URI; None: ``sqlite:///<root>/mlflow.db``."""
     max_queued_per_submitter: int = 100
     """Jobs a submitter may have queued, running or preempted at once."""
-    device: str = "auto"
+    device: DeviceRequest = DeviceRequest.AUTO
     """Devices the scheduler shares: auto, cuda or cpu."""
     capacity: int | None = None
     """Most devices the scheduler uses at once; None: every free one."""
@@ -58,6 +60,17 @@ class ServiceConfig:
         object.__setattr__(
             self, "launcher", parse_choice(ServiceLauncher, self.launcher, "launcher")
         )
+        object.__setattr__(self, "device", parse_choice(DeviceRequest, self.device, "--device"))
+
+    def check_serving(self) -> None:
+        """ConfigError, before the service starts, for a data root that is no folder: every
+        submission naming data there would be refused."""
+        missing = [root for root in self.data_roots if not Path(root).expanduser().is_dir()]
+        if missing:
+            raise ConfigError(
+                f"--data-root {', '.join(missing)}: no such folder; give folders that hold "
+                "the datasets jobs may read"
+            )
 
     @property
     def path(self) -> Path:

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
-from orchestrator.errors import TrackingError, TrackingUnavailable
+from orchestrator.errors import ConfigError, TrackingError, TrackingUnavailable
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.tracking.store import client_for, mlflow_errors, retry_hint, sqlite_path
 
@@ -32,6 +32,24 @@ def resolve_uri(uri: str | None, workdir: Path) -> str:
     if db is not None and not db.is_absolute():
         return f"sqlite:///{(Path(workdir) / db).resolve()}"
     return uri
+
+
+def stored_uri(uri: str | None, workdir: Path) -> str:
+    """The resolved URI of a tracking store to read runs from (a comparison, a fit), checked
+    before anything is read: a SQLite database that does not exist is a ``ConfigError``
+    (opening it would create an empty one where the command runs), a server that does not
+    answer ``/health`` within seconds :class:`TrackingUnavailable` (MLflow's client would
+    retry for minutes)."""
+    resolved = resolve_uri(uri, workdir)
+    db = sqlite_path(resolved)
+    if db is not None and not db.is_file():
+        raise ConfigError(
+            f"no tracking store at {resolved}: nothing was tracked there; name the store "
+            "the runs were tracked in (--tracking-uri, tracking.uri)"
+        )
+    if is_http(resolved):
+        ping_server(resolved, reading=True)
+    return resolved
 
 
 def is_http(uri: str) -> bool:
@@ -81,11 +99,18 @@ def check_tracking(uri: str, timeout_s: float = 5.0) -> None:
         client_for(uri).search_experiments(max_results=1)
 
 
-def ping_server(uri: str, timeout_s: float = 5.0, folder: RunFolder | None = None) -> None:
+def ping_server(
+    uri: str,
+    timeout_s: float = 5.0,
+    folder: RunFolder | None = None,
+    *,
+    reading: bool = False,
+) -> None:
     """``GET <uri>/health``; :class:`TrackingUnavailable` unless the server answers ``OK``.
 
     The message names the ways out: before launch (no ``folder``) starting the server,
-    fixing the URI or training offline; during a run, that nothing is lost.
+    fixing the URI or training offline; during a run, that nothing is lost; for a command
+    that reads runs (``reading``), starting the server or naming another store.
     """
     url = uri.rstrip("/") + "/health"
     try:
@@ -99,6 +124,9 @@ def ping_server(uri: str, timeout_s: float = 5.0, folder: RunFolder | None = Non
         if body == "OK":
             return
         reason = f"GET {url} answered {body!r}, not 'OK': is this an MLflow server?"
-    raise TrackingUnavailable(
-        f"MLflow tracking server {uri} is not reachable ({reason}).{retry_hint(folder)}"
+    hint = (
+        " Start the server, or name the store the runs were tracked in (--tracking-uri)."
+        if reading
+        else retry_hint(folder)
     )
+    raise TrackingUnavailable(f"MLflow tracking server {uri} is not reachable ({reason}).{hint}")

@@ -13,6 +13,9 @@ from pipeline.io import is_url, url_filename
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSIONS = {".gz": Compression.GZ, ".zst": Compression.ZST}
 """The compression of a JSONL file, by its last suffix."""
+TABLE_SUFFIXES = (".csv", ".tsv", ".arrow", ".feather", ".orc", ".avro", ".xlsx")
+"""Files of records in a format no reader here reads: read as one plain-text document each,
+their rows would train as one document of column text, so they are refused."""
 
 
 def detect_format(path: str | os.PathLike[str]) -> tuple[FormatName, Compression | None]:
@@ -20,7 +23,8 @@ def detect_format(path: str | os.PathLike[str]) -> tuple[FormatName, Compression
 
     ``path`` is a local path or a URL (the file name of its path counts, not
     its query). ``.jsonl``/``.json``/``.ndjson`` (optionally ``.gz``/``.zst``)
-    is JSONL, ``.parquet`` is Parquet and any other file is one plain-text
+    is JSONL, ``.parquet`` is Parquet, a table of another format
+    (:data:`TABLE_SUFFIXES`) a ``ConfigError``, and any other file is one plain-text
     document.
     """
     location = os.fspath(path)
@@ -38,4 +42,9 @@ def detect_format(path: str | os.PathLike[str]) -> tuple[FormatName, Compression
         return FormatName.JSONL, None
     if suffix == ".parquet":
         return FormatName.PARQUET, None
+    if suffix in TABLE_SUFFIXES:
+        raise ConfigError(
+            f"{path}: {suffix} files are not read (each would train as one document); write "
+            "the records as JSONL or Parquet with a text column"
+        )
     return FormatName.TEXT, None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from pipeline import Dataset, WorkSource, calibration, load_tokenizer
+from pipeline.errors import DataError
 from pipeline.tokenizer import Tokenizer
 
 
@@ -63,3 +65,25 @@ def test_calibration_is_stored_for_other_processes_and_a_damaged_entry_is_measur
     )
     assert len(encoded) == 2  # measured again, to the same values
     assert all(json.loads(e.read_text())["tokens_per_byte"] in first.values() for e in stored)
+
+
+@pytest.mark.filterwarnings("ignore:dataset 'bad'")  # the warning of its skipped records
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (bytes(range(256)) * 40, "invalid_utf8"),  # random bytes, not JSON lines
+        (b"".join(json.dumps({"text": n}).encode() + b"\n" for n in range(50)), "missing_field"),
+    ],
+)
+def test_a_dataset_without_one_usable_record_is_a_data_error(
+    small: list[Dataset], tmp_path: Path, content: bytes, reason: str
+) -> None:
+    """Planned over, such a dataset would train on nothing (its tokens per byte 0): refused
+    before any work, naming what its files held, every time (an empty sample has one
+    identity whatever the dataset, so nothing may be remembered for it)."""
+    (tmp_path / "bad.jsonl").write_bytes(content)
+    bad = Dataset("bad", [str(tmp_path / "bad.jsonl")], cache_dir=tmp_path / "cache")
+    for _ in range(2):
+        source = WorkSource([small[0], bad], {"a": 0.5, "bad": 0.5})
+        with pytest.raises(DataError, match=f"'bad': no usable .*{reason}"):
+            source.calibrate(load_tokenizer("gpt2"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,52 @@ def test_a_yaml_file_that_does_not_parse_is_a_mistake_not_a_failure(
     assert "'bad.yaml' is not valid YAML at line 3, column 1" in error["message"]
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(120)  # the client's own retries would take minutes
+@pytest.mark.parametrize("command", ["compare", "fit", "propose"])
+def test_reading_runs_from_a_store_that_is_not_there_is_answered_at_once(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A SQLite store that does not exist is exit 2, and none is created where the command
+    runs; a server that does not answer is exit 4 within seconds (MLflow's client would
+    retry for minutes)."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([command, "--experiment", "nope", "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert "no tracking store at sqlite:///" in error["message"]
+    dead = f"http://127.0.0.1:{closed_port()}"
+    code = cli.main([command, "--experiment", "x", "--tracking-uri", dead, "--json"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert code == 4 and error["kind"] == "tracking_unavailable", error
+    assert "--tracking-uri" in error["message"] and "offline_ok" not in error["message"]
+    assert list(tmp_path.iterdir()) == []  # no mlflow.db, no lock, nothing
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (["--device", "tpu"], "--device='tpu' is invalid; use one of ['auto', 'cpu', 'cuda']"),
+        (["--data-root", "/nonexistent/data"], "--data-root /nonexistent/data: no such folder"),
+    ],
+)
+def test_a_service_that_could_not_serve_does_not_start(
+    option: list[str],
+    says: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["serve", "--root", "svc", *option, "--until-idle", "--json"]) == 2
+    assert says in json.loads(capsys.readouterr().out)["error"]["message"]
+    assert list(tmp_path.iterdir()) == []

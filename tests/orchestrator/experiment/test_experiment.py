@@ -75,6 +75,7 @@ def test_every_problem_is_reported_at_once(base: dict) -> None:
         ("resources.launcher=kubernetes", "use one of local, multinode, slurm"),
         ("resources.launcher=multinode", "needs resources.rdzv_endpoint"),
         ("train.steps=0", "train.steps must be >= 1"),
+        ("train.keep_checkpoints=1", r"keep_checkpoints must be 0 \(keep all\) or >= 2"),
         ("train.precision=fp16", "use one of auto, float32, bfloat16"),
         (
             "model.args=[--training.mixed-precision-param,float32]",
@@ -206,6 +207,15 @@ def zephon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def partly_junk(folder: Path) -> Path:
+    """A JSON-lines file of twenty records and three whose text is a number (bad records,
+    skipped)."""
+    path = folder / "junk.jsonl"
+    texts = [f"record {n} " * 50 for n in range(20)] + [0, 1, 2]
+    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    return path
+
+
 def test_cli_plan_json_and_exit_codes(base: dict, tmp_path: Path) -> None:
     path = tmp_path / "experiment.json"
     path.write_text(json.dumps(base))
@@ -217,6 +227,15 @@ def test_cli_plan_json_and_exit_codes(base: dict, tmp_path: Path) -> None:
     lines = text.stdout.splitlines()
     assert f"recipe_fingerprint: {planned['recipe_fingerprint']}" in lines
     assert max(map(len, lines)) < 1000  # a person reads it: the recipe is in --json
+    skipping = json.loads(json.dumps(base))
+    skipping["data"]["datasets"]["junk"] = [str(partly_junk(tmp_path))]
+    skipping["data"]["mixture"]["junk"] = 1.0
+    path.write_text(json.dumps(skipping))
+    warned = zephon("plan", "-c", str(path), "--dp", "1", "--json", cwd=tmp_path)
+    assert warned.returncode == 0, warned.stderr
+    assert warned.stderr.startswith("zephon: warning: dataset 'junk': skipped 3 bad records")
+    assert len(warned.stderr.splitlines()) == 1  # no line of Zephon's source under it
+    path.write_text(json.dumps(base))
     bad = zephon("plan", "-c", str(path), "--json", "data.mixture.web=1", "--dp", "3", cwd=tmp_path)
     assert bad.returncode == 2
     error = json.loads(bad.stdout)["error"]

@@ -121,8 +121,9 @@ EXAMPLE_STEPS = 1
 BASE_CHECKPOINT = "runs/base/titan/checkpoint/step-2"
 """Where docs/anneals.md's anneals start (the work folder holds one for ``exp.yaml``)."""
 
-NOTHING_TRACKED = re.compile(r"no MLflow (run|experiment)|no training runs")
-"""The refusal of a command naming runs an empty tracking store does not hold."""
+NOTHING_TRACKED = re.compile(r"no MLflow (run|experiment)|no training runs|no tracking store at")
+"""The refusal of a command naming runs that the work folder's tracking store does not hold
+(or reading a store that was never made there)."""
 
 
 @dataclass(frozen=True)

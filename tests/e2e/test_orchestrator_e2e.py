@@ -347,7 +347,7 @@ def test_mlflow_tags_name_the_recipe_and_the_initial_weights(
         assert tags[TAG_RECIPE] == result.recipe_fingerprint == record.recipe_fingerprint
         assert tags[TAG_INIT] == record.init_sha256
     a, other = (RunFolder(runs[n].folder).experiment() for n in ("a-dp2", "a-init"))
-    assert a["init_checkpoint"]["sha256"] != other["init_checkpoint"]["sha256"]
+    assert a.init_sha256 != other.init_sha256
 
 
 def test_hidden_torchtitan_data_flag_is_refused_before_launch(

@@ -7,6 +7,7 @@ Design: docs/design/sweeps_sweeper.md
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 import sys
 from typing import Any
@@ -41,9 +42,26 @@ def main() -> None:
         warm_start.speculate(cpu_start_env())
     from orchestrator.run import interrupts  # deferred: imports the pipeline, after the warm server
 
+    _check_command_line(sys.argv[1:])
     with interrupts.entry_point("zephon-run", on_stop=_hydra_raises):
         hydra_main()
     interrupts.exit_without_teardown(0)  # a failure exits through SystemExit, as before
+
+
+def _check_command_line(arguments: list[str]) -> None:
+    """Exit 2 naming every unknown key before Hydra composes (its own message is a Python
+    exception's text, exit 1: read as a failed run)."""
+    # deferred: the schema imports the experiment and the pipeline, after the warm server
+    from pipeline.errors import EXIT_INVALID
+    from sweeps.config import command_line_problems
+
+    groups = {p.name for p in importlib.resources.files("zephon_conf").iterdir() if p.is_dir()}
+    problems = command_line_problems(arguments, groups)
+    if problems:
+        warm_start.withdraw()
+        for problem in problems:
+            print(f"zephon-run: {problem}", file=sys.stderr)
+        raise SystemExit(EXIT_INVALID)
 
 
 def _hydra_raises() -> None:

@@ -12,6 +12,8 @@ this module also registers the ``zephon_local_corpus`` resolver that
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,46 @@ OPEN_MAPS = (
 options, submitit parameters), not the schema's."""
 
 ConfigStore.instance().store(name=SCHEMA_NAME, node=_schema_node())
+
+HYDRA_PREFIXES = ("hydra.", "hydra/", "+", "~")
+"""Command-line arguments that are Hydra's own (its settings, additions, deletions)."""
+
+
+def command_line_problems(arguments: list[str], groups: set[str]) -> list[str]:
+    """What is wrong with the ``key=value`` arguments of ``zephon-run``, before Hydra composes
+    anything: a key that is no key of :class:`RunConfig` (a preset group of ``groups``,
+    ``model=tiny``, selects a preset). Options and Hydra's own arguments are Hydra's to check."""
+    problems = []
+    for argument in arguments:
+        key, equals, _ = argument.partition("=")
+        if argument.startswith("-") or not equals or key.startswith(HYDRA_PREFIXES):
+            continue
+        if key in groups:
+            continue
+        unknown = _unknown_part(key)
+        if unknown is not None:
+            where, known = unknown
+            problems.append(
+                f"{argument}: {where!r} is no key of zephon-run's config; "
+                f"{'its' if '.' in where else 'the'} keys here: {', '.join(known)}"
+            )
+    return problems
+
+
+def _unknown_part(key: str) -> tuple[str, list[str]] | None:
+    """The first part of the dotted ``key`` that :class:`RunConfig` lacks, with the keys it
+    has there; None when the key exists (or goes into a map of the user's own keys)."""
+    kind: Any = RunConfig
+    done: list[str] = []
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(kind):
+            return None  # a map or list of the user's (datasets, mixture, slurm ...)
+        hints = typing.get_type_hints(kind)
+        if part not in hints:
+            return ".".join([*done, part]), sorted(hints)
+        kind = hints[part]
+        done.append(part)
+    return None
 
 
 def local_corpus(mb_per_domain: float) -> dict[str, list[str]]:

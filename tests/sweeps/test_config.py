@@ -21,7 +21,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from orchestrator.experiment import ExperimentConfig, load_experiment
-from sweeps.config import split
+from sweeps.config import command_line_problems, split
 from tests.support import REPO
 from tests.support.sweeps import datasets_override
 
@@ -136,6 +136,35 @@ def test_a_wrong_type_or_an_unknown_key_is_refused_naming_it(
     assert done.returncode != 0
     assert f"full_key: {named}" in done.stderr or f"'{named}'" in done.stderr, done.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_unknown_keys_are_answered_by_zephon_run_with_exit_2(tmp_path: Path) -> None:
+    """Every unknown key, one line each with the keys there are, before Hydra composes: a
+    mistake (exit 2), not a failed run (Hydra's exit 1)."""
+    done = zephon_run("dry_run=true", "train.stepz=3", "nosuch=1", "model=tiny", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("zephon-run: train.stepz=3: 'train.stepz' is no key")
+    assert "steps" in lines[0] and lines[1].startswith("zephon-run: nosuch=1: 'nosuch'")
+    assert len(lines) == 2 and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argument",
+    [
+        "model=tiny",  # a preset group
+        "data.datasets.web=[/d/web/*.jsonl]",  # a map of the user's own keys
+        "data.mixture.code=0.1,0.5",  # a sweep's values
+        "hydra.sweeper.replicate_seeds=2",
+        "+extra=1",
+        "-m",
+        "resources.slurm.qos=high",
+        "sweep.name=s",
+    ],
+)
+def test_what_zephon_run_takes(argument: str) -> None:
+    groups = {"model", "mix", "train", "data", "eval", "tracking", "resources"}
+    assert command_line_problems([argument], groups) == []
 
 
 def test_a_dry_run_plans_what_the_readme_says_can_be_forced(

@@ -51,9 +51,8 @@ def main() -> None:
 def _check_command_line(arguments: list[str]) -> None:
     """Exit 2 naming every unknown key before Hydra composes (its own message is a Python
     exception's text, exit 1: read as a failed run)."""
-    # deferred: the schema imports the experiment and the pipeline, after the warm server
-    from pipeline.errors import EXIT_INVALID
-    from sweeps.config import command_line_problems
+    from pipeline.errors import EXIT_INVALID  # deferred: the pipeline, after the warm server
+    from sweeps.config import command_line_problems  # deferred: the schema, as above
 
     groups = {p.name for p in importlib.resources.files("zephon_conf").iterdir() if p.is_dir()}
     problems = command_line_problems(arguments, groups)

@@ -30,9 +30,12 @@ fi
 command -v initdb >/dev/null 2>&1 || export PATH="$PATH:$(postgres_bin)"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-# Two workers, each taking whole test files (module fixtures train once): a training
-# launch spends much of its time starting up, which the other worker overlaps. Files go
-# out in collection order, the training files first (tests/conftest.py), not xdist's
-# default of the files with the most tests first, which left the longest for the end.
-exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "${ZEPHON_TEST_WORKERS:-2}" \
+# Three workers on two cores, each taking whole test files (module fixtures train once):
+# much of the suite waits (a launch starting up, a Slurm or job-service poll, a server),
+# which the other workers overlap. On the 2-core AMD EPYC (2026-12-05) three ran the suite
+# in 18 min 31 s; two had taken 18 min 48 s for 33 fewer tests (CI, the day before) and
+# 19 min 43 s for these (with other work on the machine). Files go out in collection order, the training files first
+# (tests/conftest.py), not xdist's default of the files with the most tests first, which
+# left the longest for the end.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "${ZEPHON_TEST_WORKERS:-3}" \
     --dist loadfile --no-loadscope-reorder "$@"

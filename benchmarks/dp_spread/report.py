@@ -20,7 +20,13 @@ STUDY = (
     {"benchmark": "benchmark A", "stock": 0.82, "lanes": 0.05},
     {"benchmark": "benchmark B", "stock": 0.64, "lanes": 0.011},
 )
-"""The original study's spread of eval scores (points) across 8/16/32/64 GPUs."""
+"""The spread of eval scores (points) across 8/16/32/64 GPUs that the study behind Zephon
+reports (:data:`STUDY_SOURCE`): benchmark A is DCLM Core v1, benchmark B FineWeb's. Not
+measured here: the page names its source."""
+STUDY_SOURCE = (
+    "the Zephon team's post on the PyTorch blog of 16 October, 20 billion tokens from scratch "
+    "on 8 to 64 GPUs"
+)
 
 
 def _format_difference(x: float) -> str:
@@ -115,17 +121,18 @@ def _write_verdict(summary: dict[str, Any]) -> str:
         size = "Zephon's aggregate score did not move at all across dp sizes"
     elif ratio >= 5:
         size = (
-            f"Zephon's spread is {ratio:.0f}x smaller than the stock loader's (the study: {study})"
+            f"Zephon's spread is {ratio:.0f}x smaller than the stock loader's ({STUDY_SOURCE}: "
+            f"{study})"
         )
     elif ratio >= 1.5:
         size = (
             f"Zephon's spread is only {ratio:.1f}x smaller than the stock loader's, less of a gap "
-            f"than the study's {study}"
+            f"than the {study} of {STUDY_SOURCE}"
         )
     else:
         size = (
             f"Zephon's spread is not smaller than the stock loader's in this run (ratio "
-            f"{ratio:.2f}; the study: {study}): at this scale the float-order differences "
+            f"{ratio:.2f}; {STUDY_SOURCE}: {study}): at this scale the float-order differences "
             "dominate whatever the data order adds"
         )
     noise = max(stock["eval_noise"]["aggregate"], zephon["eval_noise"]["aggregate"])
@@ -236,6 +243,8 @@ def _next_to_study(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     lines = [
         "## Spread across dp sizes, next to the study",
         "",
+        f"The study's rows are not measured here: they are {STUDY_SOURCE}.",
+        "",
         "| | stock | lanes | stock / lanes |",
         "|---|---|---|---|",
     ]
@@ -311,9 +320,9 @@ def _write_method(meta: dict[str, Any], domains: list[str]) -> list[str]:
             "start all parallelisms from the same weights. With `--debug.seed` alone, TorchTitan "
             "0.3.0 on CPU initialises the FSDP-sharded model differently on each dp size "
             "(it warns that DTensor's `manual_seed` may not have complete support on CPU "
-            "meshes; while building this benchmark, the step-1 loss on the identical first "
-            "batch was 11.29 on dp 1 and 11.42 on dp 2), which adds an init difference to both "
-            "loaders' spread (`--no-seed-checkpoint` shows it)."
+            "meshes, and the step-1 loss on the identical first batch then differs between dp "
+            "sizes), which adds an init difference to both loaders' spread "
+            "(`--no-seed-checkpoint` measures it)."
             if meta["seed_checkpoint"]
             else "`--debug.seed 42` only (`--no-seed-checkpoint`): on CPU, TorchTitan 0.3.0 "
             "initialises the FSDP-sharded model differently on each dp size, so both spreads "

@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.machine import provenance
 from benchmarks.noise import POLL_S, QUIET_PERCENT, machine_load_percent
 from benchmarks.publish import publish
 from demo.local_corpus import build_local_corpus
@@ -140,6 +142,18 @@ def measure_precisions(work: Path, steps: int, reps: int) -> dict[str, Any]:
     }
 
 
+def least_gain(rows: list[dict[str, Any]]) -> float | None:
+    """The smallest share of a held-out domain's initial bits per byte (step 0) that training
+    removed, over every variant and domain of the guard's table (None: no step-0 scores)."""
+    gains = [
+        1.0 - row["bpb"][domain] / start
+        for row in rows
+        for domain, start in (row.get("initial_bpb") or {}).items()
+        if start
+    ]
+    return min(gains, default=None)
+
+
 def measure_main_job(
     work: Path, args: list[str], env: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -174,6 +188,7 @@ def measure_main_job(
         "variants": [{k: row[k] for k in VARIANT_FIELDS} for row in rows],
         "largest_replicate_range": max(ranges, default=None),
         "smallest_variant_gap": min((b - a for a, b in itertools.pairwise(scores)), default=None),
+        "least_gain": least_gain(rows),
         "replicate_range_target": REPLICATE_RANGE_TARGET,
         "replicate_range_target_met": bool(ranges) and max(ranges) < REPLICATE_RANGE_TARGET,
         "decisions": [
@@ -209,7 +224,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     machine = report["machine"]
     lines = [
         f"Training speed on {machine['cpu']} ({machine['cores']} cores, torch CPU "
-        f"capability {machine['capability']}), {report['date']}.",
+        f"capability {machine['capability']}), {report['date']}: `{report['command']}` at "
+        f"commit {report['commit']}.",
         "",
     ]
     if "precision" in report:
@@ -255,7 +271,13 @@ def to_markdown(report: dict[str, Any]) -> str:
                 "",
                 f"Largest replicate range **{m['largest_replicate_range']:.1e}** bits/byte "
                 f"(target < {m['replicate_range_target']:.0e}: {verdict}); smallest gap between "
-                f"variants {m['smallest_variant_gap']:.4f}.",
+                f"variants {m['smallest_variant_gap']:.4f}"
+                + (
+                    "."
+                    if m.get("least_gain") is None
+                    else f"; training removed at least {m['least_gain']:.0%} of every domain's "
+                    "initial bits per byte, in every variant."
+                ),
             ]
         if m.get("decisions"):
             lines += [
@@ -295,8 +317,9 @@ def main(argv: list[str] | None = None) -> int:
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="zephon-bench-training-"))
     work.mkdir(parents=True, exist_ok=True)
+    command = shlex.join(["bash", "scripts/bench.sh", "--training", *(argv or sys.argv[1:])])
     report: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d %H:%M"),
+        **provenance(command, ("torch", "torchtitan")),
         "machine": {
             "cpu": cpu_model(),
             "cores": len(os.sched_getaffinity(0)),

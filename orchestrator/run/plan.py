@@ -70,33 +70,27 @@ def plan(
     # Resolved here, on the machine that trains, and stored in the config: a resume keeps it.
     precision = resolve_precision(config.train.precision, devices.kind)
     config = replace(config, train=replace(config.train, precision=precision))
-    prints = (
-        fingerprints(config, chosen) if resuming is None else resuming.experiment().fingerprints
-    )
     recipe = recipe_of(config)
     if resuming is not None:
+        folder, prints = resuming, resuming.experiment().fingerprints
         init = resumed_init(resuming, config, recipe)
-        return RunPlan(
-            config=config,
-            folder=resuming,
-            dp=chosen,
-            devices=devices,
-            fingerprints=prints,
-            recipe=recipe,
-            init_path=None if init is None else Path(init.path),
-        )
-    if config.train.init_from is not None:  # before anything launches: shapes, vocabulary
-        vocab_size = load_tokenizer(config.data.tokenizer).vocab_size
-        check_init_from(config, recipe.parameter_shapes, vocab_size)
-    name = run_name or _default_run_name(as_written, prints.variant)
+        init_path = None if init is None else Path(init.path)
+    else:
+        prints = fingerprints(config, chosen)
+        if config.train.init_from is not None:  # before anything launches: shapes, vocabulary
+            vocab_size = load_tokenizer(config.data.tokenizer).vocab_size
+            check_init_from(config, recipe.parameter_shapes, vocab_size)
+        name = run_name or _default_run_name(as_written, prints.variant)
+        folder = RunFolder(Path(config.runs_root) / name)
+        init_path = init_checkpoint_path(config, recipe)
     return RunPlan(
         config=config,
-        folder=RunFolder(Path(config.runs_root) / name),
+        folder=folder,
         dp=chosen,
         devices=devices,
         fingerprints=prints,
         recipe=recipe,
-        init_path=init_checkpoint_path(config, recipe),
+        init_path=init_path,
     )
 
 

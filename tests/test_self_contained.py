@@ -146,3 +146,16 @@ def test_the_tests_of_tests_data_pass_in_a_copy_with_nothing_beside_it(tmp_path:
     assert done.returncode == 0 and f"{len(COPY_TESTS)} passed" in done.stdout, (
         done.stdout[-3000:] + done.stderr[-3000:]
     )
+
+
+def test_no_file_of_tests_data_is_ignored_by_git() -> None:
+    """What the tests read from tests/data/ reaches a clone: a pattern of .gitignore that
+    catches it (``runs/`` caught the previous release's runs once) keeps it out of the repo."""
+    ignored = subprocess.run(
+        ["git", "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "tests/data"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    assert [n for n in ignored if n and "__pycache__" not in n] == []

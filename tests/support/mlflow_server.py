@@ -16,8 +16,9 @@ from pathlib import Path
 from orchestrator.run.trainer_command import free_port
 from orchestrator.tracking.team_server import server_command
 
-STARTUP_TIMEOUT_S = 120.0
-"""Migrating a new store and starting the workers takes 5-25 s on 2 busy cores."""
+STARTUP_TIMEOUT_S = 240.0
+"""Migrating a new store and starting the workers takes 5-25 s on 2 busy cores; creating a
+PostgreSQL cluster first, beside two other test workers, once took CI over 120 s."""
 
 
 @dataclass
@@ -71,7 +72,9 @@ def serving(command: list[str], server: RunningServer) -> Iterator[RunningServer
         started = time.perf_counter()
         while not _healthy(server.uri):
             assert process.poll() is None, server.log_tail()
-            assert time.perf_counter() - started < STARTUP_TIMEOUT_S, "the server is not up"
+            assert time.perf_counter() - started < STARTUP_TIMEOUT_S, (
+                f"the server is not up after {STARTUP_TIMEOUT_S:.0f} s; its log:\n{server.log_tail()}"
+            )
             time.sleep(0.25)
         print(f"\ntracking server healthy after {time.perf_counter() - started:.1f} s")
         yield server

@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 from orchestrator.errors import TrackingError, TrackingUnavailable
 from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.tracking.store_template import create_store
 from pipeline.filelock import file_lock
 
 if TYPE_CHECKING:  # annotations only; load_mlflow() imports MLflow at run time
@@ -78,11 +79,14 @@ def client_for(uri: str) -> MlflowClient:
     Creating the client opens its store; on a new SQLite database that runs MLflow's schema
     migrations, which fail when two processes run them at once (``AttributeError:
     dimension_attributes``: two jobs of a sweep or of the job service starting together).
-    So a process opens a SQLite store holding a lock file next to the database.
+    So a process opens a SQLite store holding a lock file next to the database, and a new
+    one is a copy of a migrated empty store (:mod:`orchestrator.tracking.store_template`).
     """
     mlflow = load_mlflow()
     db = sqlite_path(uri)
     with contextlib.nullcontext() if db is None else file_lock(db.with_name(f"{db.name}.lock")):
+        if db is not None and not (db.is_file() and db.stat().st_size):
+            create_store(db)
         return mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 

@@ -1,6 +1,7 @@
 """A real mix search (``hydra.sweeper.mix.search``) on the shared test corpus: the initial
-design and two rounds of fit -> propose -> run of ``zephon_mini`` (2 steps, CPU), every round
+design and a round of fit -> propose -> run of ``zephon_mini`` (2 steps, CPU), every round
 judged by the guard, then the confirmation; interrupted (SIGINT) in round 1 and continued.
+A second round would repeat the first's steps (tests/sweeps/test_search.py: the trajectory).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def test_a_search_runs_its_rounds_and_continues_after_an_interrupt_to_the_same_p
         "search",
         "hydra/launcher=zephon",
         *tiny_sweep_overrides(built),
-        "hydra.sweeper.mix.search={rounds: 2, per_round: 1, initial: 2, seed: 3, stop: false}",
+        "hydra.sweeper.mix.search={rounds: 1, per_round: 1, initial: 2, seed: 3, stop: false}",
         f"hydra.sweeper.mix.max={{unicode: {UNICODE_MAX}}}",
         "hydra.sweeper.replicate_dp=[1]",
     )
@@ -88,7 +89,7 @@ def test_a_search_runs_its_rounds_and_continues_after_an_interrupt_to_the_same_p
     # Continued from the round it was in: the mixtures proposed before the interrupt ran.
     assert rounds[1]["mixtures"] == before["rounds"][1]["mixtures"]
     assert rounds[0]["mixtures"][0] == {"code": 0.334, "docs": 0.333, "unicode": 0.333}
-    assert len(rounds) == 3 or rounds[-1]["proposal"]["stop"]["stop"]
+    assert len(rounds) == 2 or rounds[-1]["proposal"]["stop"]["stop"]
     assert all(r["accepted"] for r in rounds), [r["refusals"] for r in rounds]
     mixtures = [m for r in rounds for m in r["mixtures"]]
     mixtures.append(summary["search"]["recommended"]["mixture"])

@@ -4,12 +4,12 @@ gloo), the embedded MLflow store. The cluster has no accounting, so ``sacct`` fa
 job states come from ``squeue`` (:mod:`orchestrator.run.slurm`).
 
     local-dp1     the reference: the experiment on 1 local process, 6 steps
-    slurm-2tasks  the same on Slurm, dp 2 = 1 node x 2 tasks: the same digests
     slurm-2nodes  the same on Slurm, dp 2 = 2 nodes x 1 task: the same digests
     cancelled     on Slurm, ``scancel`` after the step-2 checkpoint, ``zephon resume``: the
                   same digests, in two Slurm jobs
-    requeued      on Slurm, ``scontrol requeue`` after the step-2 checkpoint (preemption
-                  with requeue): the job runs again, resumes, the same digests
+    requeued      on Slurm, dp 2 = 1 node x 2 tasks, ``scontrol requeue`` after the step-2
+                  checkpoint (preemption with requeue): the job runs again, resumes, the
+                  same digests
     sweep         two mixes through ``hydra/launcher=submitit_slurm``, each job on the cores
                   Slurm gave it; Slurm cancels one, the sweep fails with the command that
                   continues it, and continued it ends with an accepted comparison
@@ -153,25 +153,6 @@ def running_on_slurm(
     return folder, agent
 
 
-def test_two_task_job_trains_the_same_batches_as_a_local_run(
-    cluster: LocalSlurm, work: Path, domains: dict[str, list[Path]], reference: dict[int, str]
-) -> None:
-    planned = api.plan(on_slurm(domains), dp=2)
-    assert planned.dp == 2
-    assert launch_command(planned)[1:3] == ["-m", "orchestrator.titan.train"]
-
-    result = api.run(on_slurm(domains), dp=2, run_name="slurm-2tasks", fresh=True)
-
-    assert result.status == "succeeded", result.messages
-    folder = RunFolder(result.folder)
-    assert folder.digests() == reference
-    assert {r["dp_size"] for r in folder.steps().values()} == {2}
-    job_id = folder.state().slurm_job_id
-    assert job_field(cluster, job_id, "JobState") == "COMPLETED"
-    assert job_field(cluster, job_id, "NumTasks") == "2"
-    assert job_field(cluster, job_id, "NumNodes") == "1"
-
-
 def test_job_cancelled_by_slurm_resumes_with_the_same_batches(
     cluster: LocalSlurm,
     work: Path,
@@ -207,16 +188,19 @@ def test_job_cancelled_by_slurm_resumes_with_the_same_batches(
     assert second_job != first_job and job_field(cluster, second_job, "JobState") == "COMPLETED"
 
 
-def test_job_requeued_by_slurm_continues_with_the_same_batches(
+def test_two_task_job_requeued_by_slurm_continues_with_the_same_batches(
     cluster: LocalSlurm,
     work: Path,
     domains: dict[str, list[Path]],
     reference: dict[int, str],
     agents: list[subprocess.Popen[str]],
 ) -> None:
-    """Preemption with requeue, as ``scontrol requeue`` does it: the job's attempt is killed
-    and the job runs again; ``zephon run`` waits through it, and the second attempt resumes
-    from the last checkpoint."""
+    """dp 2 as 1 node x 2 tasks, preempted with requeue as ``scontrol requeue`` does it: the
+    job's attempt is killed and the job runs again; ``zephon run`` waits through it, and the
+    second attempt resumes from the last checkpoint, to the local run's batches."""
+    planned = api.plan(on_slurm(domains), dp=2)
+    assert planned.dp == 2
+    assert launch_command(planned)[1:3] == ["-m", "orchestrator.titan.train"]
     folder, agent = running_on_slurm(work, domains, "requeued", agents)
     job_id = folder.state().slurm_job_id
     cluster.run("scontrol", "requeue", job_id)
@@ -230,8 +214,11 @@ def test_job_requeued_by_slurm_continues_with_the_same_batches(
     assert agent.returncode == 0, f"exit {agent.returncode}\n{out}\n{err}"
     assert json.loads(out)["dp_sizes"] == [2]
     assert folder.digests() == reference
+    assert {r["dp_size"] for r in folder.steps().values()} == {2}
     assert job_field(cluster, job_id, "Restarts") == "1"
     assert job_field(cluster, job_id, "JobState") == "COMPLETED"
+    assert job_field(cluster, job_id, "NumTasks") == "2"
+    assert job_field(cluster, job_id, "NumNodes") == "1"
 
 
 def test_sweep_through_submitit_slurm_survives_a_cancelled_job_and_ends_accepted(

@@ -33,6 +33,7 @@ __all__ = [
     "EXIT_REFUSED",
     "EXIT_TIMED_OUT",
     "EXIT_TRACKING",
+    "ComparisonRefused",
     "ErrorKind",
     "ExperimentError",
     "LaunchError",
@@ -66,6 +67,8 @@ class ErrorKind(StrEnum):
     TRACKING_UNAVAILABLE = "tracking_unavailable"
     INTERRUPTED = "interrupted"
     """SIGINT or SIGTERM stopped the command."""
+    REFUSED = "refused"
+    """The guard refused a sweep's comparison."""
     INTERNAL = "internal"
     """A bug: an exception no error class describes (its traceback goes to stderr)."""
 
@@ -159,5 +162,10 @@ class RunFailed(ZephonError):
 
 
 class SweepFailed(ZephonError):
-    """Some job of the sweep failed, the launcher failed, or the guard refused the
-    comparison (all logged)."""
+    """Some job of the sweep failed or the launcher failed (all logged)."""
+
+
+class ComparisonRefused(SweepFailed):
+    """Every job of the sweep succeeded and the guard refused their comparison (logged)."""
+
+    exit_code, kind = EXIT_REFUSED, ErrorKind.REFUSED

@@ -8,7 +8,6 @@ Design: docs/design/sweeps_sweeper.md
 from __future__ import annotations
 
 import importlib.resources
-import os
 import sys
 from typing import Any
 
@@ -41,11 +40,12 @@ def main() -> None:
         # this process imports, Hydra composes and the run is planned; the plan ends it if not.
         warm_start.speculate(cpu_start_env())
     from orchestrator.run import interrupts  # deferred: imports the pipeline, after the warm server
+    from sweeps.console import reported_errors  # deferred: as above
 
     _check_command_line(sys.argv[1:])
-    with interrupts.entry_point("zephon-run", on_stop=_hydra_raises):
+    with interrupts.entry_point("zephon-run"), reported_errors():
         hydra_main()
-    interrupts.exit_without_teardown(0)  # a failure exits through SystemExit, as before
+    interrupts.exit_without_teardown(0)  # a failure exits through SystemExit
 
 
 def _check_command_line(arguments: list[str]) -> None:
@@ -61,12 +61,6 @@ def _check_command_line(arguments: list[str]) -> None:
         for problem in problems:
             print(f"zephon-run: {problem}", file=sys.stderr)
         raise SystemExit(EXIT_INVALID)
-
-
-def _hydra_raises() -> None:
-    """Once interrupted, Hydra re-raises a job's error instead of printing its traceback
-    (the entry point reports the interruption instead)."""
-    os.environ["HYDRA_FULL_ERROR"] = "1"
 
 
 if __name__ == "__main__":

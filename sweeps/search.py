@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.core.utils import JobReturn
 
-from orchestrator.errors import ExperimentError, SweepFailed
+from orchestrator.errors import ComparisonRefused, ExperimentError, SweepFailed
 from orchestrator.experiment.run_record import RunStatus
 from orchestrator.guard.tracked_comparison import compare_tracked
 from orchestrator.search import Bounds, Observations, Proposal, fit, initial_design, propose
@@ -199,7 +199,8 @@ class MixSearch:
         state.save()
         if not record.accepted:
             self._fail_search(
-                [f"round {record.number} refused by the guard: {r}" for r in record.refusals]
+                [f"round {record.number} refused by the guard: {r}" for r in record.refusals],
+                error=ComparisonRefused,
             )
 
     def _propose_from_inputs(self, inputs: dict[str, Any]) -> Proposal:
@@ -315,10 +316,14 @@ class MixSearch:
         print("\n".join(report_lines(state, points, self.space.decimals)))
         print(sweep_report(summary, folder, self.space.decimals))
         if verdict is not None and not verdict.get("accepted", False):
-            self._fail_search([r["message"] for r in verdict.get("refusals", [])])
+            self._fail_search(
+                [r["message"] for r in verdict.get("refusals", [])], error=ComparisonRefused
+            )
         parent.finish(MlflowStatus.FINISHED)
         return self.results
 
-    def _fail_search(self, reasons: list[str]) -> None:
+    def _fail_search(
+        self, reasons: list[str], *, error: type[SweepFailed] = SweepFailed
+    ) -> NoReturn:
         self.opened.parent.finish(MlflowStatus.FAILED)
-        raise SweepFailed(f"{self.opened.name}: " + "\n".join(reasons))
+        raise error(f"{self.opened.name}: " + "\n".join(reasons))

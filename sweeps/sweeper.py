@@ -28,7 +28,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from orchestrator.errors import ExperimentError, SweepFailed
+from orchestrator.errors import ComparisonRefused, ExperimentError, SweepFailed
 from orchestrator.experiment import validate
 from orchestrator.experiment.run_record import RunStatus
 from orchestrator.experiment.runfolder import RunFolder
@@ -308,7 +308,8 @@ class MixSweeper(Sweeper):
                 reasons += [r["message"] for r in verdict.get("refusals", [])] or [
                     str(verdict.get("error"))
                 ]
-            raise SweepFailed(f"{opened.name}: " + "\n".join(reasons))
+            error = SweepFailed if failed else ComparisonRefused
+            raise error(f"{opened.name}: " + "\n".join(reasons))
         return results
 
     def open_sweep(self, description: dict[str, Any], jobs: int) -> OpenSweep:

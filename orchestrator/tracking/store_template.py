@@ -37,6 +37,7 @@ def create_store(db: Path) -> None:
 def migrated_template() -> Path:
     """The empty store of this MLflow version, its schema migrated (made on first use)."""
     import mlflow  # deferred: imported, its migration logs quieted, by store.load_mlflow
+
     folder = zephon_home() / TEMPLATES
     template = folder / f"mlflow-{mlflow.__version__}.db"
     if template.is_file():

@@ -262,7 +262,7 @@ def test_sweep_through_submitit_slurm_survives_a_cancelled_job_and_ends_accepted
     cluster.run("scancel", cancelled)
     _, err = sweep.communicate(timeout=600)
 
-    assert sweep.returncode != 0 and "the launcher failed" in err, err[-3000:]
+    assert sweep.returncode == 1 and "the launcher failed" in err, err[-3000:]
     assert "(state: CANCELLED)" in err
     assert folder.state().status == "interrupted"
     name = re.search(r"hydra\.sweeper\.resume=(sweep-[0-9a-f-]+)", err).group(1)

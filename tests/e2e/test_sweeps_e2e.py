@@ -323,7 +323,7 @@ def test_invalid_sweeps_are_refused_before_anything_launches(
     unknown, _ = multirun(
         tmp_path, "unknown", *base_overrides, "hydra.sweeper.mix.explicit=[{web:1.0}]"
     )
-    assert unknown.returncode != 0 and "web" in unknown.stderr, unknown.stderr
+    assert unknown.returncode == 2 and "web" in unknown.stderr, unknown.stderr
     bounds, _ = multirun(
         tmp_path,
         "bounds",
@@ -331,7 +331,7 @@ def test_invalid_sweeps_are_refused_before_anything_launches(
         "hydra.sweeper.mix.grid_resolution=0.5",
         f"hydra.sweeper.mix.min={{{domains[0]}:0.6,{domains[1]}:0.6}}",
     )
-    assert bounds.returncode != 0 and "no valid mix" in bounds.stderr, bounds.stderr
+    assert bounds.returncode == 2 and "no valid mix" in bounds.stderr, bounds.stderr
     dp, _ = multirun(
         tmp_path,
         "dp",
@@ -339,7 +339,8 @@ def test_invalid_sweeps_are_refused_before_anything_launches(
         "hydra.sweeper.mix.grid_resolution=0.5",
         "hydra.sweeper.replicate_dp=[1,3]",
     )
-    assert dp.returncode != 0 and "dp=3 does not divide data.lanes=4" in dp.stderr, dp.stderr
+    assert dp.returncode == 2 and "dp=3 does not divide data.lanes=4" in dp.stderr, dp.stderr
+    assert "Traceback" not in unknown.stderr + bounds.stderr + dp.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
 
 

@@ -34,6 +34,7 @@ EXPECTED = {
     errors.TrackingUnavailable: (4, "tracking_unavailable"),
     errors.NotTracked: (2, "invalid"),
     errors.SweepFailed: (1, "failed"),
+    errors.ComparisonRefused: (3, "refused"),
     errors.RunFailed: (1, "failed"),
 }
 

@@ -13,6 +13,7 @@ this module also registers the ``zephon_local_corpus`` resolver that
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -108,6 +109,14 @@ def command_line_problems(arguments: list[str], groups: set[str]) -> list[str]:
             continue
         if key in groups:
             continue
+        computed = _computed_node(key, arguments, groups)
+        if computed is not None:
+            where, preset, value = computed
+            problems.append(
+                f"{argument}: the preset {preset} computes {where} ({value}), so no key can be "
+                f"set inside it; set it whole instead, e.g. '{where}={{web:[/data/web/*.jsonl]}}'"
+            )
+            continue
         unknown = _unknown_part(key)
         if unknown is not None:
             where, known = unknown
@@ -116,6 +125,41 @@ def command_line_problems(arguments: list[str], groups: set[str]) -> list[str]:
                 f"{'its' if '.' in where else 'the'} keys here: {', '.join(known)}"
             )
     return problems
+
+
+def _computed_node(key: str, arguments: list[str], groups: set[str]) -> tuple[str, str, str] | None:
+    """The node above ``key`` that the selected preset of its group computes (an
+    interpolation such as ``data.datasets: ${zephon_local_corpus:3}``), where Hydra can set
+    no key (it fails with an assertion): the node, ``group/preset`` and its value; None
+    when there is none."""
+    group, _, rest = key.partition(".")
+    if group not in groups or "." not in rest:
+        return None
+    chosen = [a.partition("=")[2] for a in arguments if a.partition("=")[0] == group]
+    preset = chosen[-1] if chosen else _default_preset(group)
+    source = importlib.resources.files("zephon_conf") / group / f"{preset}.yaml"
+    if preset is None or not source.is_file():
+        return None
+    node: Any = OmegaConf.to_container(OmegaConf.create(source.read_text()), resolve=False)
+    where = [group]
+    for part in rest.split(".")[:-1]:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node, where = node[part], [*where, part]
+        if isinstance(node, str) and node.startswith("${"):
+            return ".".join(where), f"{group}/{preset}", node
+    return None
+
+
+def _default_preset(group: str) -> str | None:
+    """The preset of ``group`` that zephon-run's ``conf/config.yaml`` selects."""
+    config = OmegaConf.create(
+        (importlib.resources.files("zephon_conf") / "config.yaml").read_text()
+    )
+    for entry in config.get("defaults", []):
+        if isinstance(entry, DictConfig) and group in entry:
+            return str(entry[group])
+    return None
 
 
 def _unknown_part(key: str) -> tuple[str, list[str]] | None:

@@ -153,7 +153,8 @@ def test_unknown_keys_are_answered_by_zephon_run_with_exit_2(tmp_path: Path) -> 
     "argument",
     [
         "model=tiny",  # a preset group
-        "data.datasets.web=[/d/web/*.jsonl]",  # a map of the user's own keys
+        "data.datasets={web:[/d/web/*.jsonl]}",  # a map of the user's own keys, whole
+        "data.io_options.web={}",  # a key in a map of the user's own keys
         "data.mixture.code=0.1,0.5",  # a sweep's values
         "hydra.sweeper.replicate_seeds=2",
         "+extra=1",
@@ -165,6 +166,24 @@ def test_unknown_keys_are_answered_by_zephon_run_with_exit_2(tmp_path: Path) -> 
 def test_what_zephon_run_takes(argument: str) -> None:
     groups = {"model", "mix", "train", "data", "eval", "tracking", "resources"}
     assert command_line_problems([argument], groups) == []
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["data.datasets.a=[/d/a/*.jsonl]"],
+        ["data=stdlib", "data.datasets.a.x=1"],
+    ],
+)
+def test_a_key_inside_what_the_preset_computes_is_refused_saying_how_to_set_it(
+    arguments: list[str],
+) -> None:
+    """conf/data/stdlib.yaml computes data.datasets (the local corpus): Hydra cannot set a
+    key inside an interpolation (it fails with an assertion, exit 1)."""
+    groups = {"model", "mix", "train", "data", "eval", "tracking", "resources"}
+    [problem] = command_line_problems(arguments, groups)
+    assert "the preset data/stdlib computes data.datasets (${zephon_local_corpus:3})" in problem
+    assert "'data.datasets={web:[/data/web/*.jsonl]}'" in problem
 
 
 def test_a_dry_run_plans_what_the_readme_says_can_be_forced(

@@ -26,7 +26,7 @@ from lm_eval.api.registry import get_metric_aggregation
 from torchtitan.components.loss import IGNORE_INDEX
 
 from orchestrator.evaluation.row_scores import score_output
-from orchestrator.evaluation.task_lookup import folder_hint, task_manager
+from orchestrator.evaluation.task_lookup import GENERATION_REFUSED, folder_hint, task_manager
 from pipeline import ConfigError, Tokenizer
 
 _PAIR_WEIGHTS = {"word_perplexity": "words", "byte_perplexity": "bytes", "bits_per_byte": "bytes"}
@@ -174,11 +174,7 @@ class ZephonLM(LM):
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         """Not supported: raises :class:`pipeline.ConfigError`."""
-        raise ConfigError(
-            "generation tasks (output_type: generate_until) are not supported by Zephon's "
-            "task evaluation; use multiple-choice (multiple_choice, loglikelihood) or "
-            "perplexity (loglikelihood_rolling) tasks"
-        )
+        raise ConfigError(GENERATION_REFUSED)
 
 
 @dataclass(frozen=True)

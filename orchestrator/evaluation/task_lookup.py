@@ -11,6 +11,12 @@ import lm_eval.tasks
 
 from pipeline import ConfigError
 
+GENERATION_REFUSED = (
+    "generation tasks (output_type: generate_until) are not supported by Zephon's task "
+    "evaluation; use multiple-choice (multiple_choice, loglikelihood) or perplexity "
+    "(loglikelihood_rolling) tasks"
+)
+
 
 def folder_hint(task_dir: Path | None) -> str:
     """Where the task folder is, for messages."""
@@ -18,15 +24,17 @@ def folder_hint(task_dir: Path | None) -> str:
 
 
 def task_manager(tasks: Sequence[str], task_dir: Path | None) -> lm_eval.tasks.TaskManager:
-    """A task manager knowing every name of ``tasks``; lm-eval's built-ins only if needed."""
+    """A task manager knowing every name of ``tasks``, none of them a generation task (a
+    group's tasks are known only once loaded); lm-eval's built-ins only if needed."""
     if task_dir is not None and not Path(task_dir).is_dir():
         raise ConfigError(f"task folder (eval.task_dir) {task_dir} is not a directory")
     local = lm_eval.tasks.TaskManager(
         include_path=str(task_dir) if task_dir is not None else None, include_defaults=False
     )
     if all(name in local.task_index for name in tasks):
-        return local
-    manager = _with_builtin_tasks(str(task_dir) if task_dir is not None else None)
+        manager = local
+    else:
+        manager = _with_builtin_tasks(str(task_dir) if task_dir is not None else None)
     unknown = [name for name in tasks if name not in manager.task_index]
     if unknown:
         raise ConfigError(
@@ -34,7 +42,18 @@ def task_manager(tasks: Sequence[str], task_dir: Path | None) -> lm_eval.tasks.T
             f"folder (eval.task_dir{folder_hint(task_dir)}) nor among lm-eval's built-in "
             "tasks; put the task's YAML in the task folder"
         )
+    generating = [n for n in tasks if _output_type(manager, n) == "generate_until"]
+    if generating:
+        raise ConfigError(
+            f"lm-eval task(s) {', '.join(map(repr, generating))}: {GENERATION_REFUSED}"
+        )
     return manager
+
+
+def _output_type(manager: lm_eval.tasks.TaskManager, name: str) -> str | None:
+    """The ``output_type`` of task ``name``'s config, includes resolved (None for a group)."""
+    config = getattr(manager.task_index[name], "cfg", None) or {}
+    return config.get("output_type")
 
 
 @functools.lru_cache(maxsize=4)

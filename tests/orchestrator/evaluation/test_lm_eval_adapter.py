@@ -23,6 +23,7 @@ from orchestrator.evaluation.lm_eval_adapter import (
     model_row_scorer,
     run_tasks,
 )
+from orchestrator.evaluation.task_lookup import task_manager
 from pipeline import IGNORE_INDEX, ConfigError, Tokenizer, load_tokenizer
 from tests.support.tasks import MC_ITEMS, PPL_TEXTS, write_tasks
 
@@ -298,6 +299,13 @@ def test_limit_takes_the_first_items(lm: ZephonLM, task_dir: Path) -> None:
 def test_generation_task_is_refused(lm: ZephonLM, task_dir: Path) -> None:
     with pytest.raises(ConfigError, match="not supported"):
         run_tasks(lm, ["tiny_gen"], task_dir)
+
+
+def test_a_generation_task_is_refused_when_the_run_is_planned(task_dir: Path) -> None:
+    """Before any training, naming the task (its output_type is in its YAML)."""
+    with pytest.raises(ConfigError, match=r"task\(s\) 'tiny_gen': generation tasks .*not supp"):
+        task_manager(["tiny_mc", "tiny_gen", "tiny_ppl"], task_dir)
+    assert "tiny_mc" in task_manager(["tiny_mc", "tiny_ppl"], task_dir).task_index
 
 
 def test_unknown_task_names_the_task_and_the_folder(lm: ZephonLM, task_dir: Path) -> None:

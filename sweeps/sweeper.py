@@ -10,6 +10,7 @@ Design: docs/design/sweeps_sweeper.md
 
 from __future__ import annotations
 
+import copy
 import logging
 import secrets
 import shlex
@@ -19,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
@@ -258,13 +260,25 @@ class MixSweeper(Sweeper):
 
     def validate_jobs(self, jobs: list[Job]) -> None:
         """Compose and validate every job like any experiment; ExperimentError lists every
-        problem of every job."""
+        problem of every job.
+
+        Jobs of one setting differ only in the overrides the sweeper makes (mixture, seed,
+        dp): Hydra composes the setting once, and each job's own overrides are applied to a
+        copy as Hydra applies overrides (composing each job took 0.3-0.4 s on 2 cores)."""
         assert self.hydra_context is not None
         loader = self.hydra_context.config_loader
+        parser = OverridesParser.create(config_loader=loader)
+        composed: dict[tuple[str, ...], DictConfig] = {}
         problems: list[str] = []
         for number, job in enumerate(jobs):
+            setting = (*job.varied, *job.other)
+            if setting not in composed:
+                composed[setting] = loader.load_sweep_config(self.config, list(setting))
+            config = copy.deepcopy(composed[setting])
+            own = job.overrides[len(setting) :]
             try:
-                validate(experiment_from(loader.load_sweep_config(self.config, job.overrides)))
+                ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(own), config)
+                validate(experiment_from(config))
             except ExperimentError as e:
                 problems += [f"job {number} ({' '.join(job.overrides)}): {p}" for p in e.problems]
         if problems:

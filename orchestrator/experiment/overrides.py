@@ -1,5 +1,7 @@
-"""``key=value`` overrides checked before they are merged: a section, a mapping or a list given
-one plain value is refused in the experiment's words, not OmegaConf's (which names its types).
+"""``key=value`` overrides read as ``zephon-run`` reads them (Hydra's override grammar:
+``{until_step:4,mixture:{code:1}}``, ``[a,b]``, quoted strings) and checked before they are
+applied: a section, a mapping or a list given one plain value is refused in the experiment's
+words, not OmegaConf's (which names its types).
 
 ``zephon`` takes keys (``model.config=zephon_mini``); ``zephon-run`` also chooses presets by
 name (``model=mini`` selects ``conf/model/mini.yaml``), so a preset name given to ``zephon``
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -21,27 +24,70 @@ PRESETS_PACKAGE = "zephon_conf"
 """``zephon-run``'s config tree (``conf/``): one folder of presets per section."""
 
 
-def check_overrides(config: DictConfig, overrides: list[str]) -> None:
-    """Raise :class:`ExperimentError` naming every override of ``overrides`` that is not
-    ``key=value``, or that gives a section, mapping or list of ``config`` one plain value."""
+@dataclass(frozen=True)
+class Override:
+    """One ``key=value`` override: its text, its key and its value, read."""
+
+    text: str
+    key: str
+    value: Any
+
+
+def parse_overrides(overrides: list[str]) -> list[Override]:
+    """``overrides`` read with Hydra's override grammar, as ``zephon-run`` reads them;
+    :class:`ExperimentError` naming every one that does not set one key to one value."""
+    # deferred: Hydra's parser (ANTLR) loads only for commands given overrides
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    parsed, problems = [], []
+    for text in overrides:
+        if "=" not in text:
+            problems.append(f"override {text!r} is not of the form key=value")
+            continue
+        try:
+            override = parser.parse_override(text)
+        except HydraException as e:
+            problems.append(
+                f"override {text!r} cannot be read ({str(e).splitlines()[0]}); quote a value "
+                "holding '=', spaces or brackets: key='a=b' or key=['--x=1']"
+            )
+            continue
+        if override.type != OverrideType.CHANGE:
+            problems.append(f"{text}: '+' and '~' are zephon-run's; here write key=value")
+        elif override.is_sweep_override():
+            problems.append(
+                f"{text}: several values, a sweep; zephon runs one experiment (sweep them "
+                "with zephon-run -m, or quote a value holding a comma: key='a,b')"
+            )
+        else:
+            parsed.append(Override(text, override.key_or_group, override.value()))
+    if problems:
+        raise ExperimentError(problems)
+    return parsed
+
+
+def check_overrides(config: DictConfig, overrides: list[Override]) -> None:
+    """Raise :class:`ExperimentError` naming every override of ``overrides`` that gives a
+    section, mapping or list of ``config`` one plain value."""
     problems = []
     for override in overrides:
-        key, equals, value = override.partition("=")
-        if not equals:
-            problems.append(f"override {override!r} is not of the form key=value")
-            continue
+        key, value = override.key, override.text.partition("=")[2]
         node = OmegaConf.select(config, key, default=None)
-        given = OmegaConf.select(OmegaConf.from_dotlist([override]), key)
-        if isinstance(given, (DictConfig, ListConfig)) or node is None:
+        if isinstance(override.value, (dict, list)) or node is None:
             continue  # a structure for a structure, or a key the schema check reports
         if isinstance(node, ListConfig):
-            problems.append(f"{override}: {key} is a list, not one value; write {key}=[{value}]")
+            problems.append(
+                f"{override.text}: {key} is a list, not one value; write {key}=[{value}]"
+            )
         elif isinstance(node, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(node)):
             problems.append(_section_problem(key, value, [str(k) for k in node]))
         elif isinstance(node, DictConfig):
             problems.append(
-                f"{override}: {key} is a mapping, not one value; write {key}.NAME=VALUE for "
-                f"one entry or {key}={{NAME: VALUE, ...}} for all"
+                f"{override.text}: {key} is a mapping, not one value; write {key}.NAME=VALUE "
+                f"for one entry or {key}={{NAME: VALUE, ...}} for all"
             )
     if problems:
         raise ExperimentError(problems)

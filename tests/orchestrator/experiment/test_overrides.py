@@ -82,3 +82,29 @@ def test_zephon_plan_answers_a_preset_name_in_its_own_words(tmp_path: Path) -> N
     message = json.loads(done.stdout)["error"]["message"]
     assert "model is a section of the experiment" in message
     assert "write model.config=zephon_mini (or use zephon-run)" in message
+
+
+def test_values_are_read_as_zephon_run_reads_them() -> None:
+    """Hydra's override grammar, whose mappings need no space after the colon."""
+    loaded = load_experiment(
+        None,
+        [
+            "data.datasets={a:[/d/a/*.jsonl],b:[/d/b/*.jsonl]}",
+            "data.phases=[{until_step:4,mixture:{a:1,b:0}},{mixture:{a:1,b:1}}]",
+            "tracking.uri=http://127.0.0.1:5000",
+            "model.args=['--optimizer.lr=1e-3']",
+            "data.text_field='body,text'",
+        ],
+    )
+    assert loaded.data.phases[0].until_step == 4
+    assert loaded.data.phases[0].mixture == {"a": 1.0, "b": 0.0}
+    assert loaded.data.datasets["b"] == ["/d/b/*.jsonl"]
+    assert loaded.tracking.uri == "http://127.0.0.1:5000"
+    assert loaded.model.args == ["--optimizer.lr=1e-3"]
+    assert loaded.data.text_field == "body,text"
+
+
+def test_a_sweep_or_an_unreadable_value_is_refused_saying_what_to_write() -> None:
+    assert "several values, a sweep; zephon runs one experiment" in refusal("train.steps=2,4")
+    assert "quote a value holding '='" in refusal("model.args=[--training.steps=30]")
+    assert "'+' and '~' are zephon-run's" in refusal("+train.steps=2")

@@ -24,7 +24,7 @@ def recipe(*overrides: str) -> Recipe:
 
 def test_the_same_recipe_written_two_ways_has_one_fingerprint() -> None:
     spaced = recipe(f"model.args=[{WEIGHT_DECAY},1e-3]")
-    joined = recipe(f"model.args=[{WEIGHT_DECAY}=0.001]")
+    joined = recipe(f"model.args=['{WEIGHT_DECAY}=0.001']")
     assert spaced.fingerprint == joined.fingerprint
     kwargs = spaced.fields["optimizer"]["param_groups"][0]["optimizer_kwargs"]
     assert kwargs["weight_decay"] == 0.001

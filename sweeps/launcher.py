@@ -38,6 +38,7 @@ from orchestrator.run import interrupts
 from orchestrator.run.launch import prepare_warm_start
 from orchestrator.service.pool import DevicePool, Lease, lease_resources, lease_sizes
 from pipeline.errors import ConfigError
+from sweeps.composition import Compositions, shared_overrides
 from sweeps.config import experiment_from
 
 log = logging.getLogger(__name__)
@@ -121,11 +122,12 @@ class ZephonLauncher(Launcher):
             pool.devices.kind,
         )
         runs: list[tuple[list[int], Callable[[Lease], JobReturn]]] = []
+        compositions = Compositions(self.hydra_context.config_loader, self.config)
+        shared = shared_overrides(job_overrides)
         for number, overrides in enumerate(job_overrides, start=initial_job_idx):
-            with self._hydra_state:
-                experiment = experiment_from(
-                    self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-                )
+            with self._hydra_state:  # the lease sizes; the job is composed whole when it starts
+                own = [o for o in overrides if o not in shared]
+                experiment = experiment_from(compositions.of(shared, own))
             runs.append(
                 (
                     lease_sizes(experiment),

@@ -78,6 +78,7 @@ def record(run: SuiteRun, made: dict[str, str], results_dir: Path) -> dict[str, 
     path = results_dir / f"{STEM}.json"
     report = json.loads(path.read_text()) if path.is_file() else {"runs": []}
     report["runs"].append({**made, **asdict(run)})
+    report.update(made)  # the latest run's, at the top
     publish(results_dir, STEM, report, to_markdown(report))
     return report
 

@@ -1,7 +1,7 @@
 """Runs made by the previous release (``tests/data/runs_v0``, made by its ``make.py``) resume
 and compare with this one: their ``experiment.json`` and ``run.json`` read through the typed
-records, the interrupted one trains to its end from its checkpoint, and both are tracked and
-compared. Their files moved with their data (paths rewritten, as after a copy of the tree)."""
+records, the interrupted one trains to its end from its checkpoint (past a torn one, as a
+kill while writing leaves it), and both are tracked and compared. Their files moved with their data (paths rewritten, as after a copy of the tree)."""
 
 from __future__ import annotations
 
@@ -64,6 +64,11 @@ def test_an_interrupted_run_of_the_previous_release_resumes_and_both_compare(run
     stopped = RunFolder(runs / "mix-b")
     experiment_before = (stopped.path / "experiment.json").read_text()
     digests_before = stopped.digests()
+    # killed while writing its step-4 checkpoint: shards, no .metadata (DCP writes it last)
+    torn = stopped.checkpoint_dir / "step-4"
+    torn.mkdir()
+    (torn / "__0_0.distcp").write_bytes(b"\0" * 4096)
+    assert stopped.last_checkpoint_step() == 2
     result = api.resume(stopped, dp=1)
     assert result.status == "succeeded", result.messages
     assert result.steps == 6 and result.dp_sizes == [1, 1]
@@ -71,6 +76,7 @@ def test_an_interrupted_run_of_the_previous_release_resumes_and_both_compare(run
     assert {s: d for s, d in stopped.digests().items() if s <= 2} == digests_before
     state = stopped.state()
     assert [s.start_step for s in state.segments] == [0, 2] and state.segments[0].returncode == -2
+    assert (torn / ".metadata").is_file()  # written whole this time, over the torn one
 
     finished = RunFolder(runs / "mix-a")
     sent = sync_folder(finished)  # a store that never had it: the run is made there, all sent

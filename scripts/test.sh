@@ -32,9 +32,8 @@ command -v initdb >/dev/null 2>&1 || export PATH="$PATH:$(postgres_bin)"
 .venv/bin/ruff format --check .
 # Three workers on two cores, each taking whole test files (module fixtures train once):
 # much of the suite waits (a launch starting up, a Slurm or job-service poll, a server),
-# which the other workers overlap. On the 2-core AMD EPYC (2026-12-05) three ran the whole
-# suite in 18 min 46 s, 19 min 50 s and 19 min 30 s; two had taken 18 min 48 s for 33
-# fewer tests (CI, the day before). Files go out in collection order, the training files first
+# which the other workers overlap; their times: benchmarks/results/suite_time.md
+# (bash scripts/bench.sh --test-suite). Files go out in collection order, the training files first
 # (tests/conftest.py), not xdist's default of the files with the most tests first, which
 # left the longest for the end.
 exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "${ZEPHON_TEST_WORKERS:-3}" \

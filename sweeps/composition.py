@@ -26,12 +26,17 @@ class Compositions:
         self.loader = loader
         self.master = master
         self.parser = OverridesParser.create(config_loader=loader)
-        self.shared: dict[tuple[str, ...], DictConfig] = {}
+        self.shared: dict[tuple[str, ...], tuple[DictConfig, set[str]]] = {}
+        """Each shared setting composed, with the keys it sets."""
 
     def of(self, shared: Sequence[str], own: Sequence[str]) -> DictConfig:
         """The config of the overrides ``shared`` then ``own`` (a copy: the caller's)."""
+        key = tuple(shared)
+        if key not in self.shared:
+            keys = {o.key_or_group for o in self.parser.parse_overrides(list(shared))}
+            self.shared[key] = (self.loader.load_sweep_config(self.master, list(shared)), keys)
+        composed, shared_keys = self.shared[key]
         parsed = self.parser.parse_overrides(list(own))
-        shared_keys = {o.key_or_group for o in self.parser.parse_overrides(list(shared))}
         repository = getattr(self.loader, "repository", None)
         whole = repository is None or any(
             o.key_or_group in shared_keys
@@ -41,10 +46,7 @@ class Compositions:
         )
         if whole:  # a preset chosen, or a key set twice: Hydra's order decides
             return self.loader.load_sweep_config(self.master, [*shared, *own])
-        key = tuple(shared)
-        if key not in self.shared:
-            self.shared[key] = self.loader.load_sweep_config(self.master, list(shared))
-        config = copy.deepcopy(self.shared[key])
+        config = copy.deepcopy(composed)
         ConfigLoaderImpl._apply_overrides_to_config(parsed, config)
         return config
 

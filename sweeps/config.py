@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from demo.local_corpus import build_eval_set, build_local_corpus
 from demo.local_tokenizer import build_local_tokenizer
 from orchestrator.experiment import ExperimentConfig, load_experiment
+from orchestrator.experiment.overrides import PRESETS_PACKAGE, load_preset
 from pipeline import canonical_tokenizer_spec
 from pipeline.paths import zephon_home
 
@@ -137,10 +138,10 @@ def _computed_node(key: str, arguments: list[str], groups: set[str]) -> tuple[st
         return None
     chosen = [a.partition("=")[2] for a in arguments if a.partition("=")[0] == group]
     preset = chosen[-1] if chosen else _default_preset(group)
-    source = importlib.resources.files("zephon_conf") / group / f"{preset}.yaml"
-    if preset is None or not source.is_file():
+    loaded = None if preset is None else load_preset(group, preset)
+    if loaded is None:
         return None
-    node: Any = OmegaConf.to_container(OmegaConf.create(source.read_text()), resolve=False)
+    node: Any = OmegaConf.to_container(loaded, resolve=False)
     where = [group]
     for part in rest.split(".")[:-1]:
         if not isinstance(node, dict) or part not in node:
@@ -154,7 +155,7 @@ def _computed_node(key: str, arguments: list[str], groups: set[str]) -> tuple[st
 def _default_preset(group: str) -> str | None:
     """The preset of ``group`` that zephon-run's ``conf/config.yaml`` selects."""
     config = OmegaConf.create(
-        (importlib.resources.files("zephon_conf") / "config.yaml").read_text()
+        (importlib.resources.files(PRESETS_PACKAGE) / "config.yaml").read_text()
     )
     for entry in config.get("defaults", []):
         if isinstance(entry, DictConfig) and group in entry:

@@ -115,12 +115,15 @@ class MixSweeper(Sweeper):
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.launcher: Launcher | None = None
+        self.compositions: Compositions | None = None
+        """The jobs' configs, what a setting's jobs share composed once (set up by Hydra)."""
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
         self.config = config
         self.hydra_context = hydra_context
+        self.compositions = Compositions(hydra_context.config_loader, config)
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
@@ -131,11 +134,12 @@ class MixSweeper(Sweeper):
 
     def plan(self, arguments: list[str]) -> list[Job]:
         """Steps 1-3 of docs/design/sweeps_sweeper.md: every job, validated; nothing launched."""
-        assert self.hydra_context is not None
-        loader = self.hydra_context.config_loader
+        assert self.compositions is not None
         jobs: list[Job] = []
         for combination in self.combinations(arguments):
-            base = experiment_from(loader.load_sweep_config(self.config, list(combination)))
+            # the setting its jobs share, composed once for them (without a data.compared
+            # setting, the same overrides in the same order)
+            base = experiment_from(self.compositions.of(combination, []))
             self.check_phase(base.data.phases)
             # The setting data.compared lets differ is part of the variant, not a setting
             # compared on its own (a dataset version, a processing chain).
@@ -261,13 +265,12 @@ class MixSweeper(Sweeper):
         """Compose and validate every job like any experiment (a setting's jobs differ in the
         sweeper's own overrides: :class:`~sweeps.composition.Compositions`); ExperimentError
         lists every problem of every job."""
-        assert self.config is not None and self.hydra_context is not None
-        compositions = Compositions(self.hydra_context.config_loader, self.config)
+        assert self.compositions is not None
         problems: list[str] = []
         for number, job in enumerate(jobs):
             setting = [*job.varied, *job.other]
             try:
-                config = compositions.of(setting, job.overrides[len(setting) :])
+                config = self.compositions.of(setting, job.overrides[len(setting) :])
                 validate(experiment_from(config))
             except ExperimentError as e:
                 problems += [f"job {number} ({' '.join(job.overrides)}): {p}" for p in e.problems]

@@ -99,7 +99,7 @@ def _section_problem(key: str, value: str, keys: list[str]) -> str:
     problem = (
         f"{key}={value}: {key} is a section of the experiment, not a value; set its keys ({fields})"
     )
-    preset = _preset(key, value)
+    preset = load_preset(key, value)
     if preset is None:
         return f"{problem}. Presets chosen by name ({key}=NAME) are zephon-run's."
     settings = _dotlist(key, OmegaConf.to_container(preset, resolve=False))
@@ -111,7 +111,7 @@ def _section_problem(key: str, value: str, keys: list[str]) -> str:
     return f"{problem}: for {where} write {' '.join(settings)} (or use zephon-run)."
 
 
-def _preset(section: str, name: str) -> DictConfig | None:
+def load_preset(section: str, name: str) -> DictConfig | None:
     """``zephon-run``'s preset ``name`` of ``section`` (``conf/<section>/<name>.yaml``), if any."""
     if not re.fullmatch(r"[\w-]+", name):  # not a file name: no preset
         return None

@@ -28,10 +28,12 @@ from torchtitan.components.metrics import BaseLogger
 from torchtitan.components.validate import BaseValidator, Validator
 from torchtitan.tools import utils
 
+from orchestrator import failpoints
 from orchestrator.evaluation.metrics import METRICS, DocumentWeight, HeldOutMetric
 from orchestrator.evaluation.record import DocumentScores, EvalRecord, MetricScores
 from orchestrator.evaluation.row_scores import RowScores, score_output
 from orchestrator.experiment.runfolder import EVAL_FILE, TASKS_FILE
+from orchestrator.failpoints import Failpoint
 from pipeline import ConfigError, Tokenizer, WorkSource
 
 if TYPE_CHECKING:
@@ -147,6 +149,7 @@ class HeldOutEvaluator(Validator):
         scores = self._score_all(model_parts, rows.inputs, rows.labels, with_greedy=False)
         tasks = self._score_tasks(model_parts, step)
         model_parts[0].train()
+        failpoints.reach(Failpoint.EVAL, step)
         if self.attachment.is_rank0:
             self._record(
                 rows, scores, step=step, seconds=time.perf_counter() - started, tasks=tasks

@@ -268,6 +268,20 @@ class Segment(Record):
 
 
 @dataclass(frozen=True)
+class InFlight(Record):
+    """A batch of metrics sent to MLflow whose acceptance is not recorded yet: a sync killed
+    between the two asks MLflow whether it holds ``probe`` at ``step`` (the batch's last
+    point) before it sends anything again, so no point is logged twice."""
+
+    cursors: Mapping[str, int] = field(default_factory=dict)
+    """Cursor field -> the step it reaches once the batch is accepted."""
+    probe: str = ""
+    """The metric key of the batch's last point."""
+    step: int = 0
+    """The step of the batch's last point."""
+
+
+@dataclass(frozen=True)
 class TrackingCursor(Record):
     """What of the run the tracking store has (``run.json``'s ``tracking``): each sent
     once, so a sync after a crash sends the rest."""
@@ -282,6 +296,9 @@ class TrackingCursor(Record):
     """The last step whose eval scores were sent."""
     artifacts: Mapping[str, list[int]] = field(default_factory=dict)
     """Artifact path -> the (size, mtime_ns) it was sent at."""
+    in_flight: InFlight | None = None
+    """The batch being sent (unwritten when none is)."""
+    NESTED: ClassVar[Mapping[str, type[Record]]] = {"in_flight": InFlight}
 
 
 @dataclass(frozen=True)

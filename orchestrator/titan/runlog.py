@@ -17,7 +17,9 @@ from typing import Any
 
 from torchtitan.components.metrics import BaseLogger
 
+from orchestrator import failpoints
 from orchestrator.experiment.runfolder import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
+from orchestrator.failpoints import Failpoint
 
 __all__ = [
     "METRICS_FILE",
@@ -51,6 +53,7 @@ class StepLog:
         if self.enabled:
             with self.path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
+            failpoints.reach(Failpoint.STEP_LOGGED, record["step"])
 
 
 def metric_name(name: str) -> str:

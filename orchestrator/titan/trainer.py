@@ -18,6 +18,7 @@ from typing import Any
 
 import torch.distributed as dist
 import torchtitan.trainer as torchtitan_trainer
+from torch.distributed.checkpoint.filesystem import _FileSystemWriter
 from torchtitan.components.checkpointer import DATALOADER, CheckpointManager
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
 from torchtitan.components.metrics import LoggerContainer
@@ -25,8 +26,11 @@ from torchtitan.distributed import ParallelDims
 from torchtitan.models.common.decoder import Decoder
 from torchtitan.trainer import Trainer
 
+from orchestrator import failpoints
 from orchestrator.evaluation.evaluator import HeldOutEvaluator
 from orchestrator.experiment import build_pipeline
+from orchestrator.experiment.checkpoint_manifest import write_manifest
+from orchestrator.failpoints import Failpoint
 from orchestrator.titan.collectives import DataParallelGroup
 from orchestrator.titan.dataloader import (
     TrainerLink,
@@ -99,6 +103,7 @@ class ZephonTrainer(Trainer):
         self._check_steps_take_one_global_batch()
         if isinstance(self.checkpointer, CheckpointManager) and self.checkpointer.enable:
             self.checkpointer.dcp_load = _checking_data_state(self.checkpointer.dcp_load)
+            self.checkpointer.dcp_save = _with_manifest(self.checkpointer.dcp_save)
         run_dir = Path(config.dump_folder) / RUN_SUBDIR
         is_rank0 = dist.get_rank() == 0
         if is_rank0:
@@ -174,6 +179,11 @@ class ZephonTrainer(Trainer):
             validator.validate(self.model_parts, 0)
         return super().should_continue_training()
 
+    def train_step(self, *args: Any, **kwargs: Any) -> None:
+        """TorchTitan's step, after the step's failpoint (:mod:`orchestrator.failpoints`)."""
+        failpoints.reach(Failpoint.STEP, self.step)
+        super().train_step(*args, **kwargs)
+
     def train(self) -> None:
         """TorchTitan's loop. Its rank 0 then sleeps 2 s "for other ranks to complete"; a
         barrier of every rank waits exactly that long, and dp 1 has no one to wait for."""
@@ -222,6 +232,43 @@ def _checking_data_state(dcp_load: Callable[..., None]) -> Callable[..., None]:
         dcp_load(state_dict, checkpoint_id=checkpoint_id, **kwargs)
 
     return load
+
+
+def _with_manifest(dcp_save: Callable[..., Any]) -> Callable[..., Any]:
+    """``CheckpointManager.dcp_save`` that, once a synchronous save is whole, has global rank
+    0 write the checkpoint's manifest (:mod:`orchestrator.experiment.checkpoint_manifest`)."""
+
+    def save(state_dict: dict[str, Any], checkpoint_id: str, **kwargs: Any) -> Any:
+        name = Path(checkpoint_id).name.removeprefix("step-")
+        step = int(name) if name.isdigit() else -1
+        with _held_before_metadata(step):
+            result = dcp_save(state_dict, checkpoint_id=checkpoint_id, **kwargs)
+        if result is None and Path(checkpoint_id).is_dir() and dist.get_rank() == 0:
+            write_manifest(Path(checkpoint_id))  # an asynchronous save has no manifest
+            failpoints.reach(Failpoint.CHECKPOINT_SAVED, step)
+        return result
+
+    return save
+
+
+@contextlib.contextmanager
+def _held_before_metadata(step: int) -> Iterator[None]:
+    """While inside, DCP's writer holds at :attr:`Failpoint.CHECKPOINT_WRITTEN` (if armed at
+    ``step``) after the shards and before ``.metadata``: where a kill tears a checkpoint."""
+    if failpoints.armed(Failpoint.CHECKPOINT_WRITTEN) != step:
+        yield
+        return
+    real = _FileSystemWriter.finish
+
+    def finish(writer: _FileSystemWriter, *args: Any, **kwargs: Any) -> None:
+        failpoints.reach(Failpoint.CHECKPOINT_WRITTEN, step)
+        real(writer, *args, **kwargs)
+
+    _FileSystemWriter.finish = finish  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        _FileSystemWriter.finish = real  # type: ignore[method-assign]
 
 
 def set_model_vocab(model: object, loss: object, vocab: int) -> None:

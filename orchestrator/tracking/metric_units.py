@@ -1,4 +1,5 @@
-"""What a sync sends as metrics: a run folder's new steps and evals as units, and their batches.
+"""What a sync sends as metrics: a run folder's new steps and evals as units, their batches,
+and the sending, each batch recorded in ``run.json`` before MLflow gets it.
 
 A unit is the metric points of one training step (``metrics.jsonl`` and ``steps.jsonl``)
 or of one eval (``eval.jsonl``). It goes whole into the cursor of ``run.json``: the
@@ -10,9 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from orchestrator import failpoints
 from orchestrator.evaluation.record import EvalRecord, as_number
+from orchestrator.experiment.run_record import InFlight, TrackingCursor
+from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.failpoints import Failpoint
 from orchestrator.tracking.mlflow_names import (
     METRIC_DATA_WAIT,
     METRIC_EVAL_PREFIX,
@@ -24,7 +29,16 @@ from orchestrator.tracking.mlflow_names import (
     metric_key,
     task_metric,
 )
-from orchestrator.tracking.store import MAX_KEY, MAX_METRICS_PER_BATCH, Point
+from orchestrator.tracking.store import (
+    MAX_KEY,
+    MAX_METRICS_PER_BATCH,
+    Point,
+    log_points,
+    now_ms,
+)
+
+if TYPE_CHECKING:  # annotations only; the store imports MLflow at run time
+    from mlflow import MlflowClient
 
 TITAN_LOSS = "loss_metrics/global_avg_loss"
 TITAN_THROUGHPUT = "throughput_tps"
@@ -145,3 +159,60 @@ def batches(
         completed.append(unit)
     if points or completed:
         yield points, completed
+
+
+def send_metrics(
+    client: MlflowClient, folder: RunFolder, run_id: str, *, final: bool
+) -> dict[str, int]:
+    """Send ``folder``'s steps and evals after its cursor to the MLflow run ``run_id``, batch
+    by batch (see :meth:`~orchestrator.tracking.tracker.Tracker.sync`); return what was sent."""
+    tracking = _settle_in_flight(client, folder, run_id)
+    units = [
+        *metric_units(folder.metrics(), folder.steps(), tracking.metrics_step, final=final),
+        *eval_units(folder.evals(), tracking.eval_step),
+    ]
+    counts = {"metrics": 0, "steps": 0, "evals": 0}
+    now = now_ms()
+    for points, completed in batches(units):
+        if points:
+            if completed:  # recorded first: a kill after MLflow accepts it loses nothing
+                key, _, step = points[-1]
+                flight = {u.cursor: u.step for u in completed}
+                tracking = tracking.with_(
+                    in_flight=InFlight.new(cursors=flight, probe=key, step=step)
+                )
+                folder.update_state(tracking=tracking)
+            log_points(client, run_id, points, now)
+            failpoints.reach(Failpoint.TRACKING_SENT, points[-1][2])
+            counts["metrics"] += len(points)
+        if completed:
+            tracking = _advance_cursor(folder, tracking, completed, counts)
+    return counts
+
+
+def _settle_in_flight(client: MlflowClient, folder: RunFolder, run_id: str) -> TrackingCursor:
+    """The cursor, once a batch a killed sync left in flight is settled: passed if MLflow
+    holds its last point (it accepts a batch whole), else to be sent again."""
+    tracking = folder.state().tracking
+    flight = tracking.in_flight
+    if flight is None:
+        return tracking
+    held = {m.step for m in client.get_metric_history(run_id, flight.probe)}
+    if flight.step in held:
+        tracking = tracking.with_(**flight.cursors)
+    tracking = tracking.without("in_flight")
+    folder.update_state(tracking=tracking)
+    return tracking
+
+
+def _advance_cursor(
+    folder: RunFolder, tracking: TrackingCursor, completed: list[Unit], counts: dict[str, int]
+) -> TrackingCursor:
+    """Record in ``run.json`` (and ``counts``) that MLflow accepted the ``completed`` units;
+    the cursor now."""
+    for unit in completed:
+        tracking = tracking.with_(**{unit.cursor: unit.step})
+        counts["steps" if unit.cursor == METRICS_CURSOR else "evals"] += 1
+    tracking = tracking.without("in_flight")
+    folder.update_state(tracking=tracking)
+    return tracking

@@ -22,13 +22,7 @@ from orchestrator.experiment.runfolder import (
     RunFolder,
 )
 from orchestrator.tracking.inputs import InputRecord, folder_display_name, folder_inputs
-from orchestrator.tracking.metric_units import (
-    METRICS_CURSOR,
-    Unit,
-    batches,
-    eval_units,
-    metric_units,
-)
+from orchestrator.tracking.metric_units import send_metrics
 from orchestrator.tracking.mlflow_names import (
     ARTIFACT_EVAL,
     ARTIFACT_EXPERIMENT,
@@ -368,26 +362,9 @@ class Tracker:
         if not (opened.params_logged and opened.inputs_logged) or run_id not in self._found:
             run_id = self._open_run(folder, reopen=False)
         with mlflow_errors(self.uri, f"syncing {folder.path}", folder):
-            counts = self._send_metrics(folder, run_id, final)
+            counts = send_metrics(self.client, folder, run_id, final=final)
             log_tags(self.client, run_id, self._progress_tags(folder))
             self._send_artifacts(folder, run_id)
-        return counts
-
-    def _send_metrics(self, folder: RunFolder, run_id: str, final: bool) -> dict[str, int]:
-        """Send the steps and evals after the cursor, batch by batch; return what was sent."""
-        tracking = folder.state().tracking
-        units = [
-            *metric_units(folder.metrics(), folder.steps(), tracking.metrics_step, final=final),
-            *eval_units(folder.evals(), tracking.eval_step),
-        ]
-        counts = {"metrics": 0, "steps": 0, "evals": 0}
-        now = now_ms()
-        for points, completed in batches(units):
-            if points:
-                log_points(self.client, run_id, points, now)
-                counts["metrics"] += len(points)
-            if completed:
-                tracking = _advance_cursor(folder, tracking, completed, counts)
         return counts
 
     def _progress_tags(self, folder: RunFolder) -> dict[str, str]:
@@ -459,18 +436,6 @@ class Tracker:
             if self.client.get_run(run_id).info.status != MLFLOW_STATUS[status]:
                 self.client.set_terminated(run_id, status=MLFLOW_STATUS[status])
         return counts
-
-
-def _advance_cursor(
-    folder: RunFolder, tracking: TrackingCursor, completed: list[Unit], counts: dict[str, int]
-) -> TrackingCursor:
-    """Record in ``run.json`` (and ``counts``) that MLflow accepted the ``completed`` units;
-    the cursor now."""
-    for unit in completed:
-        tracking = tracking.with_(**{unit.cursor: unit.step})
-        counts["steps" if unit.cursor == METRICS_CURSOR else "evals"] += 1
-    folder.update_state(tracking=tracking)
-    return tracking
 
 
 def sync_folder(folder: RunFolder) -> dict[str, int]:

@@ -4,6 +4,8 @@ the files that train run first."""
 from __future__ import annotations
 
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from demo.local_corpus import build_local_corpus
 from orchestrator.run.cpu_env import trainer_import_env
 from pipeline import Dataset, WorkSource
+from tests.support import REPO
 
 TRAINING_FILES_FIRST = (
     "tests/e2e/test_slurm.py",
@@ -35,6 +38,67 @@ def pytest_configure() -> None:
     """Tests that import the trainer (torch makes its compile cache's folder on import) keep
     that folder where Zephon's processes keep theirs, not in the system's temporary folder."""
     os.environ.update(trainer_import_env())
+
+
+EXPECTED_LEFTOVERS = (
+    ".venv",
+    "__pycache__",
+    ".ruff_cache",
+    ".hypothesis",
+    ".pytest_cache",
+    "pytest-of-",
+)
+"""Path parts a session may leave: caches, and pytest's own temporary folders (it keeps the
+last three sessions' and removes older ones)."""
+BEFORE = pytest.StashKey[set[str]]()
+
+
+def checkout_and_temp_entries() -> set[str]:
+    """The checkout's untracked, ignored and changed paths (``git status --porcelain
+    --ignored``) and this user's entries of the temporary folder, as ``tmp: <name>``."""
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored"], cwd=REPO, capture_output=True, text=True
+    ).stdout.splitlines()
+    temp = Path(tempfile.gettempdir())
+    mine = {f"tmp: {entry.name}" for entry in temp.iterdir() if _owned(entry)}
+    return {line[3:] for line in status} | mine
+
+
+def _owned(entry: Path) -> bool:
+    try:
+        return entry.lstat().st_uid == os.getuid()
+    except OSError:  # removed while listed
+        return False
+
+
+def left_behind(before: set[str], after: set[str]) -> list[str]:
+    """What ``after`` has that ``before`` had not, less :data:`EXPECTED_LEFTOVERS`."""
+    return sorted(
+        entry for entry in after - before if not any(part in entry for part in EXPECTED_LEFTOVERS)
+    )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note what the checkout and the temporary folder hold (the controller's session only:
+    under pytest-xdist a worker's session ends before the others' tests do)."""
+    if not hasattr(session.config, "workerinput"):
+        session.config.stash[BEFORE] = checkout_and_temp_entries()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the session when it left something new in the checkout or the temporary folder
+    (another process of this user writing there meanwhile is reported too)."""
+    if BEFORE not in session.config.stash:
+        return
+    left = left_behind(session.config.stash[BEFORE], checkout_and_temp_entries())
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep("=", "left behind by the tests", red=True)
+            for entry in left:
+                reporter.write_line(entry)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -63,6 +63,9 @@ def serving(command: list[str], server: RunningServer) -> Iterator[RunningServer
         process = subprocess.Popen(
             command,
             cwd=server.log.parent,  # what the server writes relative to its folder stays there
+            # and what it writes to the temporary folder too (MLflow's db_init_lock-<hash>,
+            # one per store, was left in /tmp by every test's server)
+            env={**os.environ, "TMPDIR": str(server.log.parent)},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -67,6 +67,8 @@ class ErrorKind(StrEnum):
     TRACKING_UNAVAILABLE = "tracking_unavailable"
     INTERRUPTED = "interrupted"
     """SIGINT or SIGTERM stopped the command."""
+    DISK_FULL = "disk_full"
+    """A write found its device full (exit 1): free space, then run the command again."""
     REFUSED = "refused"
     """The guard refused a sweep's comparison."""
     INTERNAL = "internal"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import sys
 import traceback
@@ -65,6 +66,10 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+"""The errors of a write that found its device (or the user's quota) full."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one ``zephon`` command; returns (and, as a script, exits with) its exit code."""
     args = parse_arguments(argv)
@@ -114,6 +119,15 @@ def _describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     """The exit code and JSON payload of ``error`` (the class says which: orchestrator/errors.py)."""
     if isinstance(error, ZephonError):
         code, kind = error.exit_code, error.kind
+    elif isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
+        message = (
+            f"no space left on the device holding {error.filename or 'a file it wrote'}: "
+            "free some, then run the same command again (a run goes on with `zephon resume "
+            "<run folder>`; nothing it had written is lost)"
+        )
+        return EXIT_FAILED, {
+            "error": {"kind": ErrorKind.DISK_FULL, "message": message, "problems": [message]}
+        }
     elif isinstance(error, (FileNotFoundError, ValueError)):  # files and values of arguments
         code, kind = EXIT_INVALID, ErrorKind.INVALID
     elif isinstance(error, KeyboardInterrupt):

@@ -32,7 +32,7 @@ from orchestrator import failpoints
 from orchestrator.evaluation.metrics import METRICS, DocumentWeight, HeldOutMetric
 from orchestrator.evaluation.record import DocumentScores, EvalRecord, MetricScores
 from orchestrator.evaluation.row_scores import RowScores, score_output
-from orchestrator.experiment.runfolder import EVAL_FILE, TASKS_FILE
+from orchestrator.experiment.runfolder import EVAL_FILE, TASKS_FILE, read_jsonl, write_jsonl
 from orchestrator.failpoints import Failpoint
 from pipeline import ConfigError, Tokenizer, WorkSource
 
@@ -140,6 +140,28 @@ class HeldOutEvaluator(Validator):
 
     def should_validate(self, step: int) -> bool:
         return step % self.config.freq == 0 or step == self.attachment.last_step
+
+    def resume_at(self, model_parts: list[torch.nn.Module], step: int) -> None:
+        """Before the first step a launch trains, its model loaded at ``step``: forget the
+        evals recorded after ``step`` (this launch scores them again), then score ``step``
+        if it is due and not recorded: the initial model (``initial``), or the eval of the
+        checkpoint's step that a kill stopped. Rank 0 reads and rewrites the files (the other
+        nodes may not share them); every rank gets its answer."""
+        attached = self.attachment
+        due = self.config.initial if step == 0 else self.should_validate(step)
+        missing = False
+        if attached.is_rank0:
+            for path in (attached.run_dir / EVAL_FILE, attached.run_dir / TASKS_FILE):
+                if path.exists():
+                    write_jsonl(path, [r for r in read_jsonl(path) if r["step"] <= step])
+            recorded = {r["step"] for r in read_jsonl(attached.run_dir / EVAL_FILE)}
+            missing = due and step not in recorded
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            flag = torch.tensor([int(missing)], device=utils.device_type)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            missing = bool(flag.item())
+        if missing:
+            self.validate(model_parts, step)
 
     @torch.no_grad()
     def validate(self, model_parts: list[torch.nn.Module], step: int) -> None:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
+
+from orchestrator.experiment.runfolder import write_json_atomic
 
 MANIFEST_FILE = ".zephon-manifest.json"
 
@@ -37,9 +38,7 @@ def write_manifest(checkpoint: Path) -> None:
         p.relative_to(checkpoint).as_posix(): [p.stat().st_size, _digest(p)]
         for p in _files(checkpoint)
     }
-    scratch = checkpoint / f".{MANIFEST_FILE}.{os.getpid()}.tmp"
-    scratch.write_text(json.dumps({"files": files}, indent=1, sort_keys=True) + "\n")
-    os.replace(scratch, checkpoint / MANIFEST_FILE)
+    write_json_atomic(checkpoint / MANIFEST_FILE, {"files": files})
 
 
 def damage(checkpoint: Path) -> str | None:

@@ -40,12 +40,27 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    """Replace the JSONL file ``path`` by ``records`` (see :func:`write_json_atomic`)."""
+    _write_through_rename(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` through a rename: readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    _write_through_rename(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _write_through_rename(path: Path, text: str) -> None:
+    """``path`` holds ``text`` whole or is as it was: a kill or a full disk leaves no half
+    file and no scratch file."""
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    scratch.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(scratch, path)
+    try:
+        scratch.write_text(text)
+        os.replace(scratch, path)
+    except BaseException:
+        scratch.unlink(missing_ok=True)
+        raise
 
 
 class RunFolder:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from orchestrator.errors import ExperimentError
+from orchestrator.errors import ExperimentError, TrackingError
 from orchestrator.experiment import (
     ExperimentConfig,
     Launcher,
@@ -36,6 +36,7 @@ from orchestrator.experiment.run_record import (
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices
 from orchestrator.run import interrupts, warm_start
+from orchestrator.run.checkpoint_recovery import set_aside_damaged
 from orchestrator.run.identity_index import (
     AnswerKey,
     finished_at,
@@ -53,7 +54,7 @@ from orchestrator.run.result import RunResult, run_result
 from orchestrator.run.run_plan import RunPlan, is_follower_node
 from orchestrator.run.segment import train_segment
 from orchestrator.run.segment_tracking import TrackingState
-from orchestrator.tracking.tracker import Tracker
+from orchestrator.tracking.tracker import Tracker, sync_folder
 from orchestrator.tracking.uris import reachable_uri
 
 __all__ = ["RunPlan", "RunResult", "plan", "plan_summary", "resume", "run"]
@@ -250,8 +251,7 @@ def _continue(
     follower = is_follower_node(config)
     if not follower:  # node 0 keeps the records; a follower only trains beside it
         if state.status == RunStatus.SUCCEEDED and not extending:
-            tracked = TrackingState.SYNCED if state.mlflow_run_id else TrackingState.OFF
-            return run_result(folder, 0, tracked, [])
+            return _caught_up(folder)
         stopped = stop_leftover_launch(folder)
         if stopped:
             print(
@@ -261,6 +261,10 @@ def _continue(
             )
         if dp is None and config.resources.launcher == Launcher.SLURM and state.segments:
             dp = state.segments[-1].dp_size  # Slurm: the allocation it had, unless told otherwise
+    # before the plan, which loads the initial weights only when no checkpoint is left
+    set_aside = [] if follower else set_aside_damaged(folder)
+    for line in set_aside:
+        print(f"[zephon] {line}", file=sys.stderr)
     validate(config, dp)
     if not follower and config.train.steps != folder.experiment().planned_steps:
         _record_extension(folder, config)
@@ -269,7 +273,23 @@ def _continue(
         return train_segment(resumed, tracker=None, progress=progress)
     _prepare_launch(config, resumed.devices)
     tracker = _open_tracker(config) if folder.state().tracking_enabled else None
-    return train_segment(resumed, tracker=tracker, progress=progress)
+    result = train_segment(resumed, tracker=tracker, progress=progress)
+    result.messages[0:0] = set_aside
+    return result
+
+
+def _caught_up(folder: RunFolder) -> RunResult:
+    """The result of ``folder``'s succeeded run, its tracking sent in full first: a kill of
+    its last sync (or a server down then) left some of it only in the folder."""
+    state = folder.state()
+    if not (state.tracking_enabled and state.tracking_uri):
+        return run_result(folder, 0, TrackingState.OFF, [])
+    try:
+        sync_folder(folder)
+    except TrackingError as e:
+        message = f"tracking unavailable: {e}; send it later with `zephon sync {folder.path}`"
+        return run_result(folder, 0, TrackingState.PENDING, [message])
+    return run_result(folder, 0, TrackingState.SYNCED, [])
 
 
 def _recorded_config(

@@ -7,6 +7,8 @@ multi-node run trains the same segment beside node 0 and keeps no records.
 
 from __future__ import annotations
 
+import errno
+import os
 import shlex
 import time
 from collections.abc import Callable
@@ -27,6 +29,10 @@ from orchestrator.tracking.uris import resolve_uri
 
 if TYPE_CHECKING:
     from orchestrator.tracking.tracker import Tracker
+
+
+DISK_FULL_LOG_LINE = os.strerror(errno.ENOSPC)
+"""What a training that found its disk full says in its log (``strerror(ENOSPC)``)."""
 
 
 def segment_status(code: int, finished: bool) -> RunStatus:
@@ -90,9 +96,14 @@ def train_segment(plan: RunPlan, *, tracker: Tracker | None, progress: TextIO | 
         interrupts.note_unfinished(line)
         messages.append(line)
     elif status != RunStatus.SUCCEEDED:
-        messages.append(
-            f"training {status} (exit status {code}); log {folder.log_path}:\n{folder.log_tail()}"
-        )
+        tail = folder.log_tail()
+        if DISK_FULL_LOG_LINE in tail:
+            messages.append(
+                f"{folder.name}: the disk holding {folder.path} is full ({DISK_FULL_LOG_LINE}); "
+                f"free space, then {shlex.join([*zephon_command(), 'resume', str(folder.path)])}"
+                f" (training goes on from checkpoint step-{folder.last_checkpoint_step() or 0})"
+            )
+        messages.append(f"training {status} (exit status {code}); log {folder.log_path}:\n{tail}")
     tracking.finish(folder, status)
     return run_result(folder, code, tracking.state, messages)
 

@@ -10,7 +10,6 @@ Design: docs/design/orchestrator_titan.md
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,13 @@ from typing import Any
 from torchtitan.components.metrics import BaseLogger
 
 from orchestrator import failpoints
-from orchestrator.experiment.runfolder import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
+from orchestrator.experiment.runfolder import (
+    METRICS_FILE,
+    RUN_SUBDIR,
+    STEPS_FILE,
+    read_jsonl,
+    write_jsonl,
+)
 from orchestrator.failpoints import Failpoint
 
 __all__ = [
@@ -43,10 +48,7 @@ class StepLog:
         if not self.enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        kept = [r for r in read_jsonl(self.path) if r["step"] <= resumed_step]
-        scratch = self.path.with_suffix(".tmp")
-        scratch.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        os.replace(scratch, self.path)
+        write_jsonl(self.path, [r for r in read_jsonl(self.path) if r["step"] <= resumed_step])
 
     def write(self, record: dict[str, Any]) -> None:
         """Append ``record`` as one line, flushed at once (a crash loses no finished step)."""

@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torchtitan.trainer as torchtitan_trainer
 from torch.distributed.checkpoint.filesystem import _FileSystemWriter
 from torchtitan.components.checkpointer import DATALOADER, CheckpointManager
+from torchtitan.components.checkpointer.dcp import AsyncMode
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
 from torchtitan.components.metrics import LoggerContainer
 from torchtitan.distributed import ParallelDims
@@ -96,7 +97,7 @@ class ZephonTrainer(Trainer):
     dataloader: ZephonDataLoader
 
     def __init__(self, config: Config) -> None:
-        self._initial_scored = False
+        self._asked_once = False
         if config.training.global_batch_size == -1:  # unset: follow the data contract
             config.training.global_batch_size = config.dataloader.data().global_batch_size
         super().__init__(config)
@@ -169,14 +170,14 @@ class ZephonTrainer(Trainer):
             )
 
     def should_continue_training(self) -> bool:
-        """TorchTitan's, after scoring the initial model once when asked to: its loop asks
-        this first right after loading the initial weights and before the first step, the one
-        point where step 0's model exists (a resumed run has a step and scores nothing)."""
+        """TorchTitan's, after the first call's eval: its loop asks this first right after
+        loading the weights and before the next step, the one point where the loaded model
+        exists. It scores step 0's model when asked to, or, resumed from a checkpoint whose
+        eval a kill stopped, that eval (the resumed loop would never come back to it)."""
         validator = self.validator if self.config.validator.enable else None
-        due = self.step == 0 and not self._initial_scored
-        if due and isinstance(validator, HeldOutEvaluator) and validator.config.initial:
-            self._initial_scored = True
-            validator.validate(self.model_parts, 0)
+        if not self._asked_once and isinstance(validator, HeldOutEvaluator):
+            validator.resume_at(self.model_parts, self.step)
+        self._asked_once = True
         return super().should_continue_training()
 
     def train_step(self, *args: Any, **kwargs: Any) -> None:
@@ -243,8 +244,10 @@ def _with_manifest(dcp_save: Callable[..., Any]) -> Callable[..., Any]:
         step = int(name) if name.isdigit() else -1
         with _held_before_metadata(step):
             result = dcp_save(state_dict, checkpoint_id=checkpoint_id, **kwargs)
-        if result is None and Path(checkpoint_id).is_dir() and dist.get_rank() == 0:
-            write_manifest(Path(checkpoint_id))  # an asynchronous save has no manifest
+        # an asynchronous save is whole only later: it has no manifest
+        whole = kwargs.get("async_mode") == AsyncMode.DISABLED
+        if whole and Path(checkpoint_id).is_dir() and dist.get_rank() == 0:
+            write_manifest(Path(checkpoint_id))
             failpoints.reach(Failpoint.CHECKPOINT_SAVED, step)
         return result
 

@@ -225,7 +225,6 @@ NOT_YET_BACKED = {
     "docs/design/sweeps_sweeper.md",
     "docs/dp_spread.md",
     "docs/guide.md",
-    "docs/pipeline_performance.md",
     "docs/search.md",
     "docs/team.md",
     "docs/tokenizers.md",

@@ -213,7 +213,6 @@ NOT_YET_BACKED = {
     "docs/design/benchmarks_mix_search.md",
     "docs/design/benchmarks_throughput.md",
     "docs/design/benchmarks_training.md",
-    "docs/design/guard.md",
     "docs/design/orchestrator_service.md",
     "docs/design/orchestrator_titan.md",
     "docs/design/pipeline_datasets.md",

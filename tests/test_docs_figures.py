@@ -215,7 +215,6 @@ NOT_YET_BACKED = {
     "docs/design/benchmarks_training.md",
     "docs/design/orchestrator_service.md",
     "docs/design/orchestrator_titan.md",
-    "docs/design/pipeline_datasets.md",
     "docs/design/pipeline_order.md",
     "docs/design/pipeline_plan.md",
     "docs/design/pipeline_processing.md",

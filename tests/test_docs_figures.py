@@ -220,7 +220,6 @@ NOT_YET_BACKED = {
     "docs/design/pipeline_processing.md",
     "docs/design/search.md",
     "docs/design/sweeps_sweeper.md",
-    "docs/dp_spread.md",
     "docs/guide.md",
     "docs/search.md",
     "docs/team.md",

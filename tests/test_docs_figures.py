@@ -209,7 +209,6 @@ def unbacked(page: str) -> list[str]:
 NOT_YET_BACKED = {
     "docs/anneals.md",
     "docs/curation.md",
-    "docs/design/benchmarks_local_corpus.md",
     "docs/design/benchmarks_mix_search.md",
     "docs/design/benchmarks_throughput.md",
     "docs/design/benchmarks_training.md",

@@ -207,11 +207,6 @@ def unbacked(page: str) -> list[str]:
 
 
 NOT_YET_BACKED = {
-    "docs/anneals.md",
-    "docs/curation.md",
-    "docs/design/benchmarks_mix_search.md",
-    "docs/design/benchmarks_throughput.md",
-    "docs/design/benchmarks_training.md",
     "docs/design/orchestrator_service.md",
     "docs/design/orchestrator_titan.md",
     "docs/design/pipeline_order.md",

@@ -207,11 +207,6 @@ def unbacked(page: str) -> list[str]:
 
 
 NOT_YET_BACKED = {
-    "docs/design/orchestrator_service.md",
-    "docs/design/orchestrator_titan.md",
-    "docs/design/pipeline_order.md",
-    "docs/design/pipeline_plan.md",
-    "docs/design/pipeline_processing.md",
     "docs/design/search.md",
     "docs/design/sweeps_sweeper.md",
     "docs/guide.md",

@@ -206,37 +206,8 @@ def unbacked(page: str) -> list[str]:
     return found
 
 
-NOT_YET_BACKED = {
-    "docs/anneals.md",
-    "docs/curation.md",
-    "docs/design/benchmarks_local_corpus.md",
-    "docs/design/benchmarks_mix_search.md",
-    "docs/design/benchmarks_throughput.md",
-    "docs/design/benchmarks_training.md",
-    "docs/design/guard.md",
-    "docs/design/orchestrator_run.md",
-    "docs/design/orchestrator_service.md",
-    "docs/design/orchestrator_titan.md",
-    "docs/design/pipeline_datasets.md",
-    "docs/design/pipeline_order.md",
-    "docs/design/pipeline_plan.md",
-    "docs/design/pipeline_processing.md",
-    "docs/design/search.md",
-    "docs/design/sweeps_sweeper.md",
-    "docs/dp_spread.md",
-    "docs/guide.md",
-    "docs/pipeline_performance.md",
-    "docs/search.md",
-    "docs/team.md",
-    "docs/tokenizers.md",
-}
-"""Pages whose figures are still to be linked to results files, marked or removed (issue 50,
-item 4): the list only shrinks."""
-
-
 def pages() -> list[Path]:
-    every = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-    return [page for page in every if str(page.relative_to(REPO)) not in NOT_YET_BACKED]
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def test_the_checker_tells_a_backed_figure_from_an_unbacked_one() -> None:

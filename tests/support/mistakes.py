@@ -37,11 +37,17 @@ MANY = settings(FEW, max_examples=150)
 """For the widest strategies (a mistake anywhere in an experiment)."""
 
 
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+"""Files SQLite keeps beside a database while a connection is open (not rows)."""
+
+
 def files_under(folder: Path) -> dict[str, tuple[int, int]]:
-    """Every file and folder under ``folder``: relative path -> (size, mtime in ns)."""
+    """Every file and folder under ``folder`` but SQLite's side files: relative path ->
+    (size, mtime in ns)."""
     return {
         str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
         for p in sorted(folder.rglob("*"))
+        if not p.name.endswith(SQLITE_SIDE_FILES)
     }
 
 

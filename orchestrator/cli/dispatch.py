@@ -25,7 +25,7 @@ from orchestrator.cli import run_commands, search_commands, service_commands
 from orchestrator.cli.parser import build_parser
 from orchestrator.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, ErrorKind
 from orchestrator.run import interrupts
-from pipeline import ZephonError
+from pipeline import ConfigError, ZephonError
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], tuple[int, dict[str, Any]]]] = {
     "plan": run_commands.command_plan,
@@ -72,7 +72,13 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 def main(argv: list[str] | None = None) -> int:
     """Run one ``zephon`` command; returns (and, as a script, exits with) its exit code."""
-    args = parse_arguments(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_arguments(argv)
+    except ConfigError as error:  # words argparse refuses: answered as any other mistake
+        code, payload = _describe_error(error)
+        _print_payload(payload, "--json" in argv)
+        return code
     # Training commands stop their torchrun on SIGINT/SIGTERM and report the run interrupted.
     handling = interrupts.handling() if args.command in TRAINING else contextlib.nullcontext()
     try:

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import NoReturn
 
 from orchestrator.service.job import KINDS
 from orchestrator.service.slurm_settings import ServiceLauncher
+from pipeline import ConfigError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose refusals (an unknown option, a value of the wrong type, a
+    missing argument) are :class:`ConfigError`, so that ``zephon`` answers them as every
+    other mistake (exit 2, one JSON object with ``--json``), not with argparse's exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{message}; see `{self.prog} --help`")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="zephon", description="Data-mix experiments with elastic-deterministic data."
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -8,6 +8,7 @@ give a section one value by :mod:`orchestrator.experiment.overrides`; everything
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 from collections.abc import Iterator
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.errors import ExperimentError
@@ -260,6 +262,8 @@ def load_experiment(
             loaded = read_yaml_file(source, "experiment file")
         else:
             loaded = source
+        if isinstance(loaded, dict) and (problems := _shape_problems(schema, loaded)):
+            raise ExperimentError(problems)
         merged = OmegaConf.merge(schema, loaded)
         if overrides:
             parsed = parse_overrides(list(overrides))
@@ -279,14 +283,24 @@ def _schema() -> DictConfig:
     return OmegaConf.structured(ExperimentConfig)
 
 
-def read_yaml_file(path: str | os.PathLike[str], what: str) -> Any:
-    """The content of the YAML (or JSON) file ``path``; ``ExperimentError`` naming ``what``
-    it is when it does not exist or is not valid YAML, with the line and column."""
+def read_yaml_file(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
+    """The mapping in the YAML (or JSON) file ``path`` (empty: ``{}``); ``ExperimentError``
+    naming ``what`` it is when it does not exist, is not UTF-8 text, is not valid YAML (with
+    the line and column) or holds no mapping."""
     path = Path(path)
     if not path.is_file():
         raise ExperimentError([f"{what} {str(path)!r} does not exist"])
     try:
-        return OmegaConf.to_container(OmegaConf.load(path))
+        # OmegaConf's loader (duplicate keys refused), without OmegaConf.load's OSError
+        # for a file holding one number
+        content = yaml.load(path.read_text(encoding="utf-8"), Loader=get_yaml_loader())
+    except UnicodeDecodeError as e:
+        raise ExperimentError(
+            [
+                f"{what} {str(path)!r} is not UTF-8 text ({e.reason} at byte {e.start}); "
+                "give a YAML or JSON file"
+            ]
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
@@ -294,6 +308,48 @@ def read_yaml_file(path: str | os.PathLike[str], what: str) -> Any:
         raise ExperimentError(
             [f"{what} {str(path)!r} is not valid YAML{where}: {problem}; fix the file"]
         ) from None
+    if content is None:
+        return {}
+    if not isinstance(content, dict):
+        raise ExperimentError(
+            [
+                f"{what} {str(path)!r} holds {_kind(content)} {content!r}, not a mapping; write "
+                "its keys as `key: value` lines"
+            ]
+        )
+    return content
+
+
+_KINDS = {list: "a list", dict: "a mapping", str: "a string", bool: "a boolean", int: "an integer"}
+
+
+def _kind(value: Any) -> str:
+    """What ``value`` is, in a message: ``a list``, ``a string``, ``a float``..."""
+    return _KINDS.get(type(value), f"a {type(value).__name__}")
+
+
+def _shape_problems(schema: Any, value: Any, key: str = "") -> list[str]:
+    """Where ``value`` (plain data) gives a section, a mapping or a list of ``schema`` (its
+    node at ``key``; the experiment at ``""``) a value of another shape, each named by its
+    key: OmegaConf's own message for these names none."""
+    if value is None or not isinstance(schema, (DictConfig, ListConfig)):
+        return []
+    if isinstance(schema, ListConfig):
+        if isinstance(value, list):
+            return []
+        return [f"{key} is a list, got {_kind(value)} {value!r}: write {key}: [...]"]
+    section = dataclasses.is_dataclass(OmegaConf.get_type(schema))
+    if not isinstance(value, dict):
+        shape = "a section of the experiment" if section else "a mapping"
+        return [f"{key} is {shape}, got {_kind(value)} {value!r}: write {key}: {{KEY: VALUE}}"]
+    if not section:
+        return []
+    return [
+        problem
+        for name, item in value.items()
+        if name in schema
+        for problem in _shape_problems(schema[name], item, f"{key}.{name}".lstrip("."))
+    ]
 
 
 def load_data_section(source: dict[str, Any]) -> DataSection:

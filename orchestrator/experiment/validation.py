@@ -8,6 +8,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment.config import EvalSection, ExperimentConfig, TrainSection
@@ -90,6 +91,8 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
     if config.eval.interval < 1:
         problems.append(f"eval.interval must be >= 1, got {config.eval.interval}")
     problems += _task_problems(config.eval)
+    if config.tracking.uri and (uri_problem := tracking_uri_problem(config.tracking.uri)):
+        problems.append(f"tracking.uri: {uri_problem}")
     problems += choice_problem("resources.device", r.device, DeviceRequest)
     problems += choice_problem("resources.launcher", r.launcher, Launcher)
     if r.launcher == Launcher.MULTINODE and not r.rdzv_endpoint:
@@ -98,6 +101,10 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         problems.append(f"resources.max_procs must be >= 1, got {r.max_procs}")
     if r.gpu_ids is not None and (not r.gpu_ids or min(r.gpu_ids) < 0):
         problems.append(f"resources.gpu_ids must list GPU indexes >= 0, got {r.gpu_ids}")
+    if r.timeout_s is not None and r.timeout_s < 1:
+        problems.append(
+            f"resources.timeout_s must be >= 1 (seconds) or null (no limit), got {r.timeout_s}"
+        )
     if r.nodes < 1 or not 0 <= r.node_rank < max(r.nodes, 1):
         problems.append(f"resources.nodes ({r.nodes}) / node_rank ({r.node_rank}) out of range")
     dp = r.dp if dp is None else dp
@@ -105,6 +112,27 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
         problems += dp_problems(config, dp)
     if problems:
         raise ExperimentError(problems)
+
+
+TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
+"""The schemes of the MLflow stores a run may be tracked in: the embedded SQLite store, a
+tracking server, or a database (``postgresql+psycopg2://...``: a scheme and its driver)."""
+
+
+def tracking_uri_problem(uri: str) -> str | None:
+    """Why ``uri`` names no MLflow store a run may be tracked in (None if it does): not a
+    URL, or a scheme MLflow would refuse or would read as a folder of files (a bare path,
+    ``file:``, which MLflow no longer develops)."""
+    try:
+        scheme = urlparse(uri).scheme
+    except ValueError as e:
+        return f"{uri!r} is not a URL ({e})"
+    if scheme.partition("+")[0] in TRACKING_SCHEMES:
+        return None
+    return (
+        f"{uri!r} names no tracking store; use sqlite:///PATH (a database file), "
+        "http(s)://HOST:PORT (a tracking server) or a database URL (postgresql://...)"
+    )
 
 
 def _files_problems(key: str, patterns: list[str]) -> list[str]:
@@ -269,6 +297,14 @@ def dp_problems(config: ExperimentConfig, dp: int) -> list[str]:
     d, t = config.data, config.train
     if dp < 1:
         return [f"dp must be >= 1, got {dp}"]
+    nodes = max(config.resources.nodes, 1)
+    if dp % nodes:  # every node runs dp / nodes ranks
+        sizes = [k for k in divisors(d.lanes) if k % nodes == 0]
+        instead = f"use one of {sizes}" if sizes else f"use a number of nodes dividing {d.lanes}"
+        return [
+            f"dp={dp} does not split into resources.nodes={nodes} equal nodes "
+            f"(data.lanes={d.lanes}); {instead}"
+        ]
     if d.lanes % dp:
         return [f"dp={dp} does not divide data.lanes={d.lanes}; use one of {divisors(d.lanes)}"]
     local = d.global_batch_size // dp

@@ -112,7 +112,11 @@ def choose_dp(config: ExperimentConfig, devices: Devices, requested: int | None 
     fitting = [k for k in dp_sizes(config) if k <= capacity]
     if not fitting:
         raise ExperimentError(
-            [f"no dp size fits: lanes={config.data.lanes}, {capacity} free {devices.kind} devices"]
+            [
+                f"no dp size fits: lanes={config.data.lanes}, resources.nodes={max(1, r.nodes)}, "
+                f"{capacity} free {devices.kind} devices; every dp size divides the lanes and "
+                "splits into the nodes"
+            ]
         )
     return max(fitting)
 

@@ -93,8 +93,6 @@ def allocation(config: ExperimentConfig, requested_dp: int | None = None) -> Slu
         )
     else:
         dp = dp if dp is not None else r.nodes * int(per_node)
-        if dp % r.nodes:
-            problems.append(f"dp={dp} does not split into resources.nodes={r.nodes} equal nodes")
         problems += dp_problems(config, dp)
     if problems:
         raise ExperimentError(problems)

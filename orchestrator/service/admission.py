@@ -156,6 +156,10 @@ def admit(spec: Any, rules: Rules) -> ExperimentConfig:
     outside = _tokenizer_outside_roots(spec, rules)
     if outside:  # refused before loading, which would open the file
         raise ExperimentError([*problems, *outside])
+    if not isinstance(spec.get("tracking") or {}, dict):  # the service sets its uri in it
+        raise ExperimentError(
+            [*problems, f"tracking is a section of the experiment, got {spec['tracking']!r}"]
+        )
     if any("${" in text for text in _collect_strings(spec)):
         # OmegaConf would resolve them: ${oc.env:...} would copy secrets into the run.
         raise ExperimentError([*problems, "the spec contains ${...} interpolations; give values"])
@@ -164,7 +168,7 @@ def admit(spec: Any, rules: Rules) -> ExperimentConfig:
             {
                 **spec,
                 "runs_root": rules.runs_root,
-                "tracking": {**spec.get("tracking", {}), "uri": rules.tracking_uri},
+                "tracking": {**(spec.get("tracking") or {}), "uri": rules.tracking_uri},
             }
         )
     except ExperimentError as e:
@@ -181,7 +185,8 @@ def admit(spec: Any, rules: Rules) -> ExperimentConfig:
     r = config.resources
     if r.launcher != Launcher.LOCAL or r.nodes != 1:
         problems.append(
-            "the job service runs local launches on one node (resources.launcher=local)"
+            "the job service runs local launches on one node (resources.launcher=local, "
+            "resources.nodes=1)"
         )
     if problems:
         raise ExperimentError(problems)

@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 
 from orchestrator.errors import ConfigError, TrackingError, TrackingUnavailable
 from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.experiment.validation import tracking_uri_problem
 from orchestrator.tracking.store import client_for, mlflow_errors, retry_hint, sqlite_path
 
 DEFAULT_DB = "mlflow.db"
@@ -36,10 +37,12 @@ def resolve_uri(uri: str | None, workdir: Path) -> str:
 
 def stored_uri(uri: str | None, workdir: Path) -> str:
     """The resolved URI of a tracking store to read runs from (a comparison, a fit), checked
-    before anything is read: a SQLite database that does not exist is a ``ConfigError``
+    before anything is read: a URI that names no store is a ``ConfigError``, a SQLite database that does not exist is a ``ConfigError``
     (opening it would create an empty one where the command runs), a server that does not
     answer ``/health`` within seconds :class:`TrackingUnavailable` (MLflow's client would
     retry for minutes)."""
+    if uri and (problem := tracking_uri_problem(uri)):
+        raise ConfigError(f"--tracking-uri (tracking.uri) {problem}")
     resolved = resolve_uri(uri, workdir)
     db = sqlite_path(resolved)
     if db is not None and not db.is_file():

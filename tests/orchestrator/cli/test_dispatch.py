@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import cli
+from pipeline import ConfigError
 
 
 def test_resume_overrides_may_follow_its_options() -> None:
@@ -30,9 +31,11 @@ def test_resume_overrides_may_follow_its_options() -> None:
     ],
 )
 def test_anything_else_is_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_:
+    with pytest.raises(ConfigError, match="unrecognized arguments"):
         cli.parse_arguments(argv)
-    assert exit_.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+    assert cli.main([*argv, "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["kind"] == "invalid" and "see `zephon --help`" in error["message"]
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ Design: docs/design/orchestrator_cli.md
 
 from __future__ import annotations
 
+import errno
 from enum import StrEnum
 
 from pipeline.errors import EXIT_FAILED, EXIT_INVALID, ConfigError, ZephonError
@@ -25,6 +26,7 @@ EXIT_INTERRUPTED = 130
 """SIGINT or SIGTERM stopped the command (128 + SIGINT, as shells report Ctrl-C)."""
 
 __all__ = [
+    "DISK_FULL_ERRNOS",
     "EXIT_BUSY",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
@@ -34,6 +36,7 @@ __all__ = [
     "EXIT_TIMED_OUT",
     "EXIT_TRACKING",
     "ComparisonRefused",
+    "DiskFull",
     "ErrorKind",
     "ExperimentError",
     "LaunchError",
@@ -156,6 +159,17 @@ class NotTracked(TrackingError):
     """A run folder that was never tracked: there is nothing to send."""
 
     exit_code, kind = EXIT_INVALID, ErrorKind.INVALID
+
+
+class DiskFull(ZephonError):
+    """A write found its device full (exit 1): the message names the run and how it goes on
+    once space is freed; what was written before stays."""
+
+    kind = ErrorKind.DISK_FULL
+
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+"""The errors of a write that found its device (or the user's quota) full."""
 
 
 class RunFailed(ZephonError):

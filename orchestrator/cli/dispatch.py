@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import json
 import sys
 import traceback
@@ -23,7 +22,13 @@ from typing import Any, NoReturn, TextIO
 
 from orchestrator.cli import run_commands, search_commands, service_commands
 from orchestrator.cli.parser import build_parser
-from orchestrator.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, ErrorKind
+from orchestrator.errors import (
+    DISK_FULL_ERRNOS,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    ErrorKind,
+)
 from orchestrator.run import interrupts
 from pipeline import ConfigError, ZephonError
 
@@ -64,10 +69,6 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     if overrides:
         args.overrides = [*args.overrides, *overrides]
     return args
-
-
-DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-"""The errors of a write that found its device (or the user's quota) full."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from orchestrator.errors import DISK_FULL_ERRNOS, DiskFull
 from orchestrator.experiment import Launcher, write_data_spec
 from orchestrator.experiment.run_record import RunStatus, Segment
 from orchestrator.experiment.runfolder import RunFolder
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 
 DISK_FULL_LOG_LINE = os.strerror(errno.ENOSPC)
-"""What a training that found its disk full says in its log (``strerror(ENOSPC)``)."""
+"""What a training that found its disk full says in its log."""
 
 
 def segment_status(code: int, finished: bool) -> RunStatus:
@@ -84,28 +85,51 @@ def train_segment(plan: RunPlan, *, tracker: Tracker | None, progress: TextIO | 
     done = max(folder.steps(), default=0)
     status = segment_status(code, done >= config.train.steps)
     ended = started.with_(ended_at=time.time(), returncode=code, end_step=done)
-    folder.update_state(status=status, segments=(*segments[:-1], ended))
+    try:  # the records are written to the run's disk, which may be the full one
+        folder.update_state(status=status, segments=(*segments[:-1], ended))
+        result = _ended(plan, code, status, tracking)
+    except OSError as e:
+        if e.errno not in DISK_FULL_ERRNOS:
+            raise
+        raise DiskFull(_disk_full_line(folder)) from e
+    if status == RunStatus.FAILED and DISK_FULL_LOG_LINE in folder.log_tail():
+        raise DiskFull(_disk_full_line(folder))  # the training's own writes found it full
+    return result
+
+
+def _ended(plan: RunPlan, code: int, status: RunStatus, tracking: SegmentTracking) -> RunResult:
+    """The result of ``plan``'s segment that ended with ``code`` and ``status``: what to
+    do next in its messages, its tracking finished."""
+    folder, steps = plan.folder, plan.config.train.steps
+    done = max(folder.steps(), default=0)
     messages = tracking.messages
     if status == RunStatus.INTERRUPTED:
         checkpoint = folder.last_checkpoint_step()
         line = (
-            f"{folder.name}: interrupted at step {done}/{config.train.steps} (last checkpoint: "
-            f"{f'step {checkpoint}' if checkpoint else 'none'}); continue: "
-            f"{shlex.join([*zephon_command(), 'resume', str(folder.path.absolute())])}"
+            f"{folder.name}: interrupted at step {done}/{steps} (last checkpoint: "
+            f"{f'step {checkpoint}' if checkpoint else 'none'}); continue: {_resume_command(folder)}"
         )
         interrupts.note_unfinished(line)
         messages.append(line)
     elif status != RunStatus.SUCCEEDED:
-        tail = folder.log_tail()
-        if DISK_FULL_LOG_LINE in tail:
-            messages.append(
-                f"{folder.name}: the disk holding {folder.path} is full ({DISK_FULL_LOG_LINE}); "
-                f"free space, then {shlex.join([*zephon_command(), 'resume', str(folder.path)])}"
-                f" (training goes on from checkpoint step-{folder.last_checkpoint_step() or 0})"
-            )
-        messages.append(f"training {status} (exit status {code}); log {folder.log_path}:\n{tail}")
+        messages.append(
+            f"training {status} (exit status {code}); log {folder.log_path}:\n{folder.log_tail()}"
+        )
     tracking.finish(folder, status)
     return run_result(folder, code, tracking.state, messages)
+
+
+def _resume_command(folder: RunFolder) -> str:
+    return shlex.join([*zephon_command(), "resume", str(folder.path.absolute())])
+
+
+def _disk_full_line(folder: RunFolder) -> str:
+    """What to do when the disk holding ``folder`` is full."""
+    return (
+        f"{folder.name}: the disk holding {folder.path} is full ({DISK_FULL_LOG_LINE}): "
+        f"free space, then {_resume_command(folder)} (it trains on from checkpoint "
+        f"step-{folder.last_checkpoint_step() or 0}; nothing written before is lost)"
+    )
 
 
 def _local_launch(plan: RunPlan, on_tick: Callable[[RunFolder], None]) -> Launch:

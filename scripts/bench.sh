@@ -38,6 +38,13 @@ if [[ "${1:-}" == "--training" ]]; then
     shift
     exec "$venv/bin/python" -m benchmarks.training "$@"
 fi
+if [[ "${1:-}" == "--faults" ]]; then
+    # The fault matrix: one run SIGKILLed at every failpoint of an 8-step training and
+    # resumed after each, against an uninterrupted run (benchmarks/fault_matrix.py):
+    # benchmarks/results/fault_matrix.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.fault_matrix "$@"
+fi
 if [[ "${1:-}" == "--test-suite" ]]; then
     # The test suite (bash scripts/test.sh, what CI runs) timed once; pytest's summary and
     # the script's wall time added to benchmarks/results/suite_time.{json,md} (~20 min).

@@ -16,17 +16,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.mcp.tools import ServiceTools
-from orchestrator.service.config import ServiceConfig, load_service
+from orchestrator.service.config import ServiceConfig
 from pipeline import ZephonError
 from tests.support.mistakes import (
     FEW,
     MANY,
     TRIED,
     assert_names,
-    leaf_name,
     mistakes,
     nothing_written,
-    with_value,
+    queued,
+    spec_with_a_mistake,
 )
 
 
@@ -38,7 +38,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (base / "data" / "web" / "part-0.jsonl").write_text('{"text": "hello there"}\n' * 20)
     service = ServiceConfig(root=str(base / "svc"), data_roots=(str(base / "data"),))
     service.save()
-    service.queue().counts()  # the queue exists, as under a running service
+    queued(service.path)  # the queue exists, as under a running service
     yield service.path
     print(f"\nmistakes tried by face: {dict(sorted(TRIED.items()))}")
 
@@ -52,7 +52,7 @@ def refused(face: str, root: Path, call: Any, *, names: tuple[str, ...], code: i
     error = refusal.value
     assert getattr(error, "exit_code", 2) == code, (type(error), error)
     assert_names(str(error), names)
-    assert sum(load_service(root).queue().counts().values()) == 0
+    assert queued(root) == 0
 
 
 def good_spec(root: Path) -> dict[str, Any]:
@@ -62,17 +62,7 @@ def good_spec(root: Path) -> dict[str, Any]:
 @MANY
 @given(mistake=mistakes(), kind=st.sampled_from(["run", "plan"]))
 def test_submit_a_spec_with_a_mistake(mistake: tuple[str, Any], kind: str, root: Path) -> None:
-    key, value = mistake
-    if key.startswith(("tracking.", "runs_root", "data.cache_dir")):
-        key = f"train.{leaf_name(key)}x"  # the service sets these; an unknown key instead
-    spec = with_value(good_spec(root), key, value)
-    if key == "data.datasets" and value == {}:
-        spec["data"]["datasets"] = {}
-    names = (
-        leaf_name(key),
-        str(value),
-        *([str(k) for k in value] if isinstance(value, dict) else []),
-    )
+    spec, names = spec_with_a_mistake(good_spec(root), *mistake)
     tools = ServiceTools(str(root))
     refused("mcp submit", root, lambda: tools.submit(spec, "k", kind=kind), names=names)
 

@@ -26,6 +26,7 @@ from orchestrator.experiment import (
     split_step_problems,
     validate,
 )
+from orchestrator.run.init_from import checkpoint_format
 from orchestrator.service.job import JobKind
 from pipeline.io import credentials_problem
 from pipeline.tokenizer.loader import tokenizer_file_location
@@ -174,6 +175,7 @@ def admit(spec: Any, rules: Rules) -> ExperimentConfig:
     except ExperimentError as e:
         raise ExperimentError(problems + e.problems) from None
     problems += _check_size_limits(config, rules.limits) + _check_dataset_paths(config, rules)
+    problems += _check_local_paths(config, rules)
     m = config.model
     if m.module not in rules.allowed_model_modules:
         problems.append(
@@ -291,14 +293,38 @@ def _tokenizer_outside_roots(spec: dict[str, Any], rules: Rules) -> list[str]:
     if not isinstance(tokenizer, str):
         return []  # the default, or a wrong type the schema refuses
     location = tokenizer_file_location(tokenizer)
-    if location is None:
-        return []
+    return [] if location is None else _outside_roots("data.tokenizer", location, rules)
+
+
+def _check_local_paths(config: ExperimentConfig, rules: Rules) -> list[str]:
+    """``train.init_from`` and ``eval.task_dir`` lie under the data roots like the datasets
+    (a task folder's YAML can name Python code to run); ``train.init_from`` is a checkpoint
+    folder, checked as ``zephon plan`` checks it (its tensors' shapes are checked when the
+    job plans its run)."""
+    problems = []
+    init_from, task_dir = config.train.init_from, config.eval.task_dir
+    if task_dir is not None:
+        problems += _outside_roots("eval.task_dir", task_dir, rules)
+    if init_from is not None:
+        outside = _outside_roots("train.init_from", init_from, rules)
+        if outside:  # refused before its folder is looked into
+            return [*problems, *outside]
+        try:
+            checkpoint_format(Path(init_from))
+        except ExperimentError as e:
+            problems += e.problems
+    return problems
+
+
+def _outside_roots(key: str, location: str, rules: Rules) -> list[str]:
+    """Why the local path ``location`` given at ``key`` may not be read ([] if it lies
+    under a data root): not absolute, or outside every root."""
     if not os.path.isabs(location):
-        return [f"data.tokenizer: {location!r}: give an absolute path"]
+        return [f"{key}: {location!r}: give an absolute path"]
     roots = _resolved_roots(rules)
     if _is_inside_roots(Path(os.path.realpath(location)), roots):
         return []
-    return [f"data.tokenizer: {location!r} is outside the data roots {[str(r) for r in roots]}"]
+    return [f"{key}: {location!r} is outside the data roots {[str(r) for r in roots]}"]
 
 
 def _resolved_roots(rules: Rules) -> list[Path]:

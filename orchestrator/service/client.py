@@ -22,7 +22,7 @@ from orchestrator.errors import QueueError
 from orchestrator.service.admission import FRESH_KEY, admit_job
 from orchestrator.service.config import ServiceConfig
 from orchestrator.service.job import FINAL, JobKind, JobState, to_kind
-from orchestrator.service.queue import JobQueue
+from orchestrator.service.queue import JobQueue, check_name
 from pipeline.errors import ConfigError
 from pipeline.formats import COMPRESSIONS, detect_format
 
@@ -55,6 +55,7 @@ def submit(
     budget (:mod:`orchestrator.service.daily_budgets`).
     """
     kind = to_kind(kind)
+    check_name("key", key)  # before the queue is opened: a new root's would be made
     if fresh and isinstance(spec, dict):
         spec = {**spec, FRESH_KEY: True}
     admit_job(kind, spec, service.rules())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchestrator.experiment import DeviceRequest
 from orchestrator.service.admission import Limits, Rules
@@ -116,14 +117,33 @@ class ServiceConfig:
 
 
 def load_service(root: str | Path = DEFAULT_ROOT) -> ServiceConfig:
-    """The service of ``root`` (its ``service.json``; defaults if it has none yet)."""
+    """The service of ``root`` (its ``service.json``; defaults if it has none yet);
+    ConfigError naming the file if it is not a service's configuration."""
     path = Path(root) / SERVICE_FILE
     if not path.is_file():
         return ServiceConfig(root=str(Path(root).absolute()))
-    data = json.loads(path.read_text())
-    limits = Limits(**data.pop("limits", {}))
-    budgets = Budgets.from_dict(data.pop("budgets", {}))
+    try:
+        return _service_from_dict(json.loads(path.read_text()))
+    except (ConfigError, TypeError, ValueError) as e:  # ValueError: not JSON, not UTF-8
+        raise ConfigError(
+            f"{path} is not a job service's configuration ({e}); fix it, or remove it and "
+            f"run `zephon serve --root {root}` again, which writes it"
+        ) from None
+
+
+def _service_from_dict(data: Any) -> ServiceConfig:
+    """The configuration ``service.json`` holds (:meth:`ServiceConfig.save`)."""
+    data = dict(_object(data, SERVICE_FILE))
+    limits = Limits(**_object(data.pop("limits", {}), "limits"))
+    budgets = Budgets.from_dict(_object(data.pop("budgets", {}), "budgets"))
+    slurm = SlurmSettings.from_dict(_object(data.pop("slurm", {}), "slurm"))
     data["data_roots"] = tuple(data.get("data_roots", ()))
     data["object_store_prefixes"] = tuple(data.get("object_store_prefixes", ()))
-    slurm = SlurmSettings.from_dict(data.pop("slurm", {}))
     return ServiceConfig(**data, limits=limits, budgets=budgets, slurm=slurm)
+
+
+def _object(value: Any, key: str) -> dict[str, Any]:
+    """``value``, the JSON object at ``key``; ConfigError if it is another value."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key} must be a JSON object, not {value!r}")
+    return value

@@ -64,6 +64,8 @@ class Budgets:
         if unknown:
             raise QueueError(f"budgets: unknown keys {sorted(unknown)}; use default and users")
         users = data.get("users") or {}
+        if not isinstance(users, Mapping):
+            raise QueueError(f"budgets.users must map OS user names to budgets, not {users!r}")
         return cls(
             default=_budget_from_dict("budgets.default", data.get("default") or {}),
             users={
@@ -80,7 +82,11 @@ class Budgets:
         }
 
 
-def _budget_from_dict(where: str, data: Mapping[str, Any]) -> Budget:
+def _budget_from_dict(where: str, data: Any) -> Budget:
+    if not isinstance(data, Mapping):
+        raise QueueError(
+            f"{where} must be an object of runs_per_day and device_hours_per_day, not {data!r}"
+        )
     unknown = set(data) - {"runs_per_day", "device_hours_per_day"}
     if unknown:
         raise QueueError(

@@ -128,8 +128,8 @@ class JobQueue:
         ``max_queued_per_submitter`` jobs queued, running or preempted, ``OverBudget`` if
         it used up its daily budget (:mod:`.budget`; a ``plan`` job is free).
         """
-        _check_name("key", key)
-        _check_name("submitter", submitter)
+        check_name("key", key)
+        check_name("submitter", submitter)
         kind = to_kind(kind)
         if not isinstance(spec, dict):
             raise QueueError(f"spec must be a dict (the experiment), not {type(spec).__name__}")
@@ -358,7 +358,9 @@ class JobQueue:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _check_name(what: str, value: Any) -> None:
+def check_name(what: str, value: Any) -> None:
+    """QueueError unless ``value`` can name a job's ``what`` (its key, its submitter): a
+    non-empty printable string of at most ``MAX_NAME_LEN`` characters."""
     if not isinstance(value, str) or not value:
         raise QueueError(f"{what} must be a non-empty string, not {value!r}")
     if len(value) > MAX_NAME_LEN:

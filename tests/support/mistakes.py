@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from orchestrator.experiment.schema import experiment_json_schema
+from orchestrator.service.config import load_service
 from tests.support.cli import zephon_in_process
 
 TRIED: Counter[str] = Counter()
@@ -43,9 +44,12 @@ SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 def files_under(folder: Path) -> dict[str, tuple[int, int]]:
     """Every file and folder under ``folder`` but SQLite's side files: relative path ->
-    (size, mtime in ns)."""
+    (size, mtime in ns) of a file, (0, 0) of a folder (whose own mtime changes as SQLite's
+    side files come and go in it; its entries are compared themselves)."""
     return {
-        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        str(p.relative_to(folder)): (
+            (p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else (0, 0)
+        )
         for p in sorted(folder.rglob("*"))
         if not p.name.endswith(SQLITE_SIDE_FILES)
     }
@@ -59,6 +63,16 @@ def nothing_written(folder: Path) -> Iterator[None]:
     after = files_under(folder)
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     assert not changed, f"a refused command wrote under {folder}: {changed}"
+
+
+def queued(root: Path) -> int:
+    """The rows of the queue of the service ``root``, its connection closed (a connection
+    left to the garbage collector would write the queue file while a check looks)."""
+    queue = load_service(root).queue()
+    try:
+        return sum(queue.counts().values())
+    finally:
+        queue.close()
 
 
 def refused_by_zephon(
@@ -242,3 +256,47 @@ def with_value(experiment: dict[str, Any], key: str, value: Any) -> dict[str, An
 def leaf_name(key: str) -> str:
     """The last part of a dotted key: what a refusal must name at least."""
     return key.rsplit(".", 1)[-1]
+
+
+SERVICE_KEYS = ("tracking.", "runs_root", "data.cache_dir")
+"""Keys the job service sets itself: a spec's mistake there is a key it refuses apart."""
+
+
+def spec_with_a_mistake(
+    good: dict[str, Any], key: str, value: Any
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A job service's spec: ``good`` with ``key`` set to ``value`` (an unknown key of
+    ``train`` instead of a key the service sets), and what its refusal may name."""
+    if key.startswith(SERVICE_KEYS):
+        key = f"train.{leaf_name(key)}x"
+    spec = with_value(good, key, value)
+    if key == "data.datasets" and value == {}:
+        spec["data"]["datasets"] = {}
+    names = (
+        leaf_name(key),
+        str(value),
+        *([str(k) for k in value] if isinstance(value, dict) else []),
+    )
+    return spec, names
+
+
+BROKEN_YAML = [
+    "data: [1, 2\n",
+    "data: {datasets: {a: [a.jsonl]}\n",
+    "name: 'unterminated\n",
+    "data:\n\t lanes: 4\n",
+    "train: *nowhere\n",
+    "data:\n  lanes: 4\n lanes: 5\n",
+    "a: b: c\n",
+]
+
+
+def broken_experiment_texts() -> st.SearchStrategy[str]:
+    """The text of an experiment file that does not parse, or parses to no mapping."""
+    return st.one_of(
+        st.sampled_from(BROKEN_YAML),
+        st.builds(
+            lambda t, k: t[: max(1, k)], st.just('{"data": {"lanes": 4}}'), st.integers(1, 21)
+        ),
+        st.sampled_from(["- a\n- b\n", "42\n", "just words\n", "null\n", "[]\n"]),
+    )

@@ -28,6 +28,7 @@ from tests.support.mistakes import (
     MANY,
     MULTINODE_OVER_LANES,
     TRIED,
+    broken_experiment_texts,
     leaf_name,
     mistakes,
     refused_by_zephon,
@@ -140,26 +141,9 @@ def test_a_dp_option_that_cannot_run(dp: str, folder: Path, experiment: Any) -> 
     refused_by_zephon("cli plan --dp", folder, "plan", "-c", "good.yaml", "--dp", dp, names="dp")
 
 
-BROKEN_YAML = [
-    "data: [1, 2\n",
-    "data: {datasets: {a: [a.jsonl]}\n",
-    "name: 'unterminated\n",
-    "data:\n\t lanes: 4\n",
-    "train: *nowhere\n",
-    "data:\n  lanes: 4\n lanes: 5\n",
-    "a: b: c\n",
-]
-
-
 @FEW
 @given(
-    text=st.one_of(
-        st.sampled_from(BROKEN_YAML),
-        st.builds(
-            lambda t, k: t[: max(1, k)], st.just('{"data": {"lanes": 4}}'), st.integers(1, 21)
-        ),
-        st.sampled_from(["- a\n- b\n", "42\n", "just words\n", "null\n", "[]\n"]),
-    ),
+    text=broken_experiment_texts(),
     suffix=st.sampled_from([".yaml", ".json", ".yml"]),
 )
 def test_an_experiment_file_that_does_not_parse(text: str, suffix: str, folder: Path) -> None:

@@ -85,3 +85,30 @@ def test_eval_sets_are_admitted_only_under_the_data_roots(tmp_path: Path) -> Non
     assert admitted.data.eval_sets == {"fixed": [str(inside)]}
     problems = refusal(spec(url, eval_sets={"leak": [str(outside)]}), rules(tmp_path, PREFIX))
     assert "data.eval_sets.leak" in problems and "outside the data roots" in problems
+
+
+def test_a_checkpoint_and_a_task_folder_are_admitted_only_under_the_data_roots(
+    tmp_path: Path,
+) -> None:
+    """``train.init_from`` and ``eval.task_dir`` are read like datasets (a task YAML can name
+    Python code): absolute, under a data root, and the checkpoint a checkpoint folder."""
+    url, allowed = f"{PREFIX}web/*.parquet", rules(tmp_path, PREFIX)
+    checkpoint = tmp_path / "data" / "step-10"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / ".metadata").write_bytes(b"")
+    assert admit(spec(url) | {"train": {"init_from": str(checkpoint)}}, allowed)
+    refused = {
+        "train.init_from: 'step-10': give an absolute path": {"train": {"init_from": "step-10"}},
+        f"train.init_from: '{tmp_path}' is outside the data roots": {
+            "train": {"init_from": str(tmp_path)}
+        },
+        f"eval.task_dir: '{tmp_path}' is outside the data roots": {
+            "eval": {"task_dir": str(tmp_path)}
+        },
+    }
+    for problem, section in refused.items():
+        assert problem in refusal(spec(url) | section, allowed), section
+    missing = refusal(
+        spec(url) | {"train": {"init_from": str(checkpoint.parent / "step-20")}}, allowed
+    )
+    assert "no such folder; give a TorchTitan checkpoint step folder" in missing

@@ -7,11 +7,15 @@ Design: docs/design/sweeps_sweeper.md
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
+import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 # Light on purpose (no pipeline, no experiment schema): main() starts the warm server
@@ -26,10 +30,28 @@ CONFIG_PATH = "pkg://zephon_conf"
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def hydra_main(cfg: DictConfig) -> dict[str, Any]:
-    """Hydra's app: one job (:func:`sweeps.task.run_job`)."""
+    """Hydra's app: one job (:func:`sweeps.task.run_job`). A job refused before it started
+    (an invalid experiment) leaves no output folder: Hydra made it before the job ran."""
+    from pipeline.errors import ConfigError  # deferred: the pipeline, after the warm server
     from sweeps.task import run_job  # deferred: heavy; main() starts the warm server first
 
-    return run_job(cfg)
+    try:
+        return run_job(cfg)
+    except ConfigError:
+        _remove_output_dir(Path(HydraConfig.get().runtime.output_dir))
+        raise
+
+
+def _remove_output_dir(folder: Path) -> None:
+    """Remove ``folder`` (Hydra's output folder of a refused job: its config copies and log)
+    and the parents it leaves empty, up to the working folder."""
+    shutil.rmtree(folder, ignore_errors=True)
+    here = Path.cwd().resolve()
+    for parent in folder.resolve().parents:
+        if parent == here or here not in parent.parents:
+            break
+        with contextlib.suppress(OSError):  # not empty: another job's
+            parent.rmdir()
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Faults during a run, against an uninterrupted run of the same experiment
 (``benchmarks/fault_matrix.py``'s harness; its full matrix, every point of an 8-step run, is
-``python -m benchmarks.fault_matrix``). ``zephon_mini`` on the shared corpus, 4 steps,
+``python -m benchmarks.fault_matrix``). ``zephon_mini`` on the shared corpus, dp 1, 4 steps,
 checkpoints and evals every 2 steps.
 
 Killed at four points (SIGKILL of ``zephon``'s process group at a failpoint), resumed after each:
@@ -54,6 +54,7 @@ def work(tmp_path_factory: pytest.TempPathFactory, domains: dict[str, list[Path]
     work = tmp_path_factory.mktemp("faults")
     mixture = {"code": 0.5, "docs": 0.3, "unicode": 0.2}
     config = scored_experiment(domains, mixture, steps=4)
+    config["resources"]["dp"] = 1  # the digests are those of any dp size; one process is cheapest
     (work / "experiment.json").write_text(json.dumps(config))  # JSON is YAML
     command = zephon("run", "-c", "experiment.json", "--name", "reference", "--json")
     done = subprocess.run(command, cwd=work, env=ENV, capture_output=True, text=True)

@@ -30,6 +30,7 @@ EXPECTED = {
     errors.TransitionError: (2, "invalid"),
     errors.NoFit: (2, "invalid"),
     errors.LaunchError: (1, "launch_failed"),
+    errors.DiskFull: (1, "disk_full"),
     errors.TrackingError: (4, "tracking_error"),
     errors.TrackingUnavailable: (4, "tracking_unavailable"),
     errors.NotTracked: (2, "invalid"),

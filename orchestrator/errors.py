@@ -10,6 +10,9 @@ Design: docs/design/orchestrator_cli.md
 from __future__ import annotations
 
 import errno
+import os
+import sys
+import traceback
 from enum import StrEnum
 
 from pipeline.errors import EXIT_FAILED, EXIT_INVALID, ConfigError, ZephonError
@@ -26,6 +29,7 @@ EXIT_INTERRUPTED = 130
 """SIGINT or SIGTERM stopped the command (128 + SIGINT, as shells report Ctrl-C)."""
 
 __all__ = [
+    "DEBUG_ENV",
     "DISK_FULL_ERRNOS",
     "EXIT_BUSY",
     "EXIT_FAILED",
@@ -51,7 +55,19 @@ __all__ = [
     "TrackingError",
     "TrackingUnavailable",
     "TransitionError",
+    "debug_traceback",
 ]
+
+
+DEBUG_ENV = "ZEPHON_DEBUG"
+"""``ZEPHON_DEBUG=1``: a refused or failed command also prints its traceback."""
+
+
+def debug_traceback(error: BaseException) -> None:
+    """Print ``error``'s traceback to stderr when ``ZEPHON_DEBUG=1`` (the command line says
+    only what is wrong and what to do)."""
+    if os.environ.get(DEBUG_ENV) == "1":
+        traceback.print_exception(error, file=sys.stderr)
 
 
 class ErrorKind(StrEnum):

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from hydra.errors import HydraException
 
+from orchestrator.errors import debug_traceback
 from pipeline.errors import EXIT_INVALID, ZephonError
 
 PROGRAM = "zephon-run"
@@ -29,9 +30,11 @@ def reported_errors() -> Iterator[None]:
     try:
         yield
     except ZephonError as error:
+        debug_traceback(error)
         print(f"{PROGRAM}: {error}", file=sys.stderr)
         raise SystemExit(error.exit_code) from None
     except HydraException as error:  # a config group, value or override Hydra refused
+        debug_traceback(error)
         cause = f" ({error.__cause__})" if error.__cause__ is not None else ""
         print(f"{PROGRAM}: {error}{cause}", file=sys.stderr)
         raise SystemExit(EXIT_INVALID) from None

@@ -28,6 +28,7 @@ from orchestrator.errors import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     ErrorKind,
+    debug_traceback,
 )
 from orchestrator.run import interrupts
 from pipeline import ConfigError, ZephonError
@@ -124,17 +125,16 @@ def _interrupted_payload() -> dict[str, Any]:
 
 def _describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     """The exit code and JSON payload of ``error`` (the class says which: orchestrator/errors.py)."""
+    message = str(error)
     if isinstance(error, ZephonError):
         code, kind = error.exit_code, error.kind
     elif isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
+        code, kind = EXIT_FAILED, ErrorKind.DISK_FULL
         message = (
             f"no space left on the device holding {error.filename or 'a file it wrote'}: "
             "free some, then run the same command again (a run goes on with `zephon resume "
             "<run folder>`; nothing it had written is lost)"
         )
-        return EXIT_FAILED, {
-            "error": {"kind": ErrorKind.DISK_FULL, "message": message, "problems": [message]}
-        }
     elif isinstance(error, (FileNotFoundError, ValueError)):  # files and values of arguments
         code, kind = EXIT_INVALID, ErrorKind.INVALID
     elif isinstance(error, KeyboardInterrupt):
@@ -142,8 +142,10 @@ def _describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     else:  # a bug: the traceback goes to stderr, the payload stays one JSON object
         traceback.print_exception(error, file=sys.stderr)
         code, kind = EXIT_FAILED, ErrorKind.INTERNAL
-    problems = getattr(error, "problems", [str(error)])
-    return code, {"error": {"kind": kind, "message": str(error), "problems": problems}}
+    if kind != ErrorKind.INTERNAL:
+        debug_traceback(error)
+    problems = getattr(error, "problems", [message])
+    return code, {"error": {"kind": kind, "message": message, "problems": problems}}
 
 
 def _print_payload(payload: dict[str, Any], as_json: bool) -> None:

@@ -113,3 +113,16 @@ def test_a_service_that_could_not_serve_does_not_start(
     assert cli.main(["serve", "--root", "svc", *option, "--until-idle", "--json"]) == 2
     assert says in json.loads(capsys.readouterr().out)["error"]["message"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refusal_shows_its_traceback_only_when_debugging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("train: {steps: -1}\n")
+    assert cli.main(["plan", "-c", "bad.yaml", "--json"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    monkeypatch.setenv("ZEPHON_DEBUG", "1")
+    assert cli.main(["plan", "-c", "bad.yaml", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert "Traceback" in err and json.loads(out)["error"]["kind"] == "invalid"

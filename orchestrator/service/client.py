@@ -66,7 +66,7 @@ def submit(
 def status(service: ServiceConfig, job_id: str) -> dict[str, Any]:
     """The job, its state history and, once finished, its result; each submitter's
     budget usage today (:func:`usage`)."""
-    queue = service.queue()
+    queue = service.existing_queue()
     job = queue.get(job_id)
     return {
         "job": job.to_dict(),
@@ -79,7 +79,7 @@ def wait(
     service: ServiceConfig, job_id: str, *, timeout_s: float = 3600, poll_s: float = 1.0
 ) -> dict[str, Any]:
     """:func:`status` once the job is final, or at ``timeout_s`` (``"timed_out": true``)."""
-    queue = service.queue()
+    queue = service.existing_queue()
     deadline = time.monotonic() + timeout_s
     while queue.get(job_id).state not in FINAL and time.monotonic() < deadline:
         time.sleep(poll_s)
@@ -91,7 +91,7 @@ def wait(
 def cancel(service: ServiceConfig, job_id: str) -> dict[str, Any]:
     """Cancel a queued job now, or ask the scheduler to stop a running one; only the job's
     submitter (:func:`caller`) may."""
-    queue = service.queue()
+    queue = service.existing_queue()
     owner, me = queue.get(job_id).submitter, caller()
     if owner != me:
         raise QueueError(
@@ -102,7 +102,7 @@ def cancel(service: ServiceConfig, job_id: str) -> dict[str, Any]:
 
 def logs(service: ServiceConfig, job_id: str, *, tail: int = 50) -> dict[str, Any]:
     """The last ``tail`` lines of the job's training log and of its process's stderr."""
-    job = service.queue().get(job_id)
+    job = service.existing_queue().get(job_id)
 
     def last(path: Path) -> list[str]:
         if not path.is_file():
@@ -131,7 +131,7 @@ def list_jobs(
     submitter's budget usage today (:func:`usage`)."""
     if not 1 <= limit <= 10_000:
         raise QueueError(f"limit must be in [1, 10000], got {limit}")
-    queue = service.queue()
+    queue = service.existing_queue()
     jobs = queue.list(states=states, submitter=submitter, kind=kind, limit=limit)
     return {
         "jobs": [j.to_dict() for j in jobs],
@@ -144,7 +144,7 @@ def usage(service: ServiceConfig, submitter: str | None = None) -> list[dict[str
     """Today's budget usage (UTC day) of ``submitter``, or of every submitter who used
     anything today or has a budget of its own: runs and device-hours, each ``used``,
     ``limit`` and ``left`` (None: no limit), and ``renews_at``."""
-    return _usage_of(service.queue(), submitter)
+    return _usage_of(service.existing_queue(), submitter)
 
 
 def _usage_of(queue: JobQueue, submitter: str | None = None) -> list[dict[str, Any]]:

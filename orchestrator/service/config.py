@@ -11,6 +11,7 @@ from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.errors import QueueError
 from orchestrator.experiment import DeviceRequest
 from orchestrator.service.admission import Limits, Rules
 from orchestrator.service.daily_budgets import Budgets
@@ -101,11 +102,24 @@ class ServiceConfig:
         )
 
     def queue(self) -> JobQueue:
+        """The root's job queue, created on first use (a submit, the scheduler)."""
         return JobQueue(
             self.queue_path,
             max_queued_per_submitter=self.max_queued_per_submitter,
             budgets=self.budgets,
         )
+
+    def existing_queue(self) -> JobQueue:
+        """The job queue of a service's root (one holding its ``service.json`` or a queue)
+        for a command that only reads it or acts on its jobs; QueueError naming the root for
+        any other folder, so that a mistyped ``--root`` creates nothing."""
+        if not (self.path / SERVICE_FILE).is_file() and not self.queue_path.is_file():
+            raise QueueError(
+                f"{self.path} is no job service's root (no {SERVICE_FILE}, no "
+                f"{self.queue_path.name}): check --root; a root is made by its first "
+                "`zephon submit` or `zephon serve`"
+            )
+        return self.queue()
 
     def save(self) -> None:
         """Write ``service.json``, so clients of this root apply the same rules."""

@@ -260,3 +260,15 @@ def test_the_client_api_refuses_a_bad_kind_or_key(
     assert (refusal.value.exit_code, refusal.value.kind) == (2, ErrorKind.INVALID)
     assert_names(str(refusal.value), (which, repr(arguments[which])))
     assert queued(service.path) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["jobs"], ["status", "j-1"], ["cancel", "j-1"], ["logs", "j-1"], ["wait", "j-1"]],
+)
+def test_a_command_that_reads_a_root_that_is_no_service_writes_nothing(
+    argv: list[str], tmp_path: Path
+) -> None:
+    refused_by_zephon(
+        "reads of no service", tmp_path, *argv, "--root", "typo", names="is no job service"
+    )

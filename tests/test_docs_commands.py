@@ -53,6 +53,7 @@ from orchestrator import cli
 from orchestrator.errors import EXIT_INVALID, EXIT_OK
 from orchestrator.experiment import ExperimentConfig, load_experiment
 from orchestrator.run.recipe import recipe_of
+from orchestrator.service.config import ServiceConfig
 from orchestrator.tracking import team_server
 from pipeline import Dataset
 from sweeps.mixes import MixSpace
@@ -341,7 +342,7 @@ def work(tmp_path_factory: pytest.TempPathFactory, corpus: dict[str, list[Path]]
     """A folder holding what the documented commands name: ``exp.yaml`` (a small
     experiment over the test corpus), ``filtered/docs.jsonl`` (a copy of its docs domain,
     the longer half), RegMix's tables (:data:`REGMIX_ROWS` runs each) and
-    an empty service root ``svc`` (./mlflow.db is created by the first command that
+    a service root ``svc`` without jobs (./mlflow.db is created by the first command that
     looks)."""
     folder = tmp_path_factory.mktemp("docs-commands")
     experiment = {
@@ -366,7 +367,7 @@ def work(tmp_path_factory: pytest.TempPathFactory, corpus: dict[str, list[Path]]
     for table in REGMIX.glob("*.csv"):
         rows = table.read_text().splitlines(keepends=True)[: REGMIX_ROWS + 1]
         (folder / table.name).write_text("".join(rows))
-    (folder / "svc").mkdir()
+    ServiceConfig(root=str(folder / "svc")).save()  # as `zephon serve --root svc` leaves it
     return folder
 
 

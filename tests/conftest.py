@@ -78,10 +78,17 @@ def left_behind(before: set[str], after: set[str]) -> list[str]:
     )
 
 
+INNER_SESSION_ENV = "ZEPHON_INNER_TEST_SESSION"
+"""Set by a test that runs pytest itself (tests/test_self_contained.py): that session skips
+the check, since the outer suite's workers write the temporary folder meanwhile and the
+outer session checks what both leave."""
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Note what the checkout and the temporary folder hold (the controller's session only:
     under pytest-xdist a worker's session ends before the others' tests do)."""
-    if not hasattr(session.config, "workerinput"):
+    inner = os.environ.get(INNER_SESSION_ENV) == "1"
+    if not hasattr(session.config, "workerinput") and not inner:
         session.config.stash[BEFORE] = checkout_and_temp_entries()
 
 

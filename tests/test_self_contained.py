@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from tests.conftest import INNER_SESSION_ENV
 from tests.support import REPO
 from tests.support.checkout import source_files
 
@@ -138,7 +139,11 @@ def test_the_tests_of_tests_data_pass_in_a_copy_with_nothing_beside_it(tmp_path:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *COPY_TESTS],
         cwd=copy,
-        env={**env, "PYTEST_ADDOPTS": f"--basetemp={tmp_path / 'basetemp'}"},
+        env={
+            **env,
+            "PYTEST_ADDOPTS": f"--basetemp={tmp_path / 'basetemp'}",
+            INNER_SESSION_ENV: "1",
+        },
         capture_output=True,
         text=True,
         timeout=100,

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmarks.fault_matrix import killed_at
 from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.failpoints import Failpoint
 from orchestrator.run import api
 from orchestrator.run.identity_index import INDEX_DIR
 from tests.support import REPO
@@ -139,18 +139,13 @@ def test_a_killed_run_is_resumed_not_restarted(experiment: dict[str, Any], tmp_p
     config = tmp_path / "four.json"
     config.write_text(json.dumps({**four_steps, "tracking": {"uri": f"sqlite:///{tmp_path}/m.db"}}))
     before = trained_runs(experiment)
-    agent = zephon_run(config, "--dp", "1")
-    deadline = time.monotonic() + 600
-    folder = None
-    while agent.poll() is None and time.monotonic() < deadline:
-        new = trained_runs(experiment) - before
-        folder = RunFolder(Path(experiment["runs_root"], *new)) if new else None
-        if folder is not None and (folder.last_checkpoint_step() or 0) >= 2:
-            break
-        time.sleep(0.05)
-    assert agent.poll() is None and folder is not None, agent.communicate()
-    agent.send_signal(signal.SIGKILL)  # no clean-up: run.json still says running
-    agent.communicate(timeout=60)
+    command = [sys.executable, "-m", "orchestrator.cli", "run", "-c", str(config), "--dp", "1"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # held once step 2's checkpoint is whole, then SIGKILLed: no clean-up, run.json says running
+    killed = killed_at(command, f"{Failpoint.CHECKPOINT_SAVED}@2", cwd=tmp_path, env=env)
+    assert killed.held, killed
+    (name,) = trained_runs(experiment) - before
+    folder = RunFolder(Path(experiment["runs_root"], name))
     assert folder.state().status == "running" and 4 not in folder.steps()
     resumed = api.run(four_steps, dp=1, tracking=False)
     assert resumed.status == "succeeded", resumed.messages

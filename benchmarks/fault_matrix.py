@@ -34,7 +34,8 @@ from typing import Any
 
 import psutil
 
-from benchmarks.publish import publish
+from benchmarks.machine import REPO_ROOT
+from benchmarks.publish import RESULTS, publish
 from orchestrator.experiment.checkpoint_manifest import MANIFEST_FILE
 from orchestrator.experiment.runfolder import (
     EVAL_FILE,
@@ -48,8 +49,6 @@ from orchestrator.tracking.metric_units import TITAN_LOSS
 from orchestrator.tracking.mlflow_names import METRIC_EVAL_AGGREGATE, METRIC_LOSS
 from orchestrator.tracking.store import client_for
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
 LAUNCH_TIMEOUT_S = 600.0
 
 
@@ -210,6 +209,7 @@ class Findings:
 def findings(folder: RunFolder, reference: RunFolder) -> Findings:
     """``folder``'s run held against ``reference``'s (same experiment, never killed)."""
     expected = reference.digests()
+    trained = _losses(folder)
     lines = _line_steps(folder.titan_dir / RUN_SUBDIR / STEPS_FILE)
     digests = folder.digests()
     evals = _line_steps(folder.titan_dir / RUN_SUBDIR / EVAL_FILE)
@@ -231,9 +231,9 @@ def findings(folder: RunFolder, reference: RunFolder) -> Findings:
         steps_duplicated=sum(n - 1 for n in lines.values()),
         digests_differing=sum(digests.get(s) != d for s, d in expected.items() if s in digests),
         losses_differing=sum(
-            not math.isclose(mine, theirs, rel_tol=1e-5)
+            not math.isclose(trained[s], theirs, rel_tol=1e-5)
             for s, theirs in _losses(reference).items()
-            if (mine := _losses(folder).get(s)) is not None
+            if s in trained
         ),
         evals_lost=len(expected_evals - set(evals)),
         evals_duplicated=sum(n - 1 for n in evals.values()),
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     points = every_point(MATRIX_STEPS, checkpoint_every=2, eval_every=2)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     with tempfile.TemporaryDirectory(prefix="fault-matrix-") as scratch:
         work = Path(scratch)
         hydra = [str(Path(sys.executable).with_name("zephon-run")), *MATRIX_OVERRIDES]

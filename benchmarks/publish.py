@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.machine import provenance
+from benchmarks.machine import REPO_ROOT, provenance
+
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+"""Where the benchmarks' results files live."""
 
 
 def publish(results_dir: Path, stem: str, report: dict[str, Any], markdown: str) -> None:

@@ -20,11 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.machine import provenance
-from benchmarks.publish import publish
+from benchmarks.machine import REPO_ROOT, provenance
+from benchmarks.publish import RESULTS, publish
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULTS = REPO_ROOT / "benchmarks" / "results"
 STEM = "suite_time"
 CI_LIMIT_S = 20 * 60
 """What CI allows the tests on 2 cores of the slowest machine."""

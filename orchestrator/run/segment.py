@@ -85,38 +85,46 @@ def train_segment(plan: RunPlan, *, tracker: Tracker | None, progress: TextIO | 
     done = max(folder.steps(), default=0)
     status = segment_status(code, done >= config.train.steps)
     ended = started.with_(ended_at=time.time(), returncode=code, end_step=done)
+    tail = folder.log_tail() if status == RunStatus.FAILED else ""
     try:  # the records are written to the run's disk, which may be the full one
         folder.update_state(status=status, segments=(*segments[:-1], ended))
-        result = _ended(plan, code, status, tracking)
+        result = _ended(plan, ended, status, tracking, log_tail=tail)
     except OSError as e:
         if e.errno not in DISK_FULL_ERRNOS:
             raise
         raise DiskFull(_disk_full_line(folder)) from e
-    if status == RunStatus.FAILED and DISK_FULL_LOG_LINE in folder.log_tail():
+    if DISK_FULL_LOG_LINE in tail:
         raise DiskFull(_disk_full_line(folder))  # the training's own writes found it full
     return result
 
 
-def _ended(plan: RunPlan, code: int, status: RunStatus, tracking: SegmentTracking) -> RunResult:
-    """The result of ``plan``'s segment that ended with ``code`` and ``status``: what to
-    do next in its messages, its tracking finished."""
+def _ended(
+    plan: RunPlan,
+    ended: Segment,
+    status: RunStatus,
+    tracking: SegmentTracking,
+    *,
+    log_tail: str,
+) -> RunResult:
+    """The result of ``plan``'s segment ``ended`` with ``status`` (``log_tail``: its log's
+    end, if it failed): what to do next in its messages, its tracking finished."""
     folder, steps = plan.folder, plan.config.train.steps
-    done = max(folder.steps(), default=0)
     messages = tracking.messages
     if status == RunStatus.INTERRUPTED:
         checkpoint = folder.last_checkpoint_step()
         line = (
-            f"{folder.name}: interrupted at step {done}/{steps} (last checkpoint: "
+            f"{folder.name}: interrupted at step {ended.end_step}/{steps} (last checkpoint: "
             f"{f'step {checkpoint}' if checkpoint else 'none'}); continue: {_resume_command(folder)}"
         )
         interrupts.note_unfinished(line)
         messages.append(line)
     elif status != RunStatus.SUCCEEDED:
         messages.append(
-            f"training {status} (exit status {code}); log {folder.log_path}:\n{folder.log_tail()}"
+            f"training {status} (exit status {ended.returncode}); log {folder.log_path}:\n"
+            f"{log_tail}"
         )
     tracking.finish(folder, status)
-    return run_result(folder, code, tracking.state, messages)
+    return run_result(folder, ended.returncode, tracking.state, messages)
 
 
 def _resume_command(folder: RunFolder) -> str:

@@ -21,10 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.machine import REPO_ROOT
 from orchestrator.run.identity_index import INDEX_DIR
 from sweeps.summary import SWEEP_FILE
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def mixes(jobs: int) -> str:
@@ -42,7 +41,7 @@ def sweep(work: Path, name: str, jobs: int) -> tuple[float, dict[str, Any]]:
         *("train.steps=2", "eval.interval=2", "resources.dp=1", mixes(jobs)),
         f"hydra.sweep.dir={sweep_dir}",
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     start = time.monotonic()
     done = subprocess.run(command, cwd=work, capture_output=True, text=True, env=env)
     seconds = time.monotonic() - start

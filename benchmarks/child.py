@@ -22,10 +22,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks.machine import REPO_ROOT
 from benchmarks.timing import Throughput, TreeMemory, peak_rss_mb
 from benchmarks.workload import Workload
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 STDERR_TAIL = 2000
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.machine import describe_machine
-from benchmarks.publish import publish
+from benchmarks.publish import RESULTS, publish
 from benchmarks.tokenizer_ratio import measure_pipeline_ratio
-from benchmarks.training import MAIN_JOB_TARGET_S, RESULTS, measure_main_job
+from benchmarks.training import MAIN_JOB_TARGET_S, measure_main_job
 from orchestrator.machine.precision import cpu_model
 
 STARTUP_OVERRIDES = ("model=mini", "train=smoke", "tracking.experiment=startup")

@@ -30,8 +30,8 @@ from benchmarks.decision_calibration import (
     simulate_seed_counts,
     simulate_sweeps,
 )
-from benchmarks.machine import describe_machine
-from benchmarks.publish import publish
+from benchmarks.machine import REPO_ROOT, describe_machine
+from benchmarks.publish import RESULTS, publish
 from demo.local_corpus import build_local_corpus
 from orchestrator import guard
 from orchestrator.guard.comparison import mixture_label
@@ -40,8 +40,6 @@ from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import resolve_uri
 from pipeline import Dataset
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
 FALSE_DECISION_GOAL = 0.05
 """Largest acceptable share of A/A comparisons that are not ``cannot_tell``."""
 CORPUS_BYTES_PER_DOMAIN = 300_000
@@ -88,7 +86,7 @@ def run_sweep(work: Path, corpus: dict[str, list[Path]], seeds: int, steps: int)
         f"hydra.sweeper.replicate_seeds=[{','.join(map(str, range(seeds)))}]",
         "hydra.sweeper.compare=false",
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     with (work / "sweep.log").open("w") as log:
         subprocess.run(command, cwd=work, stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
     summary = json.loads((work / "sweep" / "sweep.json").read_text())

@@ -22,12 +22,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks.machine import describe_machine
-from benchmarks.publish import publish
+from benchmarks.publish import RESULTS, publish
 from orchestrator.machine.precision import cpu_model
 from pipeline import Dataset, OrderVersion, Pipeline, WorkSource, load_tokenizer
 from pipeline.dataset import split_record_keys
 
-RESULTS = Path(__file__).parent / "results"
 WINDOW_RECORDS = 1000
 DISTINCT_GOAL = 64
 LANES = 8

@@ -26,14 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.machine import provenance
-from benchmarks.publish import publish
+from benchmarks.machine import REPO_ROOT, provenance
+from benchmarks.publish import RESULTS, publish
 from demo.local_corpus import build_local_corpus
 from pipeline import Dataset, Pipeline, WorkSource
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 WORK_DIR = REPO_ROOT / ".zephon" / "processing"
-RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 WARMUP_STEPS = 3
 """Steps not timed: start-up, and what the workers tokenized ahead before the clock started."""
 MIN_SECONDS, MIN_STEPS = 3.0, 5
@@ -171,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "trains on.",
         "",
     ]
-    publish(RESULTS_DIR, "processing", report, "\n".join(lines))
+    publish(RESULTS, "processing", report, "\n".join(lines))
     return 0
 
 

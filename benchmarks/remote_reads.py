@@ -39,14 +39,13 @@ from benchmarks.corpus_scale.corpora import AHEAD_JOIN_S, AHEAD_THREAD
 from benchmarks.lanes import PipelineSpec, build_pipeline
 from benchmarks.machine import describe_machine
 from benchmarks.object_store import ObjectStore, local_object_store
-from benchmarks.publish import publish
+from benchmarks.publish import RESULTS, publish
 from benchmarks.text_corpus import build_text_corpus
 from benchmarks.tokenizer_ratio import DEFAULT_WORK_DIR
 from orchestrator.machine.precision import cpu_model
 from pipeline import Dataset, WorkSource, load_tokenizer
 from pipeline.io import RemoteRead
 
-RESULTS = Path(__file__).parent / "results"
 TEXT_CORPUS_DIR = DEFAULT_WORK_DIR / "text_corpus"
 LAYOUTS = ("text+metadata", "text+html")
 ROWS_PER_GROUP = 64

@@ -27,6 +27,7 @@ from benchmarks.child import REPO_ROOT, run_in_child
 from benchmarks.machine import describe_machine
 from benchmarks.noise import NoiseGuard
 from benchmarks.plan import Family, Variant, families, variants_of
+from benchmarks.publish import RESULTS
 from benchmarks.report import build_report, to_markdown
 from benchmarks.workload import SEQ_LEN, WORKLOAD_NAME, Workload, prepare_workload
 
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only", nargs="+", choices=FAMILY_NAMES, default=list(FAMILY_NAMES), metavar="FAMILY"
     )
     parser.add_argument("--work-dir", type=Path, default=REPO_ROOT / ".zephon" / "bench")
-    parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "benchmarks" / "results")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
     reps = args.reps or mode.reps

@@ -31,18 +31,15 @@ import argparse
 import itertools
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.decision_calibration import NoiseModel, draw_scores, rate
 from benchmarks.machine import provenance
-from benchmarks.publish import publish
+from benchmarks.publish import RESULTS, publish
 from orchestrator.guard.decisions import CANNOT_TELL, Design, LookPlan, Scores, decide_pair
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 MAX_SEEDS = 8
 SINGLE_LOOKS = (2, 3, 4, 6, 8)
 ADVICE_LOOKS = (2, 3, 4)
@@ -254,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             + " |"
         )
     lines.append("")
-    publish(RESULTS_DIR, "sequential_looks", report, "\n".join(lines))
+    publish(RESULTS, "sequential_looks", report, "\n".join(lines))
     return 0
 
 

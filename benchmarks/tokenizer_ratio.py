@@ -29,17 +29,15 @@ from typing import Any
 import tokenizers
 
 from benchmarks.lanes import PipelineSpec, build_pipeline, consume
-from benchmarks.machine import describe_machine
-from benchmarks.publish import publish
+from benchmarks.machine import REPO_ROOT, describe_machine
+from benchmarks.publish import RESULTS, publish
 from benchmarks.text_corpus import DEFAULT_MAX_BYTES, build_text_corpus
 from benchmarks.timing import Stopwatch, Throughput, time_batches
 from benchmarks.workload import COUNT_BATCH, SEED, TOKENIZER_ID
 from pipeline import Dataset, WorkSource, load_tokenizer
 from pipeline.tokenizer import HuggingFaceTokenizer, TiktokenTokenizer, TokenizerSpec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORK_DIR = REPO_ROOT / ".zephon" / "tokenizer_ratio"
-DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 TEXT_KINDS = ("prose", "code")
 """The kinds of text measured (:mod:`benchmarks.text_corpus`)."""
 SPEC = PipelineSpec(lanes=8, max_length=512, global_batch_size=64, microbatch_size=64)
@@ -277,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reps", type=int, default=REPS)
     parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
-    parser.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS_DIR)
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument(
         "--tokenizer",
         default=TOKENIZER_ID,

@@ -26,15 +26,13 @@ from typing import Any
 
 from benchmarks.machine import provenance
 from benchmarks.noise import POLL_S, QUIET_PERCENT, machine_load_percent
-from benchmarks.publish import publish
+from benchmarks.publish import RESULTS, publish
 from demo.local_corpus import build_local_corpus
 from orchestrator.experiment.run_record import RunStatus
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.precision import cpu_model
 from orchestrator.run import api
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
 PRECISIONS = ("auto", "float32", "bfloat16")
 AUTO_TARGET = 1.10
 """``auto`` s/step over the faster forced precision's: at most this."""

@@ -18,11 +18,11 @@ from typing import Any
 from benchmarks.corpus_scale.corpora import (
     AHEAD_JOIN_S,
     AHEAD_THREAD,
-    REPO_ROOT,
     STDERR_TAIL,
     Corpus,
     generate,
 )
+from benchmarks.machine import REPO_ROOT
 from benchmarks.noise import NoiseGuard
 from benchmarks.timing import machine_busy_seconds
 from pipeline import Dataset, Pipeline, WorkSource

@@ -14,11 +14,12 @@ from typing import Any
 
 from benchmarks import dp_spread
 from benchmarks.dp_spread.analysis import analyse, collect
-from benchmarks.dp_spread.design import GLOBAL_BATCH, LANES, LOADERS, MODELS, REPO_ROOT, SEQ_LEN
+from benchmarks.dp_spread.design import GLOBAL_BATCH, LANES, LOADERS, MODELS, SEQ_LEN
 from benchmarks.dp_spread.launch import OMP_THREADS, seed_checkpoint, train
 from benchmarks.dp_spread.prepare import Prepared, prepare
 from benchmarks.dp_spread.report import render
-from benchmarks.machine import describe_machine, package_version
+from benchmarks.machine import REPO_ROOT, describe_machine, package_version
+from benchmarks.publish import RESULTS
 
 STEPS = 40
 DPS = (1, 2, 4)
@@ -53,7 +54,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--work-dir", type=Path, default=REPO_ROOT / ".zephon" / "bench" / "dp_spread"
     )
-    parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "benchmarks" / "results")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--docs-dir", type=Path, default=REPO_ROOT / "docs")
     parser.add_argument(
         "--no-seed-checkpoint",

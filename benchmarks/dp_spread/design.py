@@ -7,9 +7,7 @@ torch, and :mod:`benchmarks.dp_spread.configs` (inside the trainer) reads it too
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LOADERS = ("stock", "zephon")
 GLOBAL_BATCH = 8
 """Sequences per step, on every dp size."""

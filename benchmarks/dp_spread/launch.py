@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.dp_spread.design import GLOBAL_BATCH, MODELS, REPO_ROOT
+from benchmarks.dp_spread.design import GLOBAL_BATCH, MODELS
 from benchmarks.dp_spread.prepare import Prepared
+from benchmarks.machine import REPO_ROOT
 from orchestrator.errors import LaunchError
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import discover

@@ -28,10 +28,9 @@ from benchmarks.mix_search import regmix, report
 from benchmarks.mix_search.strategies import STRATEGIES, ZEPHON
 from benchmarks.mix_search.tasks import RegmixTask, SearchTask, run_task
 from benchmarks.mix_search.truths import Truth, flat_truth, make_truth
+from benchmarks.publish import RESULTS
 from benchmarks.timing import Stopwatch
 
-REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "benchmarks" / "results"
 RANDOM_EXTRA_BUDGET = 128
 """Random sampling also runs this many: the search's goal compares against it."""
 CONFIRMATION_BUDGET = 32

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import ConstantInputWarning, spearmanr
 
+from benchmarks.machine import REPO_ROOT
 from orchestrator.search import Observations, fit, read_tables
 from orchestrator.search.models import MODELS, GradientBoosting, MixtureModel
 from orchestrator.search.validation import cross_validate
 
-REPO = Path(__file__).resolve().parents[2]
-DATA = REPO / "tests" / "data" / "regmix"
+DATA = REPO_ROOT / "tests" / "data" / "regmix"
 TARGET = "metric/the_pile_pile_cc_val_loss"
 FOLDS = 5
 """``fit``'s default folds, used for RegMix's LightGBM too."""

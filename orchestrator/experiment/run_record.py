@@ -268,6 +268,19 @@ class Segment(Record):
 
 
 @dataclass(frozen=True)
+class PartialUnit(Record):
+    """How much MLflow holds of a unit of metrics larger than a batch (one step's or one
+    eval's, sent over several batches): its first ``points``; a sync sends the rest."""
+
+    cursor: str = ""
+    """The cursor field the unit advances (``metrics_step`` or ``eval_step``)."""
+    step: int = 0
+    """The unit's step."""
+    points: int = 0
+    """How many of its points, in the order a sync sends them, MLflow holds."""
+
+
+@dataclass(frozen=True)
 class InFlight(Record):
     """A batch of metrics sent to MLflow whose acceptance is not recorded yet: a sync killed
     between the two asks MLflow whether it holds ``probe`` at ``step`` (the batch's last
@@ -279,6 +292,10 @@ class InFlight(Record):
     """The metric key of the batch's last point."""
     step: int = 0
     """The step of the batch's last point."""
+    partial: PartialUnit | None = None
+    """What MLflow holds of a unit larger than a batch once the batch is accepted: the
+    batch ends inside that unit (unwritten when it ends at a unit's end)."""
+    NESTED: ClassVar[Mapping[str, type[Record]]] = {"partial": PartialUnit}
 
 
 @dataclass(frozen=True)
@@ -298,7 +315,9 @@ class TrackingCursor(Record):
     """Artifact path -> the (size, mtime_ns) it was sent at."""
     in_flight: InFlight | None = None
     """The batch being sent (unwritten when none is)."""
-    NESTED: ClassVar[Mapping[str, type[Record]]] = {"in_flight": InFlight}
+    partial: PartialUnit | None = None
+    """The unit after the cursors that MLflow holds part of (unwritten when none)."""
+    NESTED: ClassVar[Mapping[str, type[Record]]] = {"in_flight": InFlight, "partial": PartialUnit}
 
 
 @dataclass(frozen=True)

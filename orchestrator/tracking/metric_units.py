@@ -3,19 +3,21 @@ and the sending, each batch recorded in ``run.json`` before MLflow gets it.
 
 A unit is the metric points of one training step (``metrics.jsonl`` and ``steps.jsonl``)
 or of one eval (``eval.jsonl``). It goes whole into the cursor of ``run.json``: the
-cursor passes a unit only once MLflow accepted the batch holding its last point.
+cursor passes a unit only once MLflow accepted the batch holding its last point. A unit
+larger than a batch goes over several; ``run.json`` records how much of it MLflow holds
+(``tracking.partial``), so that no point of it is sent twice either.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import failpoints
 from orchestrator.evaluation.record import EvalRecord, as_number
-from orchestrator.experiment.run_record import InFlight, TrackingCursor
+from orchestrator.experiment.run_record import InFlight, PartialUnit, TrackingCursor
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.failpoints import Failpoint
 from orchestrator.tracking.mlflow_names import (
@@ -60,6 +62,27 @@ class Unit:
     cursor: str
     step: int
     values: dict[str, float]
+    held: int = 0
+    """How many of the unit's first points MLflow held already: ``values`` are the rest."""
+
+    def rest(self, partial: PartialUnit | None) -> Unit:
+        """This unit less the points that ``partial`` says MLflow holds, if it is this unit."""
+        if partial is None or (partial.cursor, partial.step) != (self.cursor, self.step):
+            return self
+        rest = dict(list(self.values.items())[partial.points :])
+        return Unit(self.cursor, self.step, rest, held=partial.points)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Metric points sent in one call, and what MLflow holds once it accepts them."""
+
+    points: list[Point]
+    completed: list[Unit] = field(default_factory=list)
+    """The units whose last point is in this batch (or that have none)."""
+    partial: PartialUnit | None = None
+    """The unit larger than a batch that this batch ends inside of, with the points of it
+    MLflow then holds."""
 
 
 def metric_units(
@@ -136,29 +159,29 @@ def _eval_scores(step: int, line: dict[str, Any]) -> dict[str, float]:
     return values
 
 
-def batches(
-    units: list[Unit], size: int = MAX_METRICS_PER_BATCH
-) -> Iterator[tuple[list[Point], list[Unit]]]:
+def batches(units: list[Unit], size: int = MAX_METRICS_PER_BATCH) -> Iterator[Batch]:
     """The points of ``units`` in batches of at most ``size``, each with the units it completes.
 
     A unit's points share a batch when they fit in one; a unit larger than a batch spans
-    several, and only the batch holding its last point completes it. A unit without
-    points completes with the next batch (possibly an empty one, last).
+    several, and only the batch holding its last point completes it (the others say how
+    far into it they reach). A unit without points completes with the next batch (possibly
+    an empty one, last).
     """
     points: list[Point] = []
     completed: list[Unit] = []
     for unit in units:
         if points and len(points) + len(unit.values) > size:
-            yield points, completed
+            yield Batch(points, completed)
             points, completed = [], []
-        for key, value in unit.values.items():
-            if len(points) == size:  # a unit larger than a batch
-                yield points, []
+        for i, (key, value) in enumerate(unit.values.items()):
+            if len(points) == size:  # a unit larger than a batch: these are its points alone
+                reached = PartialUnit.new(cursor=unit.cursor, step=unit.step, points=unit.held + i)
+                yield Batch(points, partial=reached)
                 points = []
             points.append((key, value, unit.step))
         completed.append(unit)
     if points or completed:
-        yield points, completed
+        yield Batch(points, completed)
 
 
 def send_metrics(
@@ -173,20 +196,21 @@ def send_metrics(
     ]
     counts = {"metrics": 0, "steps": 0, "evals": 0}
     now = now_ms()
-    for points, completed in batches(units):
-        if points:
-            if completed:  # recorded first: a kill after MLflow accepts it loses nothing
-                key, _, step = points[-1]
-                flight = {u.cursor: u.step for u in completed}
-                tracking = tracking.with_(
-                    in_flight=InFlight.new(cursors=flight, probe=key, step=step)
-                )
-                folder.update_state(tracking=tracking)
-            log_points(client, run_id, points, now)
-            failpoints.reach(Failpoint.TRACKING_SENT, points[-1][2])
-            counts["metrics"] += len(points)
-        if completed:
-            tracking = _advance_cursor(folder, tracking, completed, counts)
+    for batch in batches([unit.rest(tracking.partial) for unit in units]):
+        cursors = {u.cursor: u.step for u in batch.completed}
+        if batch.points:  # recorded first: a kill after MLflow accepts it loses nothing
+            key, _, step = batch.points[-1]
+            flight = InFlight.new(cursors=cursors, probe=key, step=step)
+            if batch.partial is not None:
+                flight = flight.with_(partial=batch.partial)
+            folder.update_state(tracking=tracking.with_(in_flight=flight))
+            log_points(client, run_id, batch.points, now)
+            failpoints.reach(Failpoint.TRACKING_SENT, step)
+            counts["metrics"] += len(batch.points)
+        tracking = _accepted(tracking, cursors, batch.partial)
+        folder.update_state(tracking=tracking)
+        for unit in batch.completed:
+            counts["steps" if unit.cursor == METRICS_CURSOR else "evals"] += 1
     return counts
 
 
@@ -199,20 +223,21 @@ def _settle_in_flight(client: MlflowClient, folder: RunFolder, run_id: str) -> T
         return tracking
     held = {m.step for m in client.get_metric_history(run_id, flight.probe)}
     if flight.step in held:
-        tracking = tracking.with_(**flight.cursors)
+        tracking = _accepted(tracking, flight.cursors, flight.partial)
     tracking = tracking.without("in_flight")
     folder.update_state(tracking=tracking)
     return tracking
 
 
-def _advance_cursor(
-    folder: RunFolder, tracking: TrackingCursor, completed: list[Unit], counts: dict[str, int]
+def _accepted(
+    tracking: TrackingCursor, cursors: Mapping[str, int], partial: PartialUnit | None
 ) -> TrackingCursor:
-    """Record in ``run.json`` (and ``counts``) that MLflow accepted the ``completed`` units;
-    the cursor now."""
-    for unit in completed:
-        tracking = tracking.with_(**{unit.cursor: unit.step})
-        counts["steps" if unit.cursor == METRICS_CURSOR else "evals"] += 1
-    tracking = tracking.without("in_flight")
-    folder.update_state(tracking=tracking)
+    """``tracking`` once MLflow accepted a batch that takes the ``cursors`` to the steps
+    given and, if ``partial``, ends inside that unit."""
+    tracking = tracking.with_(**cursors).without("in_flight")
+    if partial is not None:
+        return tracking.with_(partial=partial)
+    done = tracking.partial
+    if done is not None and cursors.get(done.cursor, done.step - 1) >= done.step:
+        return tracking.without("partial")  # its last point went in this batch
     return tracking

@@ -6,10 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from orchestrator.experiment.run_record import PartialUnit
 from orchestrator.tracking.metric_units import (
     EVAL_CURSOR,
     METRICS_CURSOR,
     TITAN_LOSS,
+    Batch,
     Unit,
     batches,
     eval_units,
@@ -66,20 +68,41 @@ def test_the_held_out_eval_is_sent_from_eval_jsonl_whole_not_from_its_late_metri
     }
 
 
+def sent(units: list[Unit], size: int) -> list[tuple[int, list[int], int | None]]:
+    """Each batch as (points, steps of the units it completes, points of the unit it ends
+    inside of that MLflow then holds)."""
+    return [
+        (len(b.points), [u.step for u in b.completed], b.partial and b.partial.points)
+        for b in batches(units, size=size)
+    ]
+
+
 def test_batches_keep_a_unit_whole_when_it_fits() -> None:
     a, b, c = unit(1, 3), unit(2, 3), unit(3, 2)
-    assert [(len(p), [u.step for u in done]) for p, done in batches([a, b, c], size=5)] == [
-        (3, [1]),
-        (5, [2, 3]),
-    ]
+    assert sent([a, b, c], size=5) == [(3, [1], None), (5, [2, 3], None)]
 
 
 def test_a_unit_larger_than_a_batch_completes_with_its_last_point() -> None:
     empty, big, small = unit(1, 0), unit(2, 7), unit(3, 1)
-    sent = [(len(p), [u.step for u in done]) for p, done in batches([empty, big, small], size=3)]
-    assert sent == [(3, []), (3, []), (2, [1, 2, 3])]
-    assert list(batches([empty], size=3)) == [([], [empty])]
+    assert sent([empty, big, small], size=3) == [(3, [], 3), (3, [], 6), (2, [1, 2, 3], None)]
+    (first, *_) = batches([empty, big, small], size=3)
+    assert first.points == [("m0", 0.0, 2), ("m1", 1.0, 2), ("m2", 2.0, 2)]
+    assert (first.partial.cursor, first.partial.step) == (METRICS_CURSOR, 2)
+    assert list(batches([empty], size=3)) == [Batch([], [empty])]
     assert list(batches([], size=3)) == []
+
+
+def test_a_unit_mlflow_holds_part_of_sends_the_rest_and_counts_on() -> None:
+    """A sync killed inside a unit larger than a batch: the next one sends the points after
+    those MLflow holds, and its batches say how far into the unit they reach."""
+    big = unit(2, 7)
+    held = PartialUnit.new(cursor=METRICS_CURSOR, step=2, points=3)
+    rest = big.rest(held)
+    assert list(rest.values) == ["m3", "m4", "m5", "m6"]
+    assert sent([rest, unit(3, 1)], size=3) == [(3, [], 6), (2, [2, 3], None)]
+    assert unit(3, 4).rest(held) == unit(3, 4)  # another unit's part: nothing held of this one
+    eval_at_2 = Unit(EVAL_CURSOR, 2, big.values)
+    assert eval_at_2.rest(held) == eval_at_2  # the same step of the other cursor
 
 
 def test_importing_tracking_and_an_offline_check_do_not_import_mlflow() -> None:

@@ -25,8 +25,9 @@ from orchestrator.experiment.runfolder import (
     STEPS_FILE,
     RunFolder,
 )
+from orchestrator.failpoints import Failpoint
 from orchestrator.run.segment_tracking import SYNC_EVERY_S, SegmentTracking, TrackingState
-from orchestrator.tracking import provenance
+from orchestrator.tracking import metric_units, provenance
 from orchestrator.tracking.mlflow_names import (
     METRIC_DATA_WAIT,
     METRIC_EVAL_AGGREGATE,
@@ -266,6 +267,48 @@ def test_metrics_go_in_batches(
     assert len(calls) <= len(metric_calls) + 1  # plus one call for the progress tags
     assert len(history(MlflowClient(tracking_uri=db_uri), run_id, METRIC_LOSS)) == 300
     print(f"\nsync of {points} points: {len(calls)} log_batch calls, {elapsed:.2f} s")
+
+
+class Killed(BaseException):
+    """A kill of the syncing process: no handler of the code under test catches it."""
+
+
+def test_a_sync_killed_inside_a_unit_larger_than_a_batch_sends_no_point_twice(
+    db_uri: str, experiment_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An eval over 1,200 datasets is one unit of 1,201 points, two MLflow batches. A kill
+    after MLflow accepted the first, before ``run.json`` said so, must not send those 1,000
+    points again, nor lose the rest."""
+    folder = make_folder(tmp_path, steps=2)
+    domains = {f"d{i:04}": float(i) for i in range(1200)}
+    append_records(
+        folder.titan_dir / RUN_SUBDIR / "eval.jsonl",
+        [{"step": 2, "bpb": domains, "aggregate_bpb": 0.5}],
+    )
+    tracker = Tracker(db_uri, experiment_name)
+    run_id = tracker.start(folder)
+    reached: list[int] = []
+
+    def killed_inside_the_eval(point: Failpoint, step: int) -> None:
+        reached.append(step)
+        if len(reached) == 2:  # the training steps' batch, then the eval's first 1,000
+            raise Killed
+
+    monkeypatch.setattr(metric_units.failpoints, "reach", killed_inside_the_eval)
+    with pytest.raises(Killed):
+        tracker.sync(folder, final=True)
+    killed = folder.state().tracking
+    assert (killed.metrics_step, killed.eval_step) == (2, None)
+    assert killed.in_flight is not None  # MLflow has the batch; run.json does not say so yet
+    counts = tracker.sync(folder, final=True)
+    assert counts["evals"] == 1
+    client = MlflowClient(tracking_uri=db_uri)
+    for name, value in [("d0000", 0.0), ("d0999", 999.0), ("d1000", 1000.0), ("d1199", 1199.0)]:
+        assert history(client, run_id, eval_metric(name)) == [(2, value)]
+    assert history(client, run_id, METRIC_EVAL_AGGREGATE) == [(2, 0.5)]
+    assert history(client, run_id, METRIC_LOSS) == [(1, 10.0), (2, 5.0)]
+    tracking = folder.state().tracking
+    assert (tracking.eval_step, tracking.partial, tracking.in_flight) == (2, None, None)
 
 
 def test_resume_continues_the_same_run(db_uri: str, experiment_name: str, tmp_path: Path) -> None:

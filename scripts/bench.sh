@@ -45,6 +45,13 @@ if [[ "${1:-}" == "--faults" ]]; then
     shift
     exec "$venv/bin/python" -m benchmarks.fault_matrix "$@"
 fi
+if [[ "${1:-}" == "--appended-reads" ]]; then
+    # A launch's watch of its run folder as the run grows: one tick's reads of steps.jsonl and
+    # metrics.jsonl, whole against read on (benchmarks/appended_reads.py; ~1 min):
+    # benchmarks/results/appended_reads.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.appended_reads "$@"
+fi
 if [[ "${1:-}" == "--test-suite" ]]; then
     # The test suite (bash scripts/test.sh, what CI runs) timed once; pytest's summary and
     # the script's wall time added to benchmarks/results/suite_time.{json,md} (~20 min).

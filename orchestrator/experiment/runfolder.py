@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from orchestrator.experiment.appended_jsonl import AppendedJsonl, parse_jsonl
 from orchestrator.experiment.run_record import ExperimentRecord, RunState
 
 EXPERIMENT_FILE = "experiment.json"
@@ -28,16 +29,7 @@ TASKS_FILE = "tasks.jsonl"
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of a JSONL file ([] if it does not exist); a torn last line is skipped."""
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut short by a crash; every whole line is kept
-    return records
+    return parse_jsonl(path.read_bytes()) if path.exists() else []
 
 
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
@@ -68,6 +60,7 @@ class RunFolder:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._appended: dict[str, AppendedJsonl] = {}
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
@@ -120,9 +113,16 @@ class RunFolder:
 
     # -- training outputs ---------------------------------------------------------------------
 
+    def _records(self, name: str) -> list[dict[str, Any]]:
+        """The records of the trainer's appended file ``name``, each line parsed once by
+        this object however often it asks (a launch asks every second)."""
+        if name not in self._appended:
+            self._appended[name] = AppendedJsonl(self.titan_dir / RUN_SUBDIR / name)
+        return self._appended[name].records()
+
     def steps(self) -> dict[int, dict[str, Any]]:
         """Step -> its ``steps.jsonl`` record (the last one written for that step)."""
-        return {r["step"]: r for r in read_jsonl(self.titan_dir / RUN_SUBDIR / STEPS_FILE)}
+        return {r["step"]: r for r in self._records(STEPS_FILE)}
 
     def digests(self) -> dict[int, str]:
         """Step -> global batch digest: the run's data fingerprint, step by step."""
@@ -136,13 +136,13 @@ class RunFolder:
     def metrics(self) -> dict[int, dict[str, Any]]:
         """Step -> TorchTitan's metrics at that step (the last record wins after a resume)."""
         merged: dict[int, dict[str, Any]] = {}
-        for record in read_jsonl(self.titan_dir / RUN_SUBDIR / METRICS_FILE):
+        for record in self._records(METRICS_FILE):
             merged.setdefault(record["step"], {}).update(record)
         return merged
 
     def evals(self) -> dict[int, dict[str, Any]]:
         """Step -> held-out eval record ``{"step", "bpb": {domain: x}, "aggregate_bpb", ...}``."""
-        return {r["step"]: r for r in read_jsonl(self.titan_dir / RUN_SUBDIR / EVAL_FILE)}
+        return {r["step"]: r for r in self._records(EVAL_FILE)}
 
     def last_checkpoint_step(self) -> int | None:
         """Step of the newest complete checkpoint (DCP writes ``.metadata`` last)."""

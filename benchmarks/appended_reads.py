@@ -99,11 +99,10 @@ def tick_seconds(root: Path, length: int) -> dict[str, float]:
 
 
 def to_markdown(report: dict[str, Any]) -> str:
-    made = report["made"]
     lines = [
         "# A launch's watch of its run folder: reads as the run grows",
         "",
-        f"`{made['command']}` at commit {made['commit']} on {made['cpu']}, {made['date']}.",
+        f"`{report['command']}` at commit {report['commit']} on {report['cpu']}, {report['date']}.",
         "",
         "CPU seconds of one tick (one step appended; `steps.jsonl` and `metrics.jsonl` read),",
         f"median of {TICKS} ticks: read whole each time (before) against read on from the last",
@@ -141,7 +140,7 @@ def main() -> None:
             )
             print(f"{length} steps: {seconds} ({ratio:.0f}x)")
     made = provenance("bash scripts/bench.sh --appended-reads", ())
-    report = {"made": made, **made, "rows": rows}
+    report = {**made, "rows": rows}
     publish(args.results_dir, STEM, report, to_markdown(report))
 
 

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,12 +79,12 @@ operations = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(operations)
 def test_reading_on_always_gives_what_reading_whole_gives(
-    tmp_path_factory: object, ops: list[tuple[str, int, int]]
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, int]]
 ) -> None:
     """Whatever is appended (whole lines, a line in pieces, a torn line a crash left), and
     however the file is replaced or cut, the records equal a whole read's of the file's
     whole lines at every point."""
-    path = Path(tmp_path_factory.mktemp("f")) / "metrics.jsonl"  # type: ignore[attr-defined]
+    path = tmp_path_factory.mktemp("f") / "metrics.jsonl"
     follower = AppendedJsonl(path)
     step = 0
     pending = b""

@@ -325,6 +325,12 @@ class Comparison:
     cost_per_seed: dict[str, Any] = field(default_factory=dict)
     """What one more seed costs: ``runs`` (one per variant) and ``device_hours``, estimated
     from the compared runs (None when their durations are not recorded)."""
+    smooth_last: int = 1
+    """Each run scored on the mean of its last this many held-out evals (1: the last eval
+    alone; :mod:`orchestrator.guard.eval_smoothing`)."""
+    smoothed_steps: list[int] = field(default_factory=list)
+    """The eval steps whose scores were averaged (``[eval_step]`` when not smoothed; empty
+    when refused)."""
 
     @property
     def smallest_detectable(self) -> float | None:
@@ -378,4 +384,6 @@ class Comparison:
                 "earlier": self.earlier_looks,
             },
             "cost_per_seed": self.cost_per_seed,
+            "smooth_last": self.smooth_last,
+            "smoothed_steps": self.smoothed_steps,
         }

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.guard.comparison import Comparison, RunSummary
+from orchestrator.guard.eval_smoothing import smoothed_runs
 
 
 def _dp_label(dp_sizes: list[int]) -> str:
@@ -29,6 +30,7 @@ def plot(comparison: Comparison, runs: list[RunSummary], path: Path) -> Path:
     from matplotlib.lines import Line2D
 
     step = comparison.eval_step
+    runs = smoothed_runs(runs, step, last=comparison.smooth_last)  # the scores compared
     by_id = {r.run_id: r for r in runs}
     rows = comparison.rows
     domains = comparison.domains
@@ -94,8 +96,11 @@ def plot(comparison: Comparison, runs: list[RunSummary], path: Path) -> Path:
     panel(main, None, small=False)
     over = "" if comparison.decided_on == domains else f" ({', '.join(comparison.decided_on)})"
     main.set_ylabel(f"aggregate bits per byte{over} (lower is better)")
+    last = comparison.smooth_last
+    smoothed = f" (mean of the last {last} evals)" if last > 1 else ""
     main.set_title(
-        f"Held-out bits per byte at eval step {step} — {len(rows)} mixtures, best first\n"
+        f"Held-out bits per byte at eval step {step}{smoothed} — {len(rows)} mixtures, best "
+        "first\n"
         "◆ mean over replicates, bar = replicate range, dots = replicates by dp size",
         fontsize=11,
     )

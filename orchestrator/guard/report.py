@@ -11,6 +11,7 @@ from orchestrator.guard.comparison import (
     ComparisonRow,
 )
 from orchestrator.guard.decisions import Design, Family
+from orchestrator.guard.eval_smoothing import smoothing_note
 
 _NUMERIC_COLUMNS = ("rank", "n", "seeds", "± docs", "vs best", "dp range", "std")
 """Table columns aligned right (besides the ``... bpb`` ones)."""
@@ -27,7 +28,8 @@ def comparison_markdown(comparison: Comparison) -> str:
         "## Comparison accepted",
         "",
         f"Held-out bits per byte (lower is better) at eval step {comparison.eval_step}, the last "
-        "step every run evaluated; means over replicates, the aggregate's standard error from "
+        "step every run evaluated"
+        f"{_smoothed_note(comparison)}; means over replicates, the aggregate's standard error from "
         "the held-out documents (± docs), the largest range of the aggregate among replicates "
         "of one seed (dp range: they saw the same data) and its standard deviation over all "
         "replicates (std)"
@@ -146,6 +148,12 @@ def _table_line(row: ComparisonRow, domains: list[str]) -> str:
         ", ".join(row.runs),
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def _smoothed_note(comparison: Comparison) -> str:
+    """How the scores were smoothed over the last evals ("" if not)."""
+    note = smoothing_note(comparison.smooth_last, comparison.smoothed_steps)
+    return f" ({note})" if note else ""
 
 
 def _decided_on_note(comparison: Comparison) -> str:

@@ -26,6 +26,13 @@ from orchestrator.guard.comparison import (
     RunSummary,
     ordered_runs,
 )
+from orchestrator.guard.eval_smoothing import (
+    DEFAULT_SMOOTH_LAST,
+    check_smooth_last,
+    check_smoothed_score,
+    smoothed_runs,
+    smoothing_steps,
+)
 from orchestrator.guard.held_out_metrics import metric_choice, with_metric_scores
 from orchestrator.guard.rules import apply_rules, runs_by_arm
 from orchestrator.guard.rules.variants import run_labels
@@ -145,6 +152,7 @@ def compare(
     family: decisions.Family = decisions.Family.HOLM,
     design: decisions.Design = decisions.Design.SEQUENTIAL,
     max_seeds: int = decisions.DEFAULT_MAX_SEEDS,
+    smooth_last: int = DEFAULT_SMOOTH_LAST,
 ) -> Comparison:
     """Check ``runs`` and, if nothing is refused, score each variant at the common eval step
     and decide every pair of variants (:mod:`orchestrator.guard.decisions`): a difference
@@ -157,8 +165,11 @@ def compare(
     number (:class:`~orchestrator.guard.decisions.Family`; Holm by default). ``design``:
     ``sequential`` (default) spends ``1 - confidence`` over every look as seeds are added, up
     to ``max_seeds``; ``fixed`` decides this one look at it
-    (:mod:`orchestrator.guard.decisions.looks`)."""
+    (:mod:`orchestrator.guard.decisions.looks`). ``smooth_last``: score each run on the mean
+    of its last ``smooth_last`` held-out evals (:mod:`orchestrator.guard.eval_smoothing`;
+    1: the last eval alone)."""
     decisions.check_options(threshold, confidence)
+    check_smooth_last(smooth_last)
     plan = decisions.LookPlan(decisions.design_of(design), 1 - confidence, max_seeds)
     outcome = apply_rules(runs)
     step, domains = outcome.eval_step, outcome.domains
@@ -170,7 +181,10 @@ def compare(
             rows=[],
             domains=domains,
             common_steps=outcome.common_steps,
+            smooth_last=smooth_last,
         )
+    smoothed_steps = smoothing_steps(runs, step, last=smooth_last)
+    runs = smoothed_runs(runs, step, last=smooth_last)
     score = HELD_OUT_SCORE
     task = task_choice(decide_on)
     if task is not None:
@@ -180,6 +194,7 @@ def compare(
         metric, chosen = metric_choice(decide_on, domains)
         if metric.name != DEFAULT_METRIC:
             runs, chosen, score = with_metric_scores(runs, step, metric, chosen)
+    check_smoothed_score(smooth_last, score)
     first_run = ordered_runs(runs)[0]
     doc_bytes = {
         d: np.asarray(first_run.documents[step][d]["bytes"], dtype=np.float64) for d in chosen
@@ -252,6 +267,7 @@ def compare(
                 "threshold": threshold,
                 "plan": plan.to_json(),
                 "family": str(family),
+                **({"smooth_last": smooth_last} if smooth_last > 1 else {}),
             }
         ),
         cost_per_seed=cost,
@@ -259,6 +275,8 @@ def compare(
         decided_on=chosen,
         score=score,
         compared=str(first_run.contract.get(AXIS_FIELD, "mixture")),
+        smooth_last=smooth_last,
+        smoothed_steps=smoothed_steps,
         data_read={labels[r.run_id]: r.data_read() for r in ordered_runs(runs) if r.data_read()},
     )
 

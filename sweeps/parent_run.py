@@ -90,12 +90,14 @@ class ParentRun:
         *,
         family: str = "holm",
         design: str = "sequential",
+        smooth_last: int = 1,
         models: list[str] | None = None,
     ) -> dict[str, Any] | None:
         """The guard over the sweep's tracked runs, one comparison per combination of the
         other sweeps, logged into the parent run (one combination) or into child comparison
         runs of it (several: a sweep that also crosses e.g. ``train.steps`` never ranks runs
-        of different recipes). Seed replicates of a combination are compared together."""
+        of different recipes). Seed replicates of a combination are compared together;
+        ``family``, ``design`` and ``smooth_last`` as in :func:`compare_tracked`."""
         groups: dict[str, list[str]] = {}
         for o in outcomes:
             if o.get("mlflow_run_id"):
@@ -112,6 +114,7 @@ class ParentRun:
                     workdir=sweep_dir / "comparison",
                     family=family,
                     design=design,
+                    smooth_last=smooth_last,
                 )
             verdicts = {
                 combination: compare_tracked(
@@ -122,6 +125,7 @@ class ParentRun:
                     workdir=sweep_dir / "comparison" / str(number),
                     family=family,
                     design=design,
+                    smooth_last=smooth_last,
                 )
                 for number, (combination, run_ids) in enumerate(groups.items())
             }

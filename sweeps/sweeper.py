@@ -35,6 +35,7 @@ from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.experiment.variant_axis import parse_axis
 from orchestrator.guard.comparison import SEED_SETTINGS
 from orchestrator.guard.decisions import design_of, family_of
+from orchestrator.guard.eval_smoothing import check_smooth_last
 from orchestrator.run import interrupts
 from orchestrator.run.slurm import use_squeue_without_accounting
 from orchestrator.tracking.mlflow_status import MlflowStatus
@@ -79,6 +80,9 @@ class MixSweeperConf:
     """How the comparison's decisions are calibrated: ``sequential`` (one error budget over
     every look as seeds are added) or ``fixed`` (a seed count fixed in advance; ``zephon
     compare --design``)."""
+    smooth_last: int = 1
+    """The comparison scores each run on the mean of its last this many held-out evals (1:
+    the last eval alone; ``zephon compare --smooth-last``)."""
     resume: str | None = None
     """Continue the interrupted sweep of this name (run with the arguments it was started
     with): finished jobs are kept, unfinished ones resume from their last checkpoint,
@@ -100,11 +104,14 @@ class MixSweeper(Sweeper):
         family: str = "holm",
         design: str = "sequential",
         replicate_models: list[str] | None = None,
+        smooth_last: int = 1,
     ) -> None:
         super().__init__()
         self.resume = resume
         self.family = family_of(family).value
         self.design = design_of(design).value
+        check_smooth_last(smooth_last)
+        self.smooth_last = smooth_last
         self.replicate_models = [str(name) for name in replicate_models or []]
         fields = mix if isinstance(mix, dict) else _to_plain_dict(mix)
         self.space = MixSpace(**{k: v for k, v in fields.items() if v is not None})
@@ -292,6 +299,7 @@ class MixSweeper(Sweeper):
                 opened.folder,
                 family=self.family,
                 design=self.design,
+                smooth_last=self.smooth_last,
                 models=self.replicate_models,
             )
             if self.compare

@@ -88,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="sequential design: the seed count by which the error budget is spent (default 8)",
     )
     p.add_argument(
+        "--smooth-last",
+        type=int,
+        default=1,
+        metavar="K",
+        help="score each run on the mean of its last K held-out evals (the last K eval steps "
+        "common to all runs, same documents) instead of the last one alone (default 1)",
+    )
+    p.add_argument(
         "--decide-on",
         metavar="DOMAIN,...|METRIC[:DOMAIN],...|task:NAME[:METRIC]",
         help="rank and decide on the mean of these held-out domains only (default: all), on "

@@ -54,6 +54,7 @@ def command_compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         family=args.family,
         design=args.design,
         max_seeds=args.max_seeds,
+        smooth_last=args.smooth_last,
     )
     return (EXIT_OK if verdict["accepted"] else EXIT_REFUSED), verdict
 

@@ -14,6 +14,7 @@ from orchestrator.guard.decisions import (
     design_of,
     family_of,
 )
+from orchestrator.guard.eval_smoothing import DEFAULT_SMOOTH_LAST, check_smooth_last
 from orchestrator.guard.report import comparison_markdown
 from orchestrator.guard.runs import count_looks, load_runs, log_comparison
 from orchestrator.guard.scoring import compare
@@ -37,6 +38,7 @@ def compare_tracked(
     family: str = "holm",
     design: str = "sequential",
     max_seeds: int = DEFAULT_MAX_SEEDS,
+    smooth_last: int = DEFAULT_SMOOTH_LAST,
 ) -> dict[str, Any]:
     """The comparison guard over MLflow runs (by id, or all runs of an experiment or sweep).
 
@@ -51,9 +53,12 @@ def compare_tracked(
     (:class:`orchestrator.guard.decisions.Family`). ``design``: ``sequential`` (one error
     budget for every look of this comparison as seeds are added, up to ``max_seeds``) or
     ``fixed`` (:mod:`orchestrator.guard.decisions.looks`); the earlier looks of its sequence
-    are found among the tracked comparisons, numbered and recorded.
+    are found among the tracked comparisons, numbered and recorded. ``smooth_last``: score
+    each run on the mean of its last this many held-out evals (1: the last eval alone;
+    :mod:`orchestrator.guard.eval_smoothing`).
     """
     check_options(threshold, confidence)  # before any run is read
+    check_smooth_last(smooth_last)
     correction = family_of(family)
     plan = LookPlan(design_of(design), 1 - confidence, max_seeds)  # ValueError if wrong
     uri = stored_uri(tracking_uri, Path.cwd())
@@ -69,6 +74,7 @@ def compare_tracked(
         family=correction,
         design=plan.design,
         max_seeds=plan.max_seeds,
+        smooth_last=smooth_last,
     )
     if comparison.accepted:
         count_looks(tracker, comparison)

@@ -138,6 +138,7 @@ class ServiceTools:
         family: str = "holm",
         design: str = "sequential",
         max_seeds: int = 8,
+        smooth_last: int = 1,
     ) -> dict[str, Any]:
         """The comparison guard over MLflow runs: a table of held-out scores per variant and a
         decision per pair (a_better / b_better / cannot_tell, with its interval; ``threshold``:
@@ -145,8 +146,10 @@ class ServiceTools:
         to rank and decide on, default all; ``family``: holm (default), bh or none, the
         correction of the decisions for the number of pairs; ``design``: sequential (default:
         one 5% error budget for every comparison of these variants as seeds are added, up to
-        ``max_seeds``) or fixed (a seed count fixed in advance)), or a refusal naming the
-        diverging step or the differing contract fields. A pair that cannot be told has a
+        ``max_seeds``) or fixed (a seed count fixed in advance); ``smooth_last``: score each
+        run on the mean of its last this many held-out evals, default 1: the last alone), or
+        a refusal naming the diverging step or the differing contract fields. A pair that
+        cannot be told has a
         ``next_step``: the seeds that would decide it with 80% power and what they cost in
         runs and device-hours, or ``stop``; ``look`` numbers this comparison in its
         sequence."""
@@ -162,6 +165,7 @@ class ServiceTools:
             family=family,
             design=design,
             max_seeds=max_seeds,
+            smooth_last=smooth_last,
         )
 
     def _observations(

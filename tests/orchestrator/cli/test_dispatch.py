@@ -126,3 +126,21 @@ def test_a_refusal_shows_its_traceback_only_when_debugging(
     assert cli.main(["plan", "-c", "bad.yaml", "--json"]) == 2
     out, err = capsys.readouterr()
     assert "Traceback" in err and json.loads(out)["error"]["kind"] == "invalid"
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_a_bad_smooth_last_is_exit_2_saying_what_to_pass(
+    value: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``compare --smooth-last K`` below 1 (or no integer) is refused before any run is read:
+    exit 2, the message names the option, no traceback, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["compare", "--experiment", "x", "--smooth-last", value, "--json"])
+    out, err = capsys.readouterr()
+    error = json.loads(out)["error"]
+    assert code == 2 and error["kind"] == "invalid", out
+    assert "--smooth-last" in error["message"] and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -3,7 +3,9 @@
 A paired statistic over held-out documents (stratified by dataset) and seeds: the
 difference of aggregate bits per byte, its interval from a seed term (Student t on the seed
 blocks' degrees of freedom) and a document-sampling term net of the within-seed noise the
-seed term already holds (variance.py), combined as Banerjee's interval, and a decision only
+seed term already holds (variance.py), the seed term from the pair's own variants' spreads
+(pooled over the comparison only where the pair is not noisier than the rest: seed_noise.py),
+combined as Banerjee's interval, and a decision only
 when the interval clears the threshold and 2+ seeds measured training noise (pair.py).
 :func:`decide_all` decides every pair under a family-wise correction (:class:`Family`,
 family.py), :func:`tiers` groups the variants that cannot be told apart and :func:`best`
@@ -30,13 +32,12 @@ from orchestrator.guard.decisions.pair import (
     check_options,
     decide_pair,
 )
+from orchestrator.guard.decisions.seed_noise import SeedNoise, SeedSource, SeedTerm
 from orchestrator.guard.decisions.tiers import best, tiers
 from orchestrator.guard.decisions.variance import (
     Scores,
-    SeedVariance,
     aggregate,
     document_variance,
-    pooled_seed_variance,
     sampling_error,
     welch_degrees_of_freedom,
 )
@@ -54,7 +55,9 @@ __all__ = [
     "NextStep",
     "PairDecision",
     "Scores",
-    "SeedVariance",
+    "SeedNoise",
+    "SeedSource",
+    "SeedTerm",
     "adjusted_p_values",
     "aggregate",
     "best",
@@ -64,7 +67,6 @@ __all__ = [
     "design_of",
     "document_variance",
     "family_of",
-    "pooled_seed_variance",
     "sampling_error",
     "tiers",
     "welch_degrees_of_freedom",

@@ -9,7 +9,8 @@ import numpy as np
 
 from orchestrator.guard.decisions.looks import LookPlan
 from orchestrator.guard.decisions.pair import CANNOT_TELL, PairDecision, check_options, decide_pair
-from orchestrator.guard.decisions.variance import Scores, pooled_seed_variance
+from orchestrator.guard.decisions.seed_noise import SeedNoise
+from orchestrator.guard.decisions.variance import Scores
 
 
 class Family(StrEnum):
@@ -68,7 +69,8 @@ def decide_all(
 
     ``scores`` maps each variant of ``order`` to its :data:`Scores`; the options are those
     of :func:`decide_pair`. Each pair's interval is at ``confidence`` on its own, its seed
-    term pooled over the variants (:func:`pooled_seed_variance`); its decision follows its
+    term from its own variants' spreads, pooled over the variants only where the pair is
+    not noisier than the rest (:meth:`SeedNoise.pair_term`); its decision follows its
     p-value corrected for the number of pairs under ``family`` (Holm: no pair is decided
     wrongly with more than ``1 - confidence`` chance).
     """
@@ -78,7 +80,7 @@ def decide_all(
         raise ValueError(f"no scores for variants {missing}")
     if len(set(order)) != len(order):
         raise ValueError(f"variants repeat in the order {order}")
-    pooled = pooled_seed_variance(order, scores, doc_bytes)
+    noise = SeedNoise.of(order, scores, doc_bytes)
     family = family_of(family)
     pair_count = len(order) * (len(order) - 1) // 2
     if plan is not None and family is not Family.NONE and pair_count > 1:
@@ -93,7 +95,7 @@ def decide_all(
             doc_bytes=doc_bytes,
             threshold=threshold,
             confidence=confidence,
-            seed_variance=pooled,
+            seed_term=noise.pair_term(order[i], order[j]),
             plan=plan,
         )
         for i in range(len(order))

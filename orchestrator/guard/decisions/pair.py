@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from orchestrator.guard.decisions.looks import MIN_SEEDS, LookPlan
+from orchestrator.guard.decisions.seed_noise import SeedSource, SeedTerm
 from orchestrator.guard.decisions.variance import (
     Scores,
-    SeedVariance,
     bits_matrix,
     bytes_arrays,
     document_variance,
@@ -140,7 +140,7 @@ def decide_pair(
     doc_bytes: dict[str, np.ndarray],
     threshold: float = 0.0,
     confidence: float = 0.95,
-    seed_variance: SeedVariance | None = None,
+    seed_term: SeedTerm | None = None,
     plan: LookPlan | None = None,
     target: float | None = None,
 ) -> PairDecision:
@@ -150,9 +150,10 @@ def decide_pair(
     the datasets of ``doc_bytes`` with one bits value per document; every
     dataset needs at least 2 held-out documents. ``a`` is decided better only if
     the whole interval lies below ``-threshold``, worse only if above
-    ``threshold``. ``seed_variance``: a variant's seed-block variance pooled over more
-    variants (:func:`~orchestrator.guard.decisions.variance.pooled_seed_variance`), instead
-    of this pair's own seeds' spread. ``plan``: the levels later looks decide at, for the
+    ``threshold``. ``seed_term``: the pair's training-noise term as its comparison measured it
+    (:meth:`~orchestrator.guard.decisions.seed_noise.SeedNoise.pair_term`: its variants' own
+    spreads, or pooled where they are alike the rest), instead of this pair's per-seed
+    differences alone. ``plan``: the levels later looks decide at, for the
     :class:`NextStep` of a pair that cannot be told (None: none given), aimed at a true
     difference of ``target`` (None: the observed one). Raises ``ValueError``
     otherwise, naming what is wrong.
@@ -184,18 +185,18 @@ def decide_pair(
     v_doc, df_doc = document_variance(delta, n_bytes)
     docs = [int(n.size) for n in n_bytes.values()]
     if n_seeds >= 2:
-        if seed_variance is None:
-            seed_term = (float(np.var(per_seed, ddof=1)) / n_seeds, float(n_seeds - 1))
-            pooled = ""
-        else:
-            seed_term = (2 * seed_variance.variance / n_seeds, seed_variance.degrees_of_freedom)
-            pooled = f" pooled over {seed_variance.variants} variants"
+        if seed_term is None:
+            seed_term = SeedTerm(
+                float(np.var(per_seed, ddof=1)), float(n_seeds - 1), SeedSource.PAIR, 2
+            )
         within = within_seed_variance(delta, n_bytes)
-        terms = [seed_term, (max(v_doc - within, 0.0), df_doc)]
+        terms = [
+            (seed_term.variance / n_seeds, seed_term.degrees_of_freedom),
+            (max(v_doc - within, 0.0), df_doc),
+        ]
         method = (
             f"paired over {_documents_text(docs)} (stratified by dataset, blocked by seed) "
-            f"and {n_seeds} seeds: the seed term on {seed_term[1]:g} df{pooled}, Banerjee's "
-            "interval"
+            f"and {n_seeds} seeds: {seed_term.describe()}, Banerjee's interval"
         )
     else:
         terms = [(v_doc, df_doc)]

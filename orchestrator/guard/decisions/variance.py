@@ -4,7 +4,6 @@ document and seed terms of a difference's variance (docs/design/guard.md)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -132,32 +131,3 @@ def welch_degrees_of_freedom(terms: list[tuple[float, float]]) -> float:
     # (sum v)^2 / sum(v^2 / df), with each v scaled by the total: tiny variances would
     # underflow when squared (0 / 0)
     return 1.0 / sum((v / total) ** 2 / df for v, df in live)
-
-
-@dataclass(frozen=True)
-class SeedVariance:
-    """A variant's seed-block score variance, pooled over a comparison's variants."""
-
-    variance: float
-    """Of one variant's aggregate under one seed block, around its variant and seed means."""
-    degrees_of_freedom: float
-    """``(variants - 1) (seeds - 1)``: the variants x seeds table's residual."""
-    variants: int
-
-
-def pooled_seed_variance(
-    order: list[str], scores: dict[str, Scores], doc_bytes: dict[str, np.ndarray]
-) -> SeedVariance | None:
-    """The seed-block variance from the variants x seeds table of aggregates (a randomised
-    block design's residual mean square), for three or more variants under two or more
-    seeds; None otherwise. Every pair's seed term then has ``(k - 1)(n - 1)`` degrees of
-    freedom instead of its own ``n - 1``, assuming variants are alike in training noise."""
-    seeds = sorted(scores[order[0]]) if order else []
-    if len(order) < 3 or len(seeds) < 2:
-        return None
-    table = np.array([[aggregate(scores[v][s], doc_bytes) for s in seeds] for v in order])
-    residual = (
-        table - table.mean(axis=1, keepdims=True) - table.mean(axis=0, keepdims=True) + table.mean()
-    )
-    df = (len(order) - 1) * (len(seeds) - 1)
-    return SeedVariance(float(np.sum(residual**2)) / df, float(df), len(order))

@@ -1,5 +1,5 @@
 """The family of a comparison's pairs (orchestrator.guard.decisions.family): Holm and
-Benjamini-Hochberg, and the seed term pooled over the variants."""
+Benjamini-Hochberg, and each pair's seed term."""
 
 from __future__ import annotations
 
@@ -43,10 +43,10 @@ def test_six_equal_mixtures_name_a_winner_rarely_under_holm() -> None:
     assert named[Family.NONE] / trials >= 0.12, named
 
 
-def test_the_seed_term_is_pooled_over_three_or_more_variants() -> None:
-    """Three variants under two seeds: each pair's seed term has (3-1)(2-1) = 2 degrees of
-    freedom from the variants x seeds table instead of its own 1, and equal mixtures are
-    still decided at most at the stated rate."""
+def test_three_variants_take_each_pairs_own_spreads() -> None:
+    """Three variants under two seeds: one other variant leaves no spread of the rest to test
+    a pair against, so each pair's seed term is its own two variants' spreads, and equal
+    mixtures are still decided at most at the stated rate; two variants alone are one pair."""
     rng = np.random.default_rng(12)
     trials = 700
     decided = 0
@@ -55,7 +55,7 @@ def test_the_seed_term_is_pooled_over_three_or_more_variants() -> None:
         pairs = decide_all(sorted(scores), scores, doc_bytes=doc_bytes, family=Family.NONE)
         decided += sum(p.decision != CANNOT_TELL for p in pairs)
     assert decided / (3 * trials) <= 0.065, decided / (3 * trials)
-    assert "the seed term on 2 df pooled over 3 variants" in pairs[0].method
+    assert "df from the pair's own spreads," in pairs[0].method
     doc_bytes, scores = equal_variants(rng, variants=2, seeds=2, run_sd=0.05)
     (alone,) = decide_all(["v0", "v1"], scores, doc_bytes=doc_bytes, family=Family.NONE)
     assert alone == decide_pair(

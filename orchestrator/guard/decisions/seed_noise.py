@@ -1,0 +1,191 @@
+"""Training noise per variant: each variant's seed-to-seed spread, and a pair's seed term.
+
+Mixtures differ in training noise (a variant that gives a domain a small share is noisier on
+it), so a pair's seed term comes from its own two variants and borrows the rest of the
+comparison's spread only where a test says the pair is not noisier than the rest
+(docs/design/guard.md, "Each variant's own noise"):
+
+* **each variant's spread** (:meth:`SeedNoise.variant_variance`): its scores' deviations from
+  its mean under each seed, net of the seed's effect on every variant (measured on the
+  *other* variants, so the pair's own noise does not set its yardstick);
+* **the pair's own term** (:attr:`SeedSource.VARIANTS`): the two variants' spreads summed, on
+  Welch-Satterthwaite degrees of freedom (two variants alone: their per-seed differences'
+  spread, :attr:`SeedSource.PAIR`);
+* **pooled** (:attr:`SeedSource.POOLED`): the variants x seeds table's residual mean square,
+  on ``(k - 1)(n - 1)`` degrees of freedom, taken only when the pair's spread is not larger
+  than the rest's at the gate's level (:data:`GATE_LEVEL`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from orchestrator.guard.decisions.variance import Scores, aggregate
+
+GATE_LEVEL = {2: 0.40}
+"""Seeds -> level of the test "this pair is noisier than the rest" below which the pair keeps
+its own term; :data:`GATE_LEVEL_DEFAULT` from 3 seeds. At 2 seeds the test rests on 1-2
+degrees of freedom and misses a 5x spread too often, so it pools less: the levels are the
+simulation's (``bash scripts/bench.sh --variant-noise``), the most pooling that kept the
+equal noisy pair at or under 5% at 1x, 5x and 25x spreads."""
+GATE_LEVEL_DEFAULT = 0.12
+NOISIER_LEVEL = 0.05
+"""A variant whose spread exceeds the rest's at this level is named noisier in the report."""
+
+
+class SeedSource(StrEnum):
+    """Where a pair's seed term comes from."""
+
+    PAIR = "pair"
+    """Its per-seed differences' spread: a comparison of two variants."""
+    VARIANTS = "variants"
+    """Its two variants' own spreads, net of the seed effects the other variants measure."""
+    POOLED = "pooled"
+    """The whole table's residual: the pair is not noisier than the rest."""
+
+
+@dataclass(frozen=True)
+class SeedTerm:
+    """A pair's training-noise term: the variance of one seed's difference and its df."""
+
+    variance: float
+    """Of one seed's difference ``D_s`` (the seed term is ``variance / seeds``)."""
+    degrees_of_freedom: float
+    source: SeedSource
+    variants: int
+    """Variants it rests on (2, or the whole comparison's when pooled)."""
+    gate_p_value: float | None = None
+    """The test "the pair is noisier than the rest" (None: no rest to test against)."""
+
+    def describe(self) -> str:
+        """Its part of a decision's method text."""
+        if self.source is SeedSource.POOLED:
+            gate = (
+                ""
+                if self.gate_p_value is None
+                else f" (the pair is not noisier than the rest: p = {self.gate_p_value:.2g})"
+            )
+            return (
+                f"the seed term on {self.degrees_of_freedom:g} df pooled over {self.variants} "
+                f"variants{gate}"
+            )
+        if self.source is SeedSource.VARIANTS:
+            gate = (
+                ""
+                if self.gate_p_value is None
+                else f", noisier than the rest (p = {self.gate_p_value:.2g})"
+            )
+            return (
+                f"the seed term on {self.degrees_of_freedom:.3g} df from the pair's own "
+                f"spreads{gate}"
+            )
+        return f"the seed term on {self.degrees_of_freedom:g} df"
+
+
+def seed_table(order: list[str], scores: dict[str, Scores], doc_bytes: dict) -> np.ndarray:
+    """The variants x seeds table of aggregates (``order`` rows, sorted seed columns)."""
+    seeds = sorted(scores[order[0]]) if order else []
+    return np.array([[aggregate(scores[v][s], doc_bytes) for s in seeds] for v in order])
+
+
+def _residual_mean_square(table: np.ndarray) -> tuple[float, float]:
+    """A two-way (variants x seeds) table's residual mean square and its df."""
+    k, n = table.shape
+    residual = (
+        table - table.mean(axis=1, keepdims=True) - table.mean(axis=0, keepdims=True) + table.mean()
+    )
+    df = (k - 1) * (n - 1)
+    return float(np.sum(residual**2)) / df, float(df)
+
+
+def _satterthwaite(variances: list[float], df_each: float) -> float:
+    """Degrees of freedom of a sum of independent variance estimates, each on ``df_each``."""
+    total = sum(variances)
+    if total <= 0:
+        return df_each * len(variances)
+    return 1.0 / sum((v / total) ** 2 / df_each for v in variances)
+
+
+@dataclass(frozen=True)
+class SeedNoise:
+    """A comparison's variants x seeds table of scores, and the noise terms read from it."""
+
+    variants: tuple[str, ...]
+    table: np.ndarray
+    """Variants x seeds: each variant's score (the decided-on aggregate) under each seed."""
+
+    @classmethod
+    def of(cls, order: list[str], scores: dict[str, Scores], doc_bytes: dict) -> SeedNoise:
+        """From each variant's per-document :data:`Scores` (same seeds for every variant)."""
+        return cls(tuple(order), seed_table(order, scores, doc_bytes))
+
+    @property
+    def seeds(self) -> int:
+        return int(self.table.shape[1]) if self.table.ndim == 2 else 0
+
+    def _others(self, *names: str) -> np.ndarray:
+        keep = [i for i, v in enumerate(self.variants) if v not in names]
+        return self.table[keep]
+
+    def variant_variance(self, variant: str, *, without: tuple[str, ...] = ()) -> float:
+        """``variant``'s seed-to-seed variance around the seed effects that the variants
+        other than it (and ``without``) measure; NaN under one seed or with no other."""
+        n = self.seeds
+        others = self._others(variant, *without)
+        if n < 2 or len(others) == 0:
+            return math.nan
+        row = self.table[self.variants.index(variant)]
+        block = others.mean(axis=0)
+        residual = (row - row.mean()) - (block - block.mean())
+        return float(np.sum(residual**2)) / (n - 1)
+
+    def pair_term(self, a: str, b: str) -> SeedTerm | None:
+        """``a`` against ``b``'s seed term (module docstring); None under one seed, or for two
+        variants alone (:func:`~orchestrator.guard.decisions.pair.decide_pair` then measures
+        the pair's per-seed differences itself: :attr:`SeedSource.PAIR`)."""
+        n, k = self.seeds, len(self.variants)
+        if n < 2 or k < 3:
+            return None
+        parts = [self.variant_variance(v, without=(a, b)) for v in (a, b)]
+        own = SeedTerm(sum(parts), _satterthwaite(parts, n - 1), SeedSource.VARIANTS, 2)
+        if k < 4:  # one other variant: no spread of the rest to test the pair against
+            return own
+        from scipy.special import fdtrc  # deferred: scipy (see pair.decide_pair)
+
+        rest, rest_df = _residual_mean_square(self._others(a, b))
+        # the others' seed effects carry their own noise into the pair's spreads:
+        # E[own] = 2 sigma^2 (1 + 1/(k - 2)) when every variant has sigma^2
+        expected = 2 * rest * (1 + 1 / (k - 2))
+        if expected > 0:
+            p = float(fdtrc(own.degrees_of_freedom, rest_df, own.variance / expected))
+        else:
+            p = 1.0 if own.variance == 0 else 0.0
+        if p < GATE_LEVEL.get(n, GATE_LEVEL_DEFAULT):
+            return SeedTerm(own.variance, own.degrees_of_freedom, SeedSource.VARIANTS, 2, p)
+        pooled, df = _residual_mean_square(self.table)
+        return SeedTerm(2 * pooled, df, SeedSource.POOLED, k, p)
+
+    def noisier(self) -> dict[str, float]:
+        """Variant -> p-value, for each variant whose spread exceeds the others' (each
+        tested against the residual of the rest at :data:`NOISIER_LEVEL`; 4+ variants)."""
+        k, n = len(self.variants), self.seeds
+        if k < 4 or n < 2:
+            return {}
+        from scipy.special import fdtrc  # deferred: scipy (see pair.decide_pair)
+
+        out: dict[str, float] = {}
+        for v in self.variants:
+            rest, rest_df = _residual_mean_square(self._others(v))
+            expected = rest * (1 + 1 / (k - 1))
+            own = self.variant_variance(v)
+            if expected <= 0:
+                p = 0.0 if own > 0 else 1.0
+            else:
+                p = float(fdtrc(n - 1, rest_df, own / expected))
+            if p < NOISIER_LEVEL:
+                out[v] = p
+        return out

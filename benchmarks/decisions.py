@@ -1,9 +1,12 @@
 """How often the guard's decisions are noise: A/A and planted A/B sweeps with real training.
 
-``bash scripts/bench.sh --decisions [--seeds K] [--steps N]`` (or ``python -m
-benchmarks.decisions``) trains twin mixtures (A/A: nothing to find) and a mixture with half
-of A's code planted as junk (A/B) under K seeds, and reports per number of seeds the guard's
-false-decision rate on A/A (goal <= 5%) and its power on A/B.
+``bash scripts/bench.sh --decisions [--seeds K] [--steps N] [--eval-interval E]`` (or
+``python -m benchmarks.decisions``) trains twin mixtures at a balanced mix (A/A: nothing to
+find), a mixture with half of A's code planted as junk (A/B) and twin mixtures at a skewed
+mix (one domain at a 5% share) under K seeds, and reports per mixture the seed standard
+deviation of the held-out scores, per number of seeds the guard's false-decision rate on
+A/A (goal <= 5%) and its power on A/B, each on the last eval and on the mean of the last
+2 and 4 evals (``compare(..., smooth_last=k)``).
 
 Design: docs/design/benchmarks_decisions.md
 """
@@ -32,6 +35,7 @@ from benchmarks.decision_calibration import (
 )
 from benchmarks.machine import REPO_ROOT, describe_machine
 from benchmarks.publish import RESULTS, publish
+from benchmarks.seed_spread import AGGREGATE, ratios, seed_spread
 from demo.local_corpus import build_local_corpus
 from orchestrator import guard
 from orchestrator.guard.comparison import mixture_label
@@ -49,6 +53,21 @@ MIXES = {
     "A'": {"code_a": 0.0, "code_b": 0.5, "docs": 0.5, "junk": 0.0},
     "B": {"code_a": 0.25, "code_b": 0.0, "docs": 0.5, "junk": 0.25},
 }
+"""The balanced sweep: A/A twins and A/B (half of A's code planted as junk)."""
+SKEWED = {
+    "S": {"code_a": 0.05, "code_b": 0.0, "docs": 0.95},
+    "S'": {"code_a": 0.0, "code_b": 0.05, "docs": 0.95},
+}
+"""The skewed sweep: A/A twins with code at a 5% share (no junk: its corpus has none)."""
+TWINS = {"balanced": ("A", "A'"), "skewed": ("S", "S'")}
+"""Each mixture's A/A twins."""
+SMOOTHING = (1, 2, 4)
+"""The ``smooth_last`` values judged: the last eval alone, the mean of the last 2 and 4."""
+SEED_SUBSETS = [1, 2, 3]
+"""The numbers of seeds per judged comparison (every subset of the pool)."""
+DEFAULT_SEEDS = 5
+DEFAULT_STEPS = 20
+DEFAULT_EVAL_INTERVAL = 4
 
 
 def build_corpus(work: Path) -> dict[str, list[Path]]:
@@ -67,63 +86,91 @@ def build_corpus(work: Path) -> dict[str, list[Path]]:
     return out
 
 
-def run_sweep(work: Path, corpus: dict[str, list[Path]], seeds: int, steps: int) -> str:
-    """The sweep of the design doc; returns its name (MLflow tag ``zephon.sweep``)."""
+def run_sweep(
+    work: Path,
+    corpus: dict[str, list[Path]],
+    mixes: dict[str, dict[str, float]],
+    *,
+    name: str,
+    seeds: int,
+    steps: int,
+    eval_interval: int,
+) -> str:
+    """One sweep of the design doc (``mixes`` under seeds 0..``seeds``-1, over ``corpus``'s
+    datasets) in ``work/<name>``; returns its name (MLflow tag ``zephon.sweep``)."""
     datasets = ",".join(
-        f"{name}:[{','.join(repr(str(p)) for p in paths)}]"
-        for name, paths in sorted(corpus.items())
+        f"{dataset}:[{','.join(repr(str(p)) for p in paths)}]"
+        for dataset, paths in sorted(corpus.items())
     )
-    mixes = ",".join(
-        "{" + ",".join(f"{k}:{v}" for k, v in sorted(mix.items())) + "}" for mix in MIXES.values()
+    listed = ",".join(
+        "{" + ",".join(f"{k}:{v}" for k, v in sorted(mix.items())) + "}" for mix in mixes.values()
     )
     command = [
         *(sys.executable, "-m", "sweeps.app", "-m"),
-        *("hydra/sweeper=zephon_mix", "hydra/launcher=zephon", f"hydra.sweep.dir={work}/sweep"),
+        *("hydra/sweeper=zephon_mix", "hydra/launcher=zephon", f"hydra.sweep.dir={work}/{name}"),
         f"data.datasets={{{datasets}}}",
-        *("model=mini", "train=smoke", f"train.steps={steps}", f"eval.interval={steps}"),
-        *("data.holdout_docs=16", "data.holdout_bytes=8192", "resources.dp=1"),
-        f"hydra.sweeper.mix.explicit=[{mixes}]",
+        *("model=mini", "train=smoke", f"train.steps={steps}", f"eval.interval={eval_interval}"),
+        *("eval.initial=false", "data.holdout_docs=16", "data.holdout_bytes=8192"),
+        "resources.dp=1",
+        f"hydra.sweeper.mix.explicit=[{listed}]",
         f"hydra.sweeper.replicate_seeds=[{','.join(map(str, range(seeds)))}]",
         "hydra.sweeper.compare=false",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    with (work / "sweep.log").open("w") as log:
+    with (work / f"{name}.log").open("w") as log:
         subprocess.run(command, cwd=work, stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
-    summary = json.loads((work / "sweep" / "sweep.json").read_text())
-    return str(summary["sweep"])
+    return sweep_name(work, name)
 
 
-def runs_by_mixture_and_seed(work: Path, sweep: str) -> dict[tuple[str, int], Any]:
-    """The sweep's runs (guard summaries) keyed by (mixture name of :data:`MIXES`, seed)."""
+def sweep_name(work: Path, name: str) -> str:
+    """The MLflow name of the sweep run in ``work/<name>`` (its ``sweep.json``)."""
+    return str(json.loads((work / name / "sweep.json").read_text())["sweep"])
+
+
+def runs_by_mixture_and_seed(
+    work: Path, sweep: str, mixes: dict[str, dict[str, float]]
+) -> dict[tuple[str, int], Any]:
+    """The sweep's runs (guard summaries) keyed by (mixture name of ``mixes``, seed)."""
     uri = resolve_uri(None, work)
     runs = guard.load_runs(Tracker(uri, "zephon"), training_run_ids(uri, sweep=sweep))
-    label = {mixture_label(mix): name for name, mix in MIXES.items()}
+    label = {mixture_label(mix): name for name, mix in mixes.items()}
     return {(label[mixture_label(r.mixture)], int(r.contract["seed"])): r for r in runs}
 
 
 def judge(
-    by_mix_seed: dict[tuple[str, int], Any], seeds: int, sizes: list[int]
+    by_mix_seed: dict[tuple[str, int], Any],
+    seeds: int,
+    sizes: list[int],
+    *,
+    pairs: dict[str, tuple[str, str]] | None = None,
+    mixture: str = "balanced",
+    smooth_last: int = 1,
 ) -> list[dict[str, Any]]:
-    """Every subset of m seeds (m in ``sizes``) of the A/A and the A/B pair, judged."""
-    label = {mixture_label(mix): name for name, mix in MIXES.items()}
+    """Every subset of m seeds (m in ``sizes``) of each pair of ``pairs`` (design -> its
+    first and other mixture; default the balanced A/A and A/B), judged on the mean of each
+    run's last ``smooth_last`` evals."""
+    pairs = pairs or {"A/A": ("A", "A'"), "A/B": ("A", "B")}
     judged = []
     for m in sizes:
         for subset in itertools.combinations(range(seeds), m):
-            for design, other in (("A/A", "A'"), ("A/B", "B")):
-                chosen = [by_mix_seed[(mix, s)] for mix in ("A", other) for s in subset]
-                comparison = guard.compare(chosen, decide_on=DECIDE_ON)
+            for design, (first, other) in pairs.items():
+                chosen = [by_mix_seed[(mix, s)] for mix in (first, other) for s in subset]
+                comparison = guard.compare(chosen, decide_on=DECIDE_ON, smooth_last=smooth_last)
                 assert comparison.accepted, comparison.refusals
                 (pair,) = comparison.pairs
-                a_is_first = label[pair["a_mixture"]] == "A"
+                first_label = mixture_label(by_mix_seed[(first, subset[0])].mixture)
+                a_is_first = pair["a_mixture"] == first_label
                 winner = {"a_better": pair["a_mixture"], "b_better": pair["b_mixture"]}.get(
                     pair["decision"]
                 )
                 judged.append(
                     {
+                        "mixture": mixture,
+                        "smooth_last": smooth_last,
                         "design": design,
                         "seeds": list(subset),
                         "decision": pair["decision"],
-                        "winner": label[winner] if winner else None,
+                        "winner": None if not winner else first if winner == first_label else other,
                         "difference_other_minus_A": pair["difference"] * (-1 if a_is_first else 1),
                         "interval_width": pair["interval"][1] - pair["interval"][0],
                         "interval_excludes_zero": pair["interval"][0] > 0
@@ -135,11 +182,16 @@ def judge(
 
 
 def summarise(judged: list[dict[str, Any]], sizes: list[int]) -> list[dict[str, Any]]:
-    """Per number of seeds: the A/A false-decision rate and the A/B power."""
+    """Per number of seeds: the A/A false-decision rate and the A/B power (None without A/B
+    comparisons)."""
     rows = []
     for m in sizes:
         aa = [j for j in judged if j["design"] == "A/A" and len(j["seeds"]) == m]
         ab = [j for j in judged if j["design"] == "A/B" and len(j["seeds"]) == m]
+
+        def share(values: list[Any], ab: list[dict[str, Any]] = ab) -> float | None:
+            return sum(values) / len(ab) if ab else None
+
         rows.append(
             {
                 "seeds": m,
@@ -147,23 +199,67 @@ def summarise(judged: list[dict[str, Any]], sizes: list[int]) -> list[dict[str, 
                 "aa_false_decisions": sum(j["decision"] != "cannot_tell" for j in aa),
                 "aa_false_decision_rate": sum(j["decision"] != "cannot_tell" for j in aa) / len(aa),
                 "aa_intervals_excluding_zero": sum(j["interval_excludes_zero"] for j in aa),
-                "ab_power": sum(j["winner"] == "A" for j in ab) / len(ab),
-                "ab_wrong_direction": sum(j["winner"] == "B" for j in ab) / len(ab),
-                "ab_mean_difference": sum(j["difference_other_minus_A"] for j in ab) / len(ab),
-                "ab_median_interval_width": sorted(j["interval_width"] for j in ab)[len(ab) // 2],
+                "aa_median_interval_width": _median([j["interval_width"] for j in aa]),
+                "ab_power": share([j["winner"] == "A" for j in ab]),
+                "ab_wrong_direction": share([j["winner"] == "B" for j in ab]),
+                "ab_mean_difference": share([j["difference_other_minus_A"] for j in ab]),
+                "ab_median_interval_width": _median([j["interval_width"] for j in ab]),
             }
         )
     return rows
 
 
+def _median(values: list[float]) -> float | None:
+    """The upper median of ``values`` (None for none)."""
+    return sorted(values)[len(values) // 2] if values else None
+
+
+def rates(judged: list[dict[str, Any]], sizes: list[int]) -> list[dict[str, Any]]:
+    """:func:`summarise` per mixture (balanced, skewed) and ``smooth_last``."""
+    rows = []
+    for mixture in TWINS:
+        for k in SMOOTHING:
+            chosen = [j for j in judged if j["mixture"] == mixture and j["smooth_last"] == k]
+            if chosen:
+                rows += [
+                    {"mixture": mixture, "smooth_last": k, **row}
+                    for row in summarise(chosen, sizes)
+                ]
+    return rows
+
+
+def learning(
+    by_mix_seed: dict[tuple[str, int], Any], names: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Per mixture of ``names``: its runs' mean bits per byte on :data:`DECIDE_ON` at their
+    first and last eval step (that they learn)."""
+    out = {}
+    for name in names:
+        runs = [run for (mix, _), run in sorted(by_mix_seed.items()) if mix == name]
+        steps = sorted(set.intersection(*(set(r.evals) for r in runs)))
+
+        def mean_at(step: int, runs: list[Any] = runs) -> dict[str, float]:
+            return {d: sum(float(r.evals[step][d]) for r in runs) / len(runs) for d in DECIDE_ON}
+
+        out[name] = {
+            "eval_steps": steps,
+            "first": mean_at(steps[0]),
+            "last": mean_at(steps[-1]),
+        }
+    return out
+
+
 def to_markdown(report: dict[str, Any]) -> str:
-    """The table of ``report``."""
+    """The tables of ``report``."""
     lines = [
         f"Decisions against noise on {report['machine']}, {report['date']}: "
-        f"{report['runs']} training runs (3 mixtures x {report['seed_pool']} seeds, "
-        f"`zephon_mini`, {report['steps']} steps, dp 1) in {report['wall_s']:.0f} s; every "
+        f"{report['runs']} training runs ({report['seed_pool']} seeds, `zephon_mini`, "
+        f"{report['steps']} steps, dp 1) in {report['wall_s']:.0f} s; every "
         "subset of m seeds judged (subsets overlap for m > 1, so their decisions are not "
         "independent).",
+        "",
+        *(_training_lines(report) if "learning" in report else []),
+        "The balanced mixture's A/A twins and its A/B pair, on the last eval:",
         "",
         "| seeds per comparison | comparisons | A/A false decisions | A/A intervals excluding 0 "
         "| A/B power (A decided better) | A/B wrong direction | A/B mean B - A | A/B median "
@@ -178,18 +274,109 @@ def to_markdown(report: dict[str, Any]) -> str:
             f"{row['ab_wrong_direction']:.0%} | {row['ab_mean_difference']:+.4f} | "
             f"{row['ab_median_interval_width']:.4f} |"
         )
-    worst = max(row["aa_false_decision_rate"] for row in report["rows"])
+    every = report.get("rates") or report["rows"]
+    worst = max(row["aa_false_decision_rate"] for row in every)
     verdict = "met" if worst <= FALSE_DECISION_GOAL else "missed"
     lines += [
         "",
-        f"Largest A/A false-decision rate **{worst:.0%}** (goal <= {FALSE_DECISION_GOAL:.0%}: "
-        f"{verdict}). Decided on the mean of {', '.join(DECIDE_ON)} bits per byte. One seed "
-        "decides nothing (training noise is not measured); the intervals excluding 0 show what "
-        "the held-out documents alone would have decided.",
+        f"Largest A/A false-decision rate **{worst:.0%}**"
+        f"{' (every mixture and smoothing)' if 'rates' in report else ''} (goal <= "
+        f"{FALSE_DECISION_GOAL:.0%}: {verdict}). Decided on the mean of {', '.join(DECIDE_ON)} "
+        "bits per byte. One seed decides nothing (training noise is not measured); the "
+        "intervals excluding 0 show what the held-out documents alone would have decided.",
         "",
+        *(_spread_lines(report) if "spread" in report else []),
+        *(_smoothing_lines(report) if "rates" in report else []),
         *(simulated_markdown(report) if "simulated" in report else []),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _training_lines(report: dict[str, Any]) -> list[str]:
+    """What was trained, and that the runs learn: bits per byte at the first and last eval."""
+    mixtures = report["mixtures"]
+    lines = [
+        "Trained: "
+        + "; ".join(f"{name} {mixture_label(mix)}" for name, mix in mixtures.items())
+        + f", each under seeds 0-{report['seed_pool'] - 1}, evaluated every "
+        f"{report['eval_interval']} steps on 16 held-out documents (8192 bytes) per dataset. "
+        "Mean bits per byte at the first -> last eval:",
+        "",
+        "| mixture | " + " | ".join(DECIDE_ON) + " |",
+        "|---|" + "---:|" * len(DECIDE_ON),
+    ]
+    for name, seen in report["learning"].items():
+        steps = seen["eval_steps"]
+        cells = [f"{seen['first'][d]:.3f} -> {seen['last'][d]:.3f}" for d in DECIDE_ON]
+        lines.append(f"| {name} (steps {steps[0]} -> {steps[-1]}) | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _spread_lines(report: dict[str, Any]) -> list[str]:
+    """The seed standard deviations per mixture and smoothing, and skewed over balanced."""
+    keys = [*DECIDE_ON, AGGREGATE]
+    lines = [
+        "Seed standard deviation of a mixture's bits per byte (pooled over its two twins, "
+        f"{2 * (report['seed_pool'] - 1)} degrees of freedom), then of the twins' paired "
+        "difference (what the guard's seed term sees), on the mean of the last k evals:",
+        "",
+        "| mixture | k (evals averaged) | "
+        + " | ".join(f"{k} sd" for k in keys)
+        + " | difference sd: "
+        + " | ".join(keys)
+        + " |",
+        "|---|---|" + "---:|" * (2 * len(keys)),
+    ]
+    for mixture, spreads in report["spread"].items():
+        for spread in spreads:
+            steps = ", ".join(map(str, spread["steps"]))
+            lines.append(
+                f"| {mixture} | {spread['smooth_last']} ({steps}) | "
+                + " | ".join(f"{spread['score_sd'][k]:.4f}" for k in keys)
+                + " | "
+                + " | ".join(f"{spread['difference_sd'][k]:.4f}" for k in keys)
+                + " |"
+            )
+    for ratio in report["spread_ratio"]:
+        lines.append(
+            f"| skewed / balanced | {ratio['smooth_last']} | "
+            + " | ".join(_times(ratio["score_sd"][k]) for k in keys)
+            + " | "
+            + " | ".join(_times(ratio["difference_sd"][k]) for k in keys)
+            + " |"
+        )
+    return [*lines, ""]
+
+
+def _times(value: float | None) -> str:
+    """A ratio as ``2.31x`` (``-`` for none)."""
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _smoothing_lines(report: dict[str, Any]) -> list[str]:
+    """A/A false decisions and A/B power per mixture, smoothing and seeds per comparison."""
+    lines = [
+        "Decisions per mixture on the mean of the last k evals (`compare(..., smooth_last=k)`):",
+        "",
+        "| mixture | k | seeds per comparison | comparisons | A/A false decisions | A/A "
+        "intervals excluding 0 | A/A median interval width | A/B power | A/B wrong direction |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in report["rates"]:
+        width = row["aa_median_interval_width"]
+        lines.append(
+            f"| {row['mixture']} | {row['smooth_last']} | {row['seeds']} | "
+            f"{row['comparisons']} | {row['aa_false_decisions']} "
+            f"({row['aa_false_decision_rate']:.0%}) | {row['aa_intervals_excluding_zero']} | "
+            f"{'-' if width is None else f'{width:.4f}'} | {_percent(row['ab_power'])} | "
+            f"{_percent(row['ab_wrong_direction'])} |"
+        )
+    return [*lines, ""]
+
+
+def _percent(value: float | None) -> str:
+    """A share as ``25%`` (``-`` for none)."""
+    return "-" if value is None else f"{value:.0%}"
 
 
 def _seed_count_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -253,13 +440,84 @@ def simulated_markdown(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def train(work: Path, *, seeds: int, steps: int, eval_interval: int) -> dict[str, Any]:
+    """Both sweeps of the design doc in ``work``; what was trained (``work/training.json``,
+    which ``--judge-only`` reads back)."""
+    start = time.monotonic()
+    corpus = build_corpus(work)
+    settings = {"seeds": seeds, "steps": steps, "eval_interval": eval_interval}
+    balanced = run_sweep(work, corpus, MIXES, name="balanced", **settings)
+    without_junk = {name: paths for name, paths in corpus.items() if name != "junk"}
+    skewed = run_sweep(work, without_junk, SKEWED, name="skewed", **settings)
+    training = {
+        **settings,
+        "sweeps": {"balanced": balanced, "skewed": skewed},
+        "wall_s": round(time.monotonic() - start, 1),
+    }
+    (work / "training.json").write_text(json.dumps(training, indent=2) + "\n")
+    return training
+
+
+def judge_all(
+    by_mix_seed: dict[tuple[str, int], Any], seeds: int, sizes: list[int]
+) -> list[dict[str, Any]]:
+    """:func:`judge` of the balanced A/A and A/B pairs and the skewed A/A pair, on the mean
+    of the last k evals for every k of :data:`SMOOTHING`."""
+    judged = []
+    for k in SMOOTHING:
+        judged += judge(by_mix_seed, seeds, sizes, mixture="balanced", smooth_last=k)
+        judged += judge(
+            by_mix_seed,
+            seeds,
+            sizes,
+            pairs={"A/A": TWINS["skewed"]},
+            mixture="skewed",
+            smooth_last=k,
+        )
+    return judged
+
+
+def spreads(
+    by_mix_seed: dict[tuple[str, int], Any], seeds: int
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Each mixture's :func:`~benchmarks.seed_spread.seed_spread` for every k of
+    :data:`SMOOTHING`, and the skewed over the balanced standard deviations."""
+    spread = {
+        mixture: [
+            seed_spread(
+                *({s: by_mix_seed[(name, s)] for s in range(seeds)} for name in twins),
+                DECIDE_ON,
+                smooth_last=k,
+            )
+            for k in SMOOTHING
+        ]
+        for mixture, twins in TWINS.items()
+    }
+    ratio = [
+        {
+            "smooth_last": balanced["smooth_last"],
+            **{sd: ratios(skewed[sd], balanced[sd]) for sd in ("score_sd", "difference_sd")},
+        }
+        for balanced, skewed in zip(spread["balanced"], spread["skewed"], strict=True)
+    ]
+    return spread, ratio
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``benchmarks.decisions`` command (design doc)."""
     parser = argparse.ArgumentParser(
         prog="benchmarks.decisions", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--seeds", type=int, default=6, help="seed pool K (3 runs a seed)")
-    parser.add_argument("--steps", type=int, default=4, help="training steps a run")
+    parser.add_argument(
+        "--seeds", type=int, default=DEFAULT_SEEDS, help="seed pool K (5 runs a seed)"
+    )
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps a run")
+    parser.add_argument(
+        "--eval-interval",
+        type=int,
+        default=DEFAULT_EVAL_INTERVAL,
+        help=f"steps between held-out evals (at least {max(SMOOTHING)} evals a run)",
+    )
     parser.add_argument("--work-dir", type=Path, help="scratch folder (default: a temp dir)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument(
@@ -272,34 +530,47 @@ def main(argv: list[str] | None = None) -> int:
         help="judge the runs an earlier run left in --work-dir again, training nothing",
     )
     args = parser.parse_args(argv)
-    if args.seeds < 3 or args.steps < 1:
-        parser.error("--seeds must be >= 3 and --steps >= 1")
+    if args.seeds < 3 or args.steps < 1 or args.eval_interval < 1:
+        parser.error("--seeds must be >= 3, --steps and --eval-interval >= 1")
+    if -(-args.steps // args.eval_interval) < max(SMOOTHING):
+        parser.error(
+            f"--steps / --eval-interval must give {max(SMOOTHING)}+ evals a run (the last "
+            f"{max(SMOOTHING)} are averaged)"
+        )
     if args.judge_only and not args.work_dir:
         parser.error("--judge-only needs the --work-dir of an earlier run")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="zephon-bench-decisions-"))
     work.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
     if args.judge_only:
-        sweep = str(json.loads((work / "sweep" / "sweep.json").read_text())["sweep"])
-        wall = json.loads((args.results_dir / "decisions.json").read_text())["wall_s"]
+        training = json.loads((work / "training.json").read_text())
     else:
-        sweep = run_sweep(work, build_corpus(work), args.seeds, args.steps)
-        wall = time.monotonic() - start
-    sizes = [1, 2, 3]
-    by_mix_seed = runs_by_mixture_and_seed(work, sweep)
-    judged = judge(by_mix_seed, args.seeds, sizes)
+        training = train(work, seeds=args.seeds, steps=args.steps, eval_interval=args.eval_interval)
+    seeds = training["seeds"]
+    by_mix_seed = {
+        **runs_by_mixture_and_seed(work, training["sweeps"]["balanced"], MIXES),
+        **runs_by_mixture_and_seed(work, training["sweeps"]["skewed"], SKEWED),
+    }
+    judged = judge_all(by_mix_seed, seeds, SEED_SUBSETS)
+    spread, spread_ratio = spreads(by_mix_seed, seeds)
     model = fit_noise_model(
-        *({s: by_mix_seed[(mix, s)] for s in range(args.seeds)} for mix in ("A", "A'", "B")),
+        *({s: by_mix_seed[(mix, s)] for s in range(seeds)} for mix in ("A", "A'", "B")),
         domains=DECIDE_ON,
     )
+    balanced_last = [j for j in judged if j["mixture"] == "balanced" and j["smooth_last"] == 1]
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": describe_machine(["torch", "torchtitan"], "cores"),
-        "seed_pool": args.seeds,
-        "steps": args.steps,
-        "runs": 3 * args.seeds,
-        "wall_s": round(wall, 1),
-        "rows": summarise(judged, sizes),
+        "seed_pool": seeds,
+        "steps": training["steps"],
+        "eval_interval": training["eval_interval"],
+        "runs": len(by_mix_seed),
+        "wall_s": training["wall_s"],
+        "mixtures": {**MIXES, **SKEWED},
+        "learning": learning(by_mix_seed, [*MIXES, *SKEWED]),
+        "rows": summarise(balanced_last, SEED_SUBSETS),
+        "spread": spread,
+        "spread_ratio": spread_ratio,
+        "rates": rates(judged, SEED_SUBSETS),
         "noise_model": model.to_json(),
         "simulated": simulate_seed_counts(model, comparisons=args.comparisons),
         "simulated_training_noise": simulate_seed_counts(

@@ -208,9 +208,10 @@ def decide_pair(
     df = welch_degrees_of_freedom(terms)
     if math.isnan(df):
         df = df_doc
-    # deferred: scipy.stats takes ~0.5 s, which every zephon-run would pay through
-    # the Hydra plugin (hydra_plugins/zephon -> sweeps.sweeper) though only a report decides.
-    from scipy import stats
+    # deferred: scipy takes ~0.5 s, which every zephon-run would pay through the Hydra
+    # plugin (hydra_plugins/zephon -> sweeps.sweeper) though only a report decides;
+    # stdtrit: Student t quantiles, ~100x faster than scipy.stats' t.ppf
+    from scipy.special import stdtrit
 
     half = _banerjee_half_width(terms, 1 - confidence)
     lo, hi = difference - half, difference + half
@@ -218,7 +219,7 @@ def decide_pair(
         decision, detectable, p_value = CANNOT_TELL, None, 1.0
     else:
         decision = A_BETTER if hi < -threshold else B_BETTER if lo > threshold else CANNOT_TELL
-        detectable = threshold + half + float(stats.t.ppf(POWER, df)) * standard_error
+        detectable = threshold + half + float(stdtrit(df, POWER)) * standard_error
         p_value = _p_value(terms, abs(difference) - threshold)
     next_step = None
     if plan is not None and n_seeds >= MIN_SEEDS:

@@ -24,7 +24,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from orchestrator.guard.decisions.variance import Scores, aggregate
+from orchestrator.guard.decisions.variance import Scores, aggregate_checked, bytes_arrays
 
 GATE_LEVEL = {2: 0.40}
 """Seeds -> level of the test "this pair is noisier than the rest" below which the pair keeps
@@ -89,7 +89,8 @@ class SeedTerm:
 def seed_table(order: list[str], scores: dict[str, Scores], doc_bytes: dict) -> np.ndarray:
     """The variants x seeds table of aggregates (``order`` rows, sorted seed columns)."""
     seeds = sorted(scores[order[0]]) if order else []
-    return np.array([[aggregate(scores[v][s], doc_bytes) for s in seeds] for v in order])
+    n_bytes = bytes_arrays(doc_bytes)
+    return np.array([[aggregate_checked(scores[v][s], n_bytes) for s in seeds] for v in order])
 
 
 def _residual_mean_square(table: np.ndarray) -> tuple[float, float]:
@@ -154,20 +155,27 @@ class SeedNoise:
         own = SeedTerm(sum(parts), _satterthwaite(parts, n - 1), SeedSource.VARIANTS, 2)
         if k < 4:  # one other variant: no spread of the rest to test the pair against
             return own
-        from scipy.special import fdtrc  # deferred: scipy (see pair.decide_pair)
 
         rest, rest_df = _residual_mean_square(self._others(a, b))
         # the others' seed effects carry their own noise into the pair's spreads:
         # E[own] = 2 sigma^2 (1 + 1/(k - 2)) when every variant has sigma^2
         expected = 2 * rest * (1 + 1 / (k - 2))
-        if expected > 0:
-            p = float(fdtrc(own.degrees_of_freedom, rest_df, own.variance / expected))
-        else:
-            p = 1.0 if own.variance == 0 else 0.0
+        p = self._noisier_p(own.variance, expected, own.degrees_of_freedom, rest_df)
         if p < GATE_LEVEL.get(n, GATE_LEVEL_DEFAULT):
             return SeedTerm(own.variance, own.degrees_of_freedom, SeedSource.VARIANTS, 2, p)
         pooled, df = _residual_mean_square(self.table)
         return SeedTerm(2 * pooled, df, SeedSource.POOLED, k, p)
+
+    def _noisier_p(self, own: float, expected: float, df: float, rest_df: float) -> float:
+        """One-sided p-value of "a spread ``own`` (on ``df``) exceeds ``expected`` (the rest's,
+        on ``rest_df``)"; spreads within rounding of 0 count as 0."""
+        from scipy.special import fdtrc  # deferred: scipy (see pair.decide_pair)
+
+        rounding = (1e-12 * float(np.max(np.abs(self.table)))) ** 2
+        own, expected = (x if x > rounding else 0.0 for x in (own, expected))
+        if expected == 0:
+            return 1.0 if own == 0 else 0.0
+        return float(fdtrc(df, rest_df, own / expected))
 
     def noisier(self) -> dict[str, float]:
         """Variant -> p-value, for each variant whose spread exceeds the others' (each
@@ -175,17 +183,11 @@ class SeedNoise:
         k, n = len(self.variants), self.seeds
         if k < 4 or n < 2:
             return {}
-        from scipy.special import fdtrc  # deferred: scipy (see pair.decide_pair)
-
         out: dict[str, float] = {}
         for v in self.variants:
             rest, rest_df = _residual_mean_square(self._others(v))
             expected = rest * (1 + 1 / (k - 1))
-            own = self.variant_variance(v)
-            if expected <= 0:
-                p = 0.0 if own > 0 else 1.0
-            else:
-                p = float(fdtrc(n - 1, rest_df, own / expected))
+            p = self._noisier_p(self.variant_variance(v), expected, n - 1, rest_df)
             if p < NOISIER_LEVEL:
                 out[v] = p
         return out

@@ -64,7 +64,11 @@ def aggregate(bits: dict[str, np.ndarray], doc_bytes: dict[str, np.ndarray]) -> 
     ``bits`` and ``doc_bytes`` must have the same datasets, with one value per
     document.
     """
-    n_bytes = bytes_arrays(doc_bytes)
+    return aggregate_checked(bits, bytes_arrays(doc_bytes))
+
+
+def aggregate_checked(bits: dict[str, np.ndarray], n_bytes: dict[str, np.ndarray]) -> float:
+    """:func:`aggregate` with ``n_bytes`` already checked (:func:`bytes_arrays`)."""
     if set(bits) != set(n_bytes):
         raise ValueError(
             f"datasets {sorted(bits)} of bits differ from {sorted(n_bytes)} of doc_bytes"

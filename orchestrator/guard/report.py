@@ -73,8 +73,25 @@ def _gains_lines(comparison: Comparison) -> list[str]:
 
 def _data_read_lines(comparison: Comparison) -> list[str]:
     """What each run read and removed per dataset: the processing steps' drops and the
-    scored documents removed from training (``decontaminate``); [] when no run recorded it."""
-    if not comparison.data_read:
+    scored documents removed from training (``decontaminate``); [] when no run recorded any
+    dataset's (no table without rows)."""
+    rows: list[str] = []
+    ran_out = []
+    for run, datasets in comparison.data_read.items():
+        for dataset, counts in datasets.items():
+            removed = counts["removed"]
+            steps = ", ".join(
+                f"{step} {n}" for step, n in sorted(removed.items()) if step != DECONTAMINATED
+            )
+            epochs = "-" if counts.get("epochs") is None else f"{counts['epochs']:.2f}"
+            rows.append(
+                f"| {run} | {dataset} | {counts['records_read']} | "
+                f"{counts.get('unique_records', '-')} | {epochs} | {steps or '-'} | "
+                f"{removed.get(DECONTAMINATED, 0)} | {counts.get('overlapping', '-')} |"
+            )
+            if counts.get("ran_out_lanes"):
+                ran_out.append(f"{run} ran out of {dataset} in {counts['ran_out_lanes']} lane(s)")
+    if not rows:
         return []
     lines = [
         "",
@@ -88,23 +105,7 @@ def _data_read_lines(comparison: Comparison) -> list[str]:
         "| run | dataset | records read | distinct | epochs | removed | decontaminated "
         "| overlapping |",
         "|---|---|---:|---:|---:|---|---:|---:|",
-    ]
-    ran_out = []
-    for run, datasets in comparison.data_read.items():
-        for dataset, counts in datasets.items():
-            removed = counts["removed"]
-            steps = ", ".join(
-                f"{step} {n}" for step, n in sorted(removed.items()) if step != DECONTAMINATED
-            )
-            epochs = "-" if counts.get("epochs") is None else f"{counts['epochs']:.2f}"
-            lines.append(
-                f"| {run} | {dataset} | {counts['records_read']} | "
-                f"{counts.get('unique_records', '-')} | {epochs} | {steps or '-'} | "
-                f"{removed.get(DECONTAMINATED, 0)} | {counts.get('overlapping', '-')} |"
-            )
-            if counts.get("ran_out_lanes"):
-                ran_out.append(f"{run} ran out of {dataset} in {counts['ran_out_lanes']} lane(s)")
-    lines += [
+        *rows,
         "",
         "Overlapping: records trained on that share a word n-gram with a scored document "
         "(`data.overlap_ngram`; `-`: not counted). They are near copies the exact-text "

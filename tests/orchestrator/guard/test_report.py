@@ -70,3 +70,23 @@ def test_the_data_read_shows_distinct_records_epochs_and_what_ran_out() -> None:
     md = comparison_markdown(result)
     assert f"| {a.name} | docs | 300 | 100 | 3.00 |" in md
     assert f"{a.name} ran out of docs in 2 lane(s)" in md and f"{b.name} ran out" not in md
+
+
+def test_the_data_read_section_is_left_out_when_it_has_no_row() -> None:
+    """Runs that recorded nothing read (no ``records_read`` in their steps) give no table:
+    not a header without rows."""
+    result = compare(four_runs())
+    assert "Data read per run" not in comparison_markdown(result)
+    empty = dataclasses.replace(result, data_read={"a-1": {}, "b-1": {}})
+    assert "Data read per run" not in comparison_markdown(empty)
+    a = result.rows[0].runs[0]
+    one = dataclasses.replace(
+        result,
+        data_read={
+            a: {"docs": {"records_read": 7, "unique_records": 7, "epochs": 1.0, "removed": {}}},
+            "other": {},
+        },
+    )
+    md = comparison_markdown(one)
+    assert "### Data read per run" in md and f"| {a} | docs | 7 | 7 | 1.00 | - | 0 | - |" in md
+    assert "| other |" not in md

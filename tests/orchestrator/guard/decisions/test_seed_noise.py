@@ -103,10 +103,12 @@ def test_two_variants_are_one_pair_and_three_have_no_rest_to_test() -> None:
 
 
 tables = arrays(
-    np.float64,
+    np.int64,
     st.tuples(st.integers(3, 8), st.integers(2, 5)),
-    elements=st.floats(-3, 3, allow_nan=False, width=32),
-)
+    elements=st.integers(-30, 30),
+).map(lambda t: t / 10)
+"""Scores on a 0.1 grid: a spread is 0 or well above rounding, so moving a table by
+constants cannot turn one into the other."""
 
 
 @settings(max_examples=60, deadline=None)

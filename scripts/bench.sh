@@ -10,7 +10,8 @@
 # how well each order mixes shards and keeps the shares (benchmarks/order_quality.py),
 # `--remote-reads` remote Parquet read by range against downloaded (benchmarks/remote_reads.py),
 # `--process` each processing step and decontamination against none (benchmarks/processing.py). `--looks`
-# the guard over an agent's repeated comparisons, simulated (benchmarks/sequential_looks.py). `--dp-spread
+# the guard over an agent's repeated comparisons, simulated (benchmarks/sequential_looks.py).
+# `--variant-noise` variants unequal in training noise, simulated (benchmarks/variant_noise.py). `--dp-spread
 # [OPTIONS]` runs the dp-spread benchmark, `python -m benchmarks.dp_spread [OPTIONS]`,
 # instead. See benchmarks/README.md.
 # Safe to re-run: the install is skipped while .venv/.zephon-bench-installed holds the
@@ -106,6 +107,13 @@ if [[ "${1:-}" == "--decisions" ]]; then
     # (benchmarks/decisions.py; ~10 min on 2 cores): benchmarks/results/decisions.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.decisions "$@"
+fi
+if [[ "${1:-}" == "--variant-noise" ]]; then
+    # Variants unequal in training noise, simulated: an equal noisy pair among quiet variants,
+    # power at equal noise and by seed count, each pair's own seed term against the pooled one
+    # (benchmarks/variant_noise.py; ~15 min on 2 cores): benchmarks/results/variant_noise.*.
+    shift
+    exec "$venv/bin/python" -m benchmarks.variant_noise "$@"
 fi
 if [[ "${1:-}" == "--looks" ]]; then
     # An agent adding a seed and comparing again, simulated under three noise balances: the

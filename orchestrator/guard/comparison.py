@@ -16,6 +16,7 @@ from typing import Any
 from orchestrator.evaluation import MetricScores
 from orchestrator.experiment.variant_axis import varied_label
 from orchestrator.guard.decisions.looks import Design
+from orchestrator.guard.signal_noise import YardstickNoise
 
 SEED_SETTINGS = {
     "data.seed": "seed",
@@ -331,6 +332,9 @@ class Comparison:
     smoothed_steps: list[int] = field(default_factory=list)
     """The eval steps whose scores were averaged (``[eval_step]`` when not smoothed; empty
     when refused)."""
+    yardsticks: list[YardstickNoise] = field(default_factory=list)
+    """Signal and noise of the decided-on score and of every other score all runs have
+    (:mod:`orchestrator.guard.signal_noise`); empty when refused or for one variant."""
 
     @property
     def smallest_detectable(self) -> float | None:
@@ -386,4 +390,5 @@ class Comparison:
             "cost_per_seed": self.cost_per_seed,
             "smooth_last": self.smooth_last,
             "smoothed_steps": self.smoothed_steps,
+            "signal_noise": [y.to_json() for y in self.yardsticks],
         }

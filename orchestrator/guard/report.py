@@ -43,7 +43,9 @@ def comparison_markdown(comparison: Comparison) -> str:
     lines += [_table_line(row, comparison.domains) for row in comparison.rows]
     lines += _gains_lines(comparison)
     lines += _data_read_lines(comparison)
-    lines += ["", *_decisions_lines(comparison), "", _checked_paragraph(comparison)]
+    lines += ["", *_decisions_lines(comparison)]
+    lines += _signal_noise_lines(comparison)
+    lines += ["", _checked_paragraph(comparison)]
     return "\n".join(lines) + "\n"
 
 
@@ -117,6 +119,37 @@ def _data_read_lines(comparison: Comparison) -> list[str]:
             f"**Ran out** (`exhausted: stop`): {'; '.join(ran_out)}. From there the other "
             "datasets filled its share: the mixture it trained on is not the one it names.",
         ]
+    return lines
+
+
+def _signal_noise_lines(comparison: Comparison) -> list[str]:
+    """Each yardstick's signal, noise and their ratio, its noisiest variant and any variant
+    much noisier than the rest ([] without two seeds: no noise is measured)."""
+    measured = [y for y in comparison.yardsticks if y.noise is not None]
+    if not measured:
+        return []
+    lines = [
+        "",
+        "### Signal and noise per yardstick",
+        "",
+        "Signal: the spread (sd) of the variants' mean scores; noise: a variant's spread over "
+        "seeds (root mean of the variants' variances); a ratio well below 1 means the seeds "
+        "move the score more than the variants do, and that yardstick needs many seeds to "
+        "decide. Noisier: variants whose seed spread exceeds the rest's (p < 0.05); their "
+        "pairs are decided on their own spreads.",
+        "",
+        "| yardstick | signal | noise | signal / noise | noisiest variant (seed sd) | noisier |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for y in measured:
+        ratio = y.ratio
+        noisiest = max(y.seed_sd, key=lambda v: y.seed_sd[v])
+        named = ", ".join(f"`{v}` (p = {p:.2g})" for v, p in y.noisier.items()) or "-"
+        lines.append(
+            f"| {y.yardstick} | {y.signal:.4f} | {y.noise:.4f} | "
+            f"{'-' if ratio is None else f'{ratio:.2f}'} | `{noisiest}` ({y.seed_sd[noisiest]:.4f}) "
+            f"| {named} |"
+        )
     return lines
 
 

@@ -36,6 +36,7 @@ from orchestrator.guard.eval_smoothing import (
 from orchestrator.guard.held_out_metrics import metric_choice, with_metric_scores
 from orchestrator.guard.rules import apply_rules, runs_by_arm
 from orchestrator.guard.rules.variants import run_labels
+from orchestrator.guard.signal_noise import DECIDED_ON, YardstickNoise, yardstick_noise
 from orchestrator.guard.tasks import task_choice, with_task_scores
 from pipeline import fingerprint
 
@@ -277,8 +278,57 @@ def compare(
         compared=str(first_run.contract.get(AXIS_FIELD, "mixture")),
         smooth_last=smooth_last,
         smoothed_steps=smoothed_steps,
+        yardsticks=_signal_noise(variants, step=step, domains=domains),
         data_read={labels[r.run_id]: r.data_read() for r in ordered_runs(runs) if r.data_read()},
     )
+
+
+def _yardstick_scores(run: RunSummary, step: int, domains: list[str]) -> dict[str, float]:
+    """Every yardstick ``run`` has at ``step`` (:mod:`orchestrator.guard.signal_noise`): each
+    held-out domain's bits per byte, each other held-out metric per domain, each task's
+    metrics (mean over its items)."""
+    out = {f"bpb:{d}": float(run.evals[step][d]) for d in domains}
+    for metric, scores in run.held_out.get(step, {}).items():
+        out.update({f"{metric}:{d}": float(x) for d, x in scores.scores.items()})
+    for task, items in run.task_items.get(step, {}).items():
+        for metric in sorted({m for values in items.values() for m in values}):
+            measured = [values[metric] for values in items.values() if metric in values]
+            out[f"task:{task}:{metric}"] = statistics.fmean(measured)
+    return out
+
+
+def _signal_noise(
+    variants: list[_ScoredVariant], *, step: int, domains: list[str]
+) -> list[YardstickNoise]:
+    """Each yardstick every run has, and the decided-on aggregate: its signal, noise and each
+    variant's seed spread ([] for one variant)."""
+    if len(variants) < 2:
+        return []
+    scores = {
+        v.variant_id[:SHORT]: {
+            seed: [
+                {**_yardstick_scores(r, step, domains), DECIDED_ON: v.aggregates[r.run_id]}
+                for r in block
+            ]
+            for seed, block in v.blocks.items()
+        }
+        for v in variants
+    }
+    runs = [run for by_seed in scores.values() for block in by_seed.values() for run in block]
+    shared = set.intersection(*(set(run) for run in runs))
+    return [
+        yardstick_noise(
+            name,
+            {
+                variant: {
+                    seed: statistics.fmean(run[name] for run in block)
+                    for seed, block in by_seed.items()
+                }
+                for variant, by_seed in scores.items()
+            },
+        )
+        for name in [DECIDED_ON, *sorted(shared - {DECIDED_ON})]
+    ]
 
 
 def _cost_per_seed(runs: list[RunSummary], variants: int) -> dict[str, Any]:

@@ -179,9 +179,9 @@ class SeedNoise:
 
     def noisier(self) -> dict[str, float]:
         """Variant -> p-value, for each variant whose spread exceeds the others' (each
-        tested against the residual of the rest at :data:`NOISIER_LEVEL`; 4+ variants)."""
+        tested against the residual of the rest at :data:`NOISIER_LEVEL`; 3+ variants)."""
         k, n = len(self.variants), self.seeds
-        if k < 4 or n < 2:
+        if k < 3 or n < 2:
             return {}
         out: dict[str, float] = {}
         for v in self.variants:

@@ -20,7 +20,7 @@ from orchestrator.guard.decisions.looks import spending_level
 from tests.support.decision_scores import equal_variants
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(
     alpha=st.sampled_from([0.001, 0.01, 0.05, 0.1, 0.2]),
     max_seeds=st.integers(2, 12),

@@ -12,6 +12,7 @@ from hypothesis.extra.numpy import arrays
 from orchestrator.guard.decisions import (
     CANNOT_TELL,
     Family,
+    LookPlan,
     SeedNoise,
     SeedSource,
     SeedTerm,
@@ -148,3 +149,30 @@ def test_a_variant_much_noisier_than_the_rest_is_named() -> None:
     names = tuple(f"v{i}" for i in range(6))
     noisier = SeedNoise(names, table).noisier()
     assert list(noisier) == ["v2"] and noisier["v2"] < 0.05
+
+
+def test_a_noisier_pairs_next_step_names_more_seeds() -> None:
+    """The next step plans with the pair's own seed term: the same observed difference with
+    a seed term 4x larger needs more seeds, or cannot be reached within the budget."""
+    rng = np.random.default_rng(5)
+    doc_bytes, scores = equal_variants(rng, variants=2, seeds=4, run_sd=0.01)
+    shifted = {
+        s: {d: x + 0.045 * doc_bytes[d] for d, x in v.items()} for s, v in scores["v1"].items()
+    }
+    plan = LookPlan()
+    named = []
+    for variance in (6e-4, 24e-4):
+        pair = decide_pair(
+            "a",
+            "b",
+            a_scores=scores["v0"],
+            b_scores=shifted,
+            doc_bytes=doc_bytes,
+            confidence=1 - plan.level(4),
+            plan=plan,
+            seed_term=SeedTerm(variance, 9.0, SeedSource.POOLED, 4),
+        )
+        assert pair.decision == CANNOT_TELL and pair.next_step is not None
+        named.append(pair.next_step.seeds)
+    quiet, noisy = named
+    assert quiet is not None and (noisy is None or noisy > quiet), named

@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import random
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -33,7 +34,7 @@ from benchmarks.decision_calibration import (
     simulate_seed_counts,
     simulate_sweeps,
 )
-from benchmarks.machine import REPO_ROOT, describe_machine
+from benchmarks.machine import REPO_ROOT, describe_machine, provenance
 from benchmarks.publish import RESULTS, publish
 from benchmarks.seed_spread import AGGREGATE, ratios, seed_spread
 from demo.local_corpus import build_local_corpus
@@ -65,6 +66,9 @@ SMOOTHING = (1, 2, 4)
 """The ``smooth_last`` values judged: the last eval alone, the mean of the last 2 and 4."""
 SEED_SUBSETS = [1, 2, 3]
 """The numbers of seeds per judged comparison (every subset of the pool)."""
+LOOKS = ("sequential", "fixed")
+"""The guard's designs judged (``compare(..., design=...)``): its default, one error budget
+for every look up to 8 seeds, and one look at a seed count fixed in advance (the full 5%)."""
 DEFAULT_SEEDS = 5
 DEFAULT_STEPS = 20
 DEFAULT_EVAL_INTERVAL = 4
@@ -145,17 +149,20 @@ def judge(
     pairs: dict[str, tuple[str, str]] | None = None,
     mixture: str = "balanced",
     smooth_last: int = 1,
+    looks: str = "sequential",
 ) -> list[dict[str, Any]]:
     """Every subset of m seeds (m in ``sizes``) of each pair of ``pairs`` (design -> its
     first and other mixture; default the balanced A/A and A/B), judged on the mean of each
-    run's last ``smooth_last`` evals."""
+    run's last ``smooth_last`` evals under the guard's ``looks`` design."""
     pairs = pairs or {"A/A": ("A", "A'"), "A/B": ("A", "B")}
     judged = []
     for m in sizes:
         for subset in itertools.combinations(range(seeds), m):
             for design, (first, other) in pairs.items():
                 chosen = [by_mix_seed[(mix, s)] for mix in (first, other) for s in subset]
-                comparison = guard.compare(chosen, decide_on=DECIDE_ON, smooth_last=smooth_last)
+                comparison = guard.compare(
+                    chosen, decide_on=DECIDE_ON, smooth_last=smooth_last, design=looks
+                )
                 assert comparison.accepted, comparison.refusals
                 (pair,) = comparison.pairs
                 first_label = mixture_label(by_mix_seed[(first, subset[0])].mixture)
@@ -167,6 +174,7 @@ def judge(
                     {
                         "mixture": mixture,
                         "smooth_last": smooth_last,
+                        "looks": looks,
                         "design": design,
                         "seeds": list(subset),
                         "decision": pair["decision"],
@@ -215,16 +223,17 @@ def _median(values: list[float]) -> float | None:
 
 
 def rates(judged: list[dict[str, Any]], sizes: list[int]) -> list[dict[str, Any]]:
-    """:func:`summarise` per mixture (balanced, skewed) and ``smooth_last``."""
+    """:func:`summarise` per design of looks, mixture (balanced, skewed) and ``smooth_last``."""
     rows = []
-    for mixture in TWINS:
-        for k in SMOOTHING:
-            chosen = [j for j in judged if j["mixture"] == mixture and j["smooth_last"] == k]
-            if chosen:
-                rows += [
-                    {"mixture": mixture, "smooth_last": k, **row}
-                    for row in summarise(chosen, sizes)
-                ]
+    for looks, mixture, k in itertools.product(LOOKS, TWINS, SMOOTHING):
+        chosen = [
+            j for j in judged if (j["looks"], j["mixture"], j["smooth_last"]) == (looks, mixture, k)
+        ]
+        if chosen:
+            rows += [
+                {"looks": looks, "mixture": mixture, "smooth_last": k, **row}
+                for row in summarise(chosen, sizes)
+            ]
     return rows
 
 
@@ -254,7 +263,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"Decisions against noise on {report['machine']}, {report['date']}: "
         f"{report['runs']} training runs ({report['seed_pool']} seeds, `zephon_mini`, "
-        f"{report['steps']} steps, dp 1) in {report['wall_s']:.0f} s; every "
+        f"{report['steps']} steps, dp 1) in {report['wall_s']:.0f} s{_trained_by(report)}; every "
         "subset of m seeds judged (subsets overlap for m > 1, so their decisions are not "
         "independent).",
         "",
@@ -280,16 +289,23 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines += [
         "",
         f"Largest A/A false-decision rate **{worst:.0%}**"
-        f"{' (every mixture and smoothing)' if 'rates' in report else ''} (goal <= "
+        f"{' (every design, mixture and smoothing)' if 'rates' in report else ''} (goal <= "
         f"{FALSE_DECISION_GOAL:.0%}: {verdict}). Decided on the mean of {', '.join(DECIDE_ON)} "
         "bits per byte. One seed decides nothing (training noise is not measured); the "
         "intervals excluding 0 show what the held-out documents alone would have decided.",
         "",
         *(_spread_lines(report) if "spread" in report else []),
+        *(_planted_lines(report) if "planted" in report else []),
         *(_smoothing_lines(report) if "rates" in report else []),
         *(simulated_markdown(report) if "simulated" in report else []),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _trained_by(report: dict[str, Any]) -> str:
+    """Which command trained the runs, when they were judged by another (``--judge-only``)."""
+    made = report.get("trained_by")
+    return f" (trained by `{made['command']}` at commit {made['commit']})" if made else ""
 
 
 def _training_lines(report: dict[str, Any]) -> list[str]:
@@ -348,30 +364,60 @@ def _spread_lines(report: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _planted_lines(report: dict[str, Any]) -> list[str]:
+    """The planted effect (B - A) beside the seed spread of its paired difference, per k."""
+    lines = [
+        "The planted effect on the mean of the last k evals: B - A (mean over seeds), the seed "
+        "standard deviation of the paired difference, and their ratio (signal to noise):",
+        "",
+        "| k | B - A: " + " | ".join(DECIDE_ON) + f" | {AGGREGATE} | difference sd: "
+        f"{AGGREGATE} | signal / noise: {AGGREGATE} |",
+        "|---:|" + "---:|" * (len(DECIDE_ON) + 3),
+    ]
+    for spread in report["planted"]:
+        effect, noise = spread["mean_difference"], spread["difference_sd"]
+        lines.append(
+            f"| {spread['smooth_last']} | "
+            + " | ".join(f"{effect[k]:+.4f}" for k in [*DECIDE_ON, AGGREGATE])
+            + f" | {noise[AGGREGATE]:.4f} | {_times(abs(effect[AGGREGATE]) / noise[AGGREGATE])} |"
+        )
+    return [*lines, ""]
+
+
 def _times(value: float | None) -> str:
     """A ratio as ``2.31x`` (``-`` for none)."""
     return "-" if value is None else f"{value:.2f}x"
 
 
 def _smoothing_lines(report: dict[str, Any]) -> list[str]:
-    """A/A false decisions and A/B power per mixture, smoothing and seeds per comparison."""
+    """A/A false decisions and A/B power per design of looks, mixture, smoothing and seeds
+    per comparison."""
     lines = [
-        "Decisions per mixture on the mean of the last k evals (`compare(..., smooth_last=k)`):",
+        "Decisions per mixture on the mean of the last k evals (`compare(..., smooth_last=k)`), "
+        "under the guard's default design (sequential: one 5% budget over every look up to 8 "
+        "seeds) and under `design=fixed` (this one look decided at the full 5%) "
+        "<!-- not measured: 5% -->:",
         "",
-        "| mixture | k | seeds per comparison | comparisons | A/A false decisions | A/A "
-        "intervals excluding 0 | A/A median interval width | A/B power | A/B wrong direction |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| design | mixture | k | seeds per comparison | comparisons | A/A false decisions | "
+        "A/A intervals excluding 0 | A/A median interval width | A/B power | A/B wrong "
+        "direction | A/B median interval width |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in report["rates"]:
-        width = row["aa_median_interval_width"]
         lines.append(
-            f"| {row['mixture']} | {row['smooth_last']} | {row['seeds']} | "
-            f"{row['comparisons']} | {row['aa_false_decisions']} "
+            f"| {row.get('looks', 'sequential')} | {row['mixture']} | {row['smooth_last']} | "
+            f"{row['seeds']} | {row['comparisons']} | {row['aa_false_decisions']} "
             f"({row['aa_false_decision_rate']:.0%}) | {row['aa_intervals_excluding_zero']} | "
-            f"{'-' if width is None else f'{width:.4f}'} | {_percent(row['ab_power'])} | "
-            f"{_percent(row['ab_wrong_direction'])} |"
+            f"{_width(row['aa_median_interval_width'])} | {_percent(row['ab_power'])} | "
+            f"{_percent(row['ab_wrong_direction'])} | "
+            f"{_width(row['ab_median_interval_width'])} |"
         )
     return [*lines, ""]
+
+
+def _width(value: float | None) -> str:
+    """An interval width in bits per byte (``-`` for none)."""
+    return "-" if value is None else f"{value:.4f}"
 
 
 def _percent(value: float | None) -> str:
@@ -449,10 +495,12 @@ def train(work: Path, *, seeds: int, steps: int, eval_interval: int) -> dict[str
     balanced = run_sweep(work, corpus, MIXES, name="balanced", **settings)
     without_junk = {name: paths for name, paths in corpus.items() if name != "junk"}
     skewed = run_sweep(work, without_junk, SKEWED, name="skewed", **settings)
+    made = provenance(shlex.join(["python", *sys.orig_argv[1:]]), ())
     training = {
         **settings,
         "sweeps": {"balanced": balanced, "skewed": skewed},
         "wall_s": round(time.monotonic() - start, 1),
+        "trained_by": {key: made[key] for key in ("command", "commit", "date")},
     }
     (work / "training.json").write_text(json.dumps(training, indent=2) + "\n")
     return training
@@ -462,17 +510,13 @@ def judge_all(
     by_mix_seed: dict[tuple[str, int], Any], seeds: int, sizes: list[int]
 ) -> list[dict[str, Any]]:
     """:func:`judge` of the balanced A/A and A/B pairs and the skewed A/A pair, on the mean
-    of the last k evals for every k of :data:`SMOOTHING`."""
+    of the last k evals for every k of :data:`SMOOTHING`, under each design of :data:`LOOKS`."""
     judged = []
-    for k in SMOOTHING:
-        judged += judge(by_mix_seed, seeds, sizes, mixture="balanced", smooth_last=k)
+    for looks, k in itertools.product(LOOKS, SMOOTHING):
+        settings = {"smooth_last": k, "looks": looks}
+        judged += judge(by_mix_seed, seeds, sizes, mixture="balanced", **settings)
         judged += judge(
-            by_mix_seed,
-            seeds,
-            sizes,
-            pairs={"A/A": TWINS["skewed"]},
-            mixture="skewed",
-            smooth_last=k,
+            by_mix_seed, seeds, sizes, pairs={"A/A": TWINS["skewed"]}, mixture="skewed", **settings
         )
     return judged
 
@@ -501,6 +545,19 @@ def spreads(
         for balanced, skewed in zip(spread["balanced"], spread["skewed"], strict=True)
     ]
     return spread, ratio
+
+
+def planted(by_mix_seed: dict[tuple[str, int], Any], seeds: int) -> list[dict[str, Any]]:
+    """The planted pair's :func:`~benchmarks.seed_spread.seed_spread` (B first: its
+    ``mean_difference`` is B - A) for every k of :data:`SMOOTHING`."""
+    return [
+        seed_spread(
+            *({s: by_mix_seed[(name, s)] for s in range(seeds)} for name in ("B", "A")),
+            DECIDE_ON,
+            smooth_last=k,
+        )
+        for k in SMOOTHING
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -556,7 +613,11 @@ def main(argv: list[str] | None = None) -> int:
         *({s: by_mix_seed[(mix, s)] for s in range(seeds)} for mix in ("A", "A'", "B")),
         domains=DECIDE_ON,
     )
-    balanced_last = [j for j in judged if j["mixture"] == "balanced" and j["smooth_last"] == 1]
+    balanced_last = [
+        j
+        for j in judged
+        if (j["looks"], j["mixture"], j["smooth_last"]) == ("sequential", "balanced", 1)
+    ]
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": describe_machine(["torch", "torchtitan"], "cores"),
@@ -565,11 +626,13 @@ def main(argv: list[str] | None = None) -> int:
         "eval_interval": training["eval_interval"],
         "runs": len(by_mix_seed),
         "wall_s": training["wall_s"],
+        **({"trained_by": training["trained_by"]} if "trained_by" in training else {}),
         "mixtures": {**MIXES, **SKEWED},
         "learning": learning(by_mix_seed, [*MIXES, *SKEWED]),
         "rows": summarise(balanced_last, SEED_SUBSETS),
         "spread": spread,
         "spread_ratio": spread_ratio,
+        "planted": planted(by_mix_seed, seeds),
         "rates": rates(judged, SEED_SUBSETS),
         "noise_model": model.to_json(),
         "simulated": simulate_seed_counts(model, comparisons=args.comparisons),

@@ -9,7 +9,9 @@ skewed S and S') trained under the same seeds. Per held-out domain and for the a
   the two twins (their variances averaged, ``2 (seeds - 1)`` degrees of freedom): what a seed
   moves a mixture's score by (Marin's "seed standard deviation");
 * ``difference_sd``: the standard deviation over seeds of the twins' paired difference
-  (same seed: same initial weights and data order): what the guard's seed term sees.
+  (same seed: same initial weights and data order): what the guard's seed term sees;
+* ``mean_difference``: that difference's mean over seeds (first minus second; for a pair
+  with a planted effect, the signal beside that noise).
 
 Used by ``benchmarks/decisions.py``; design: docs/design/benchmarks_decisions.md
 """
@@ -61,9 +63,9 @@ def seed_spread(
     *,
     smooth_last: int = 1,
 ) -> dict[str, Any]:
-    """``score_sd`` and ``difference_sd`` (module docstring) of the twins ``first`` and
-    ``second`` (runs by seed) per domain and for the aggregate, and the mean scores; needs 2+
-    seeds."""
+    """``score_sd``, ``difference_sd`` and ``mean_difference`` (module docstring) of the
+    twins ``first`` and ``second`` (runs by seed) per domain and for the aggregate, and the
+    mean scores; needs 2+ seeds."""
     steps, a, b = twin_scores(first, second, domains, smooth_last=smooth_last)
     seeds = sorted(a)
     if len(seeds) < 2:
@@ -80,6 +82,7 @@ def seed_spread(
         for k in keys
     }
     difference_sd = {k: statistics.stdev([a[s][k] - b[s][k] for s in seeds]) for k in keys}
+    mean_difference = {k: statistics.fmean([a[s][k] - b[s][k] for s in seeds]) for k in keys}
     mean = {
         k: statistics.fmean([*(a[s][k] for s in seeds), *(b[s][k] for s in seeds)]) for k in keys
     }
@@ -90,6 +93,7 @@ def seed_spread(
         "mean": mean,
         "score_sd": score_sd,
         "difference_sd": difference_sd,
+        "mean_difference": mean_difference,
     }
 
 

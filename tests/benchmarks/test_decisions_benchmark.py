@@ -10,12 +10,14 @@ import pytest
 from benchmarks.decisions import (
     CORPUS_BYTES_PER_DOMAIN,
     DECIDE_ON,
+    LOOKS,
     MIXES,
     SKEWED,
     SMOOTHING,
     build_corpus,
     judge_all,
     learning,
+    planted,
     rates,
     spreads,
     summarise,
@@ -98,8 +100,9 @@ def test_both_sweeps_are_judged_spread_and_tabled_at_every_smoothing() -> None:
     seeds, steps = 4, (4, 8, 12, 16, 20)
     runs = synthetic_runs(seeds, steps)
     judged = judge_all(runs, seeds, [1, 2])
-    assert {(j["mixture"], j["design"], j["smooth_last"]) for j in judged} == {
-        (mixture, design, k)
+    assert {(j["looks"], j["mixture"], j["design"], j["smooth_last"]) for j in judged} == {
+        (looks, mixture, design, k)
+        for looks in LOOKS
         for k in SMOOTHING
         for mixture, design in (("balanced", "A/A"), ("balanced", "A/B"), ("skewed", "A/A"))
     }
@@ -112,13 +115,20 @@ def test_both_sweeps_are_judged_spread_and_tabled_at_every_smoothing() -> None:
     assert [r["smooth_last"] for r in ratio] == list(SMOOTHING)
     assert ratio[0]["score_sd"][AGGREGATE] == pytest.approx(2.0)
     rows = rates(judged, [1, 2])
-    assert len(rows) == 2 * len(SMOOTHING) * 2
+    assert len(rows) == len(LOOKS) * 2 * len(SMOOTHING) * 2
     skewed = next(r for r in rows if r["mixture"] == "skewed")
     assert skewed["ab_power"] is None and skewed["comparisons"] == seeds
     seen = learning(runs, [*MIXES, *SKEWED])
     assert seen["A"]["eval_steps"] == list(steps)
     assert seen["A"]["last"]["docs"] == pytest.approx(seen["A"]["first"]["docs"] - 0.16)
-    balanced = [j for j in judged if j["mixture"] == "balanced" and j["smooth_last"] == 1]
+    effect = planted(runs, seeds)
+    assert [e["smooth_last"] for e in effect] == list(SMOOTHING)
+    assert effect[0]["mean_difference"][AGGREGATE] == pytest.approx(0.05)
+    balanced = [
+        j
+        for j in judged
+        if (j["looks"], j["mixture"], j["smooth_last"]) == ("sequential", "balanced", 1)
+    ]
     report = {
         "machine": "m",
         "date": "d",
@@ -133,8 +143,11 @@ def test_both_sweeps_are_judged_spread_and_tabled_at_every_smoothing() -> None:
         "spread": spread,
         "spread_ratio": ratio,
         "rates": rows,
+        "planted": effect,
     }
     markdown = to_markdown(report)
     assert "| skewed / balanced | 1 | " in markdown and "2.00x" in markdown
-    assert "| skewed | 4 | 2 | 6 | " in markdown
+    assert "| sequential | skewed | 4 | 2 | 6 | " in markdown
+    assert "| fixed | balanced | 1 | 1 | 4 | " in markdown
+    assert "| 1 | " in markdown.split("signal / noise")[1]
     assert "| S' (steps 4 -> 20) |" in markdown

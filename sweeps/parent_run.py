@@ -91,13 +91,15 @@ class ParentRun:
         family: str = "holm",
         design: str = "sequential",
         smooth_last: int = 1,
+        decide_on: list[str] | None = None,
         models: list[str] | None = None,
     ) -> dict[str, Any] | None:
         """The guard over the sweep's tracked runs, one comparison per combination of the
         other sweeps, logged into the parent run (one combination) or into child comparison
         runs of it (several: a sweep that also crosses e.g. ``train.steps`` never ranks runs
         of different recipes). Seed replicates of a combination are compared together;
-        ``family``, ``design`` and ``smooth_last`` as in :func:`compare_tracked`."""
+        ``family``, ``design``, ``smooth_last`` and ``decide_on`` as in
+        :func:`compare_tracked`."""
         groups: dict[str, list[str]] = {}
         for o in outcomes:
             if o.get("mlflow_run_id"):
@@ -115,6 +117,7 @@ class ParentRun:
                     family=family,
                     design=design,
                     smooth_last=smooth_last,
+                    decide_on=decide_on,
                 )
             verdicts = {
                 combination: compare_tracked(
@@ -126,6 +129,7 @@ class ParentRun:
                     family=family,
                     design=design,
                     smooth_last=smooth_last,
+                    decide_on=decide_on,
                 )
                 for number, (combination, run_ids) in enumerate(groups.items())
             }

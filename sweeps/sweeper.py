@@ -83,6 +83,10 @@ class MixSweeperConf:
     smooth_last: int = 1
     """The comparison scores each run on the mean of its last this many held-out evals (1:
     the last eval alone; ``zephon compare --smooth-last``)."""
+    decide_on: list[str] = field(default_factory=list)
+    """What the comparison ranks and decides on: held-out domains or eval sets (their mean),
+    a held-out metric or a task, as ``zephon compare --decide-on`` takes them; empty: the
+    mean bits per byte over every domain."""
     resume: str | None = None
     """Continue the interrupted sweep of this name (run with the arguments it was started
     with): finished jobs are kept, unfinished ones resume from their last checkpoint,
@@ -105,6 +109,7 @@ class MixSweeper(Sweeper):
         design: str = "sequential",
         replicate_models: list[str] | None = None,
         smooth_last: int = 1,
+        decide_on: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.resume = resume
@@ -112,6 +117,7 @@ class MixSweeper(Sweeper):
         self.design = design_of(design).value
         check_smooth_last(smooth_last)
         self.smooth_last = smooth_last
+        self.decide_on = [str(d) for d in decide_on or []]
         self.replicate_models = [str(name) for name in replicate_models or []]
         fields = mix if isinstance(mix, dict) else _to_plain_dict(mix)
         self.space = MixSpace(**{k: v for k, v in fields.items() if v is not None})
@@ -300,6 +306,7 @@ class MixSweeper(Sweeper):
                 family=self.family,
                 design=self.design,
                 smooth_last=self.smooth_last,
+                decide_on=self.decide_on or None,
                 models=self.replicate_models,
             )
             if self.compare

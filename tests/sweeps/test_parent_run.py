@@ -77,6 +77,21 @@ def test_one_combination_is_compared_into_the_parent_run_with_its_seeds(
     (call,) = calls  # the seeds' recipes differ (the init seed), yet they are one comparison
     assert call["run_ids"] == ["a-0", "a-1", "b-0", "b-1"]
     assert call["into_run_id"] == parent.run_id
+    assert call["decide_on"] is None  # the mean over every domain
+
+
+def test_a_sweep_decides_on_what_it_names(
+    parent: ParentRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``hydra.sweeper.decide_on`` (``--curation``: the fixed eval set) reaches the guard,
+    for one combination and for each of several."""
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(parent_run, "compare_tracked", lambda run_ids, **kw: calls.append(kw) or {})
+    one = [outcome(f"{mix}-{seed}", [], seed) for mix in "ab" for seed in (0, 1)]
+    parent.compare(one, tmp_path / "one", decide_on=["docs_eval"])
+    several = [outcome(f"r{n}", [f"train.steps={n}"]) for n in (20, 40)]
+    parent.compare(several, tmp_path / "several", decide_on=["docs_eval"])
+    assert [c["decide_on"] for c in calls] == [["docs_eval"]] * 3
 
 
 def test_verdicts_are_lined_up_per_setting_in_the_ladder_s_order() -> None:

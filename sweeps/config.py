@@ -4,10 +4,12 @@ The schema is :class:`RunConfig`: one :class:`~orchestrator.experiment.Experimen
 plus the keys of the ``zephon-run`` app (:class:`AppOptions`), registered with Hydra's
 ``ConfigStore`` when this module is imported; :func:`split` separates them. Importing
 this module also registers the ``zephon_local_corpus`` resolver that
-``conf/data/stdlib.yaml`` uses, and ``zephon_local_tokenizer`` (the main job's)::
+``conf/data/stdlib.yaml`` uses, ``zephon_local_tokenizer`` (the main job's), and the
+curation preset's ``zephon_local_eval_set`` and ``zephon_local_noisy_corpus``::
 
     datasets: ${zephon_local_corpus:3}   # build (once) and name the local corpus, 3 MB a domain
     tokenizer: ${zephon_local_tokenizer:3,2048}   # a BPE of 2,048 tokens learned from it
+    datasets: ${zephon_local_noisy_corpus:3,docs,1}   # its docs with a junk record per record
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from demo.local_corpus import build_eval_set, build_local_corpus
 from demo.local_tokenizer import build_local_tokenizer
+from demo.noisy_domain import build_noisy_domain
 from orchestrator.experiment import ExperimentConfig, load_experiment
 from orchestrator.experiment.overrides import PRESETS_PACKAGE, load_preset
 from pipeline import canonical_tokenizer_spec
@@ -211,10 +214,25 @@ def local_eval_set(mb_per_domain: float, domain: str, documents: int) -> str:
     return str(build_eval_set(corpus, str(domain), int(documents), out))
 
 
+def local_noisy_corpus(mb_per_domain: float, domain: str, junk_per_record: float) -> dict:
+    """``${zephon_local_noisy_corpus:MB,DOMAIN,JUNK}``: the local corpus of
+    :func:`local_corpus` with ``DOMAIN`` replaced by a copy that has ``JUNK`` junk records
+    per clean record between them (built once, :func:`demo.noisy_domain.build_noisy_domain`):
+    data a quality filter has something to remove from."""
+    corpus = local_corpus(mb_per_domain)
+    junk = float(junk_per_record)
+    out = zephon_home() / f"corpus-{float(mb_per_domain):g}mb-noisy" / f"{domain}-{junk:g}"
+    paths = build_noisy_domain(
+        {name: [Path(p) for p in paths] for name, paths in corpus.items()}, str(domain), junk, out
+    )
+    return {**corpus, str(domain): [str(p) for p in paths]}
+
+
 if not OmegaConf.has_resolver("zephon_local_corpus"):
     OmegaConf.register_new_resolver("zephon_local_corpus", local_corpus, use_cache=True)
     OmegaConf.register_new_resolver("zephon_local_tokenizer", local_tokenizer, use_cache=True)
     OmegaConf.register_new_resolver("zephon_local_eval_set", local_eval_set, use_cache=True)
+    OmegaConf.register_new_resolver("zephon_local_noisy_corpus", local_noisy_corpus, use_cache=True)
 
 
 def split(cfg: DictConfig) -> tuple[dict[str, Any], AppOptions]:

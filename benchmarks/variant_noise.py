@@ -267,8 +267,10 @@ def _markdown(report: dict[str, Any]) -> str:
         "## Power by seed count: an agent adding a seed per look from 2",
         "",
         "Share decided by each seed count (a real difference of `effect` seed standard deviations); "
-        "default: power spending with the early floor; spending alone: the default before; fixed: "
-        "one look at that seed count at 95% (for a count fixed in advance).",
+        "default: power spending with the early floor; spending alone: the design before, with "
+        "today's seed term; before: the rule before issue 56 whole (the seed term pooled over the "
+        "variants, two variants: their own; power spending alone); fixed: one look at that seed "
+        "count at 95% (for a count fixed in advance).",
         "",
         "| variants | effect | design | " + " | ".join(f"{n}" for n in range(2, SEEDS + 1)) + " |",
         "|---:|---:|---|" + "---:|" * (SEEDS - 1),
@@ -277,6 +279,7 @@ def _markdown(report: dict[str, Any]) -> str:
         rows = {
             "default": c["now"]["by_seeds"]["sequential"],
             "spending alone": c["now"]["by_seeds"]["spending alone"],
+            "before (pooled, spending alone)": c["before"]["by_seeds"]["spending alone"],
             "fixed": c["now"]["one_look"],
         }
         for design, by in rows.items():

@@ -103,8 +103,9 @@ if [[ "${1:-}" == "--order-quality" ]]; then
     exec "$venv/bin/python" -m benchmarks.order_quality "$@"
 fi
 if [[ "${1:-}" == "--decisions" ]]; then
-    # A/A and planted A/B sweeps under several seeds: how often a decision is noise
-    # (benchmarks/decisions.py; ~10 min on 2 cores): benchmarks/results/decisions.{json,md}.
+    # A/A and planted A/B sweeps (balanced and skewed mixes) under several seeds: how often a
+    # decision is noise (benchmarks/decisions.py; ~25 min on 2 shared cores):
+    # benchmarks/results/decisions.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.decisions "$@"
 fi

@@ -9,7 +9,8 @@
 # as the corpus grows, order v1 against v2 (benchmarks/corpus_scale.py), `--order-quality`
 # how well each order mixes shards and keeps the shares (benchmarks/order_quality.py),
 # `--remote-reads` remote Parquet read by range against downloaded (benchmarks/remote_reads.py),
-# `--process` each processing step and decontamination against none (benchmarks/processing.py). `--looks`
+# `--process` each processing step and decontamination against none (benchmarks/processing.py),
+# `--curation` the curation demo timed, with its decision (benchmarks/curation_demo.py). `--looks`
 # the guard over an agent's repeated comparisons, simulated (benchmarks/sequential_looks.py).
 # `--variant-noise` variants unequal in training noise, simulated (benchmarks/variant_noise.py). `--dp-spread
 # [OPTIONS]` runs the dp-spread benchmark, `python -m benchmarks.dp_spread [OPTIONS]`,
@@ -65,6 +66,13 @@ if [[ "${1:-}" == "--process" ]]; then
     # (benchmarks/processing.py; ~5 min on 2 cores): benchmarks/results/processing.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.processing "$@"
+fi
+if [[ "${1:-}" == "--curation" ]]; then
+    # The curation demo (bash scripts/main.sh --curation) in a scratch folder, every run
+    # trained: its wall and CPU time, the guard's table and decision
+    # (benchmarks/curation_demo.py; ~5 min on 2 cores): benchmarks/results/curation_demo.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.curation_demo "$@"
 fi
 if [[ "${1:-}" == "--tokenizers" ]]; then
     # The pipeline with a Hugging Face tokenizer (default: the GPT-NeoX tokenizer.json of

@@ -40,6 +40,8 @@ from benchmarks.seed_spread import AGGREGATE, ratios, seed_spread
 from demo.local_corpus import build_local_corpus
 from orchestrator import guard
 from orchestrator.guard.comparison import mixture_label
+from orchestrator.guard.decisions import LookPlan
+from orchestrator.guard.decisions.looks import spending_level
 from orchestrator.tracking.stored_runs import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import resolve_uri
@@ -297,6 +299,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         *(_spread_lines(report) if "spread" in report else []),
         *(_planted_lines(report) if "planted" in report else []),
         *(_smoothing_lines(report) if "rates" in report else []),
+        *_early_looks_lines(report),
         *(simulated_markdown(report) if "simulated" in report else []),
     ]
     return "\n".join(lines) + "\n"
@@ -560,6 +563,74 @@ def planted(by_mix_seed: dict[tuple[str, int], Any], seeds: int) -> list[dict[st
     ]
 
 
+def early_looks(by_mix_seed: dict[tuple[str, int], Any], seeds: int) -> list[dict[str, Any]]:
+    """The balanced sweep whole (A, A', B: three variants, as an agent compares it), every
+    subset of m seeds from 2 up: how often each design's look at m seeds decides the A/B pair
+    (A better) and the A/A twins. A look decides when its pair's Holm-adjusted p-value is
+    below the look's level: the guard's default (power spending with the early floor), the
+    power spending alone (the default before issue 56) and the fixed design's 5%."""
+    plan = LookPlan()
+    rows = []
+    for m in range(2, seeds + 1):
+        levels = {
+            "default": plan.level(m),
+            "spending alone": spending_level(m, alpha=plan.alpha, max_seeds=plan.max_seeds),
+            "fixed": plan.alpha,
+        }
+        decided = {f"{pair} {design}": 0 for pair in ("A/B", "A/A") for design in levels}
+        subsets = list(itertools.combinations(range(seeds), m))
+        for subset in subsets:
+            chosen = [by_mix_seed[(mix, s)] for mix in ("A", "A'", "B") for s in subset]
+            comparison = guard.compare(chosen, decide_on=DECIDE_ON, design="fixed")
+            assert comparison.accepted, comparison.refusals
+            name = {mixture_label(mix): key for key, mix in MIXES.items()}
+            for pair in comparison.pairs:
+                names = {name[pair["a_mixture"]], name[pair["b_mixture"]]}
+                if names == {"A", "B"}:
+                    a_first = name[pair["a_mixture"]] == "A"
+                    right = (pair["difference"] < 0) == a_first  # A's bits per byte lower
+                    key = "A/B"
+                elif names == {"A", "A'"}:
+                    right, key = True, "A/A"
+                else:
+                    continue
+                for design, level in levels.items():
+                    decided[f"{key} {design}"] += right and pair["adjusted_p_value"] < level
+        rows.append({"seeds": m, "comparisons": len(subsets), "levels": levels, **decided})
+    return rows
+
+
+def _early_looks_lines(report: dict[str, Any]) -> list[str]:
+    rows = report.get("early_looks")
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Strong differences early: the balanced sweep compared whole (A, A', B: three variants, "
+        "Holm over their three pairs, decided on the same domains), every subset of m seeds; "
+        "how many looks at m seeds decide the planted A/B pair (A better) and the A/A twins, "
+        "under the guard's default (power spending with the early floor), the power spending "
+        "alone (the default before issue 56) and the fixed design:",
+        "",
+        "| seeds | comparisons | level: default | spending alone | fixed | A/B decided: default "
+        "| spending alone | fixed | A/A decided: default | spending alone | fixed |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lv = r["levels"]
+        lines.append(
+            f"| {r['seeds']} | {r['comparisons']} | {lv['default']:.2%} | "
+            f"{lv['spending alone']:.2%} | {lv['fixed']:.0%} | "
+            + " | ".join(
+                str(r[f"{pair} {design}"])
+                for pair in ("A/B", "A/A")
+                for design in ("default", "spending alone", "fixed")
+            )
+            + " |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``benchmarks.decisions`` command (design doc)."""
     parser = argparse.ArgumentParser(
@@ -633,6 +704,7 @@ def main(argv: list[str] | None = None) -> int:
         "spread": spread,
         "spread_ratio": spread_ratio,
         "planted": planted(by_mix_seed, seeds),
+        "early_looks": early_looks(by_mix_seed, seeds),
         "rates": rates(judged, SEED_SUBSETS),
         "noise_model": model.to_json(),
         "simulated": simulate_seed_counts(model, comparisons=args.comparisons),

@@ -65,27 +65,15 @@ class SeedTerm:
 
     def describe(self) -> str:
         """Its part of a decision's method text."""
+        df = f"the seed term on {self.degrees_of_freedom:.3g} df"
+        p = "" if self.gate_p_value is None else f"p = {self.gate_p_value:.2g}"
         if self.source is SeedSource.POOLED:
-            gate = (
-                ""
-                if self.gate_p_value is None
-                else f" (the pair is not noisier than the rest: p = {self.gate_p_value:.2g})"
-            )
-            return (
-                f"the seed term on {self.degrees_of_freedom:g} df pooled over {self.variants} "
-                f"variants{gate}"
-            )
+            alike = f" (the pair is not noisier than the rest: {p})" if p else ""
+            return f"{df} pooled over {self.variants} variants{alike}"
         if self.source is SeedSource.VARIANTS:
-            gate = (
-                ""
-                if self.gate_p_value is None
-                else f", noisier than the rest (p = {self.gate_p_value:.2g})"
-            )
-            return (
-                f"the seed term on {self.degrees_of_freedom:.3g} df from the pair's own "
-                f"spreads{gate}"
-            )
-        return f"the seed term on {self.degrees_of_freedom:g} df"
+            noisier = f", noisier than the rest ({p})" if p else ""
+            return f"{df} from the pair's own spreads{noisier}"
+        return df
 
 
 def seed_table(order: list[str], scores: dict[str, Scores], doc_bytes: dict) -> np.ndarray:

@@ -628,7 +628,7 @@ def _early_looks_lines(report: dict[str, Any]) -> list[str]:
             )
             + " |"
         )
-    return lines
+    return [*lines, ""]
 
 
 def main(argv: list[str] | None = None) -> int:

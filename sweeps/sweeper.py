@@ -36,6 +36,7 @@ from orchestrator.experiment.variant_axis import parse_axis
 from orchestrator.guard.comparison import SEED_SETTINGS
 from orchestrator.guard.decisions import design_of, family_of
 from orchestrator.guard.eval_smoothing import check_smooth_last
+from orchestrator.guard.scoring import check_decide_on
 from orchestrator.run import interrupts
 from orchestrator.run.slurm import use_squeue_without_accounting
 from orchestrator.tracking.mlflow_status import MlflowStatus
@@ -284,9 +285,20 @@ class MixSweeper(Sweeper):
             setting = [*job.varied, *job.other]
             try:
                 config = self.compositions.of(setting, job.overrides[len(setting) :])
-                validate(experiment_from(config))
+                experiment = experiment_from(config)
+                validate(experiment)
             except ExperimentError as e:
                 problems += [f"job {number} ({' '.join(job.overrides)}): {p}" for p in e.problems]
+                continue
+            if number == 0 and experiment.eval.enable:
+                # every job scores the same held-out domains (the data contract's)
+                data = experiment.data
+                try:
+                    check_decide_on(
+                        self.decide_on or None, domains=sorted({*data.datasets, *data.eval_sets})
+                    )
+                except ValueError as e:
+                    problems.append(f"hydra.sweeper.decide_on={self.decide_on}: {e}")
         if problems:
             raise ExperimentError(problems)
 

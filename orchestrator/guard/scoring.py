@@ -283,6 +283,14 @@ def compare(
     )
 
 
+def check_decide_on(decide_on: list[str] | None, *, domains: list[str]) -> None:
+    """``ValueError`` when ``decide_on`` names held-out domains or a metric that runs scored
+    on ``domains`` (their datasets and evaluation sets) cannot have: :func:`compare`'s own
+    rule, for a sweep to apply before any run trains. A task is checked at the comparison."""
+    if task_choice(decide_on) is None:
+        metric_choice(decide_on, domains)
+
+
 def _yardstick_scores(run: RunSummary, step: int, domains: list[str]) -> dict[str, float]:
     """Every yardstick ``run`` has at ``step`` (:mod:`orchestrator.guard.signal_noise`): each
     held-out domain's bits per byte, each other held-out metric per domain, each task's

@@ -1,0 +1,28 @@
+"""The mix sweeper (sweeps.sweeper): what it refuses before any job launches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.sweeps import datasets_override, multirun
+from tests.support.titan_run import corpus
+
+
+def test_a_decide_on_no_run_would_score_is_refused_before_anything_launches(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``hydra.sweeper.decide_on`` naming a domain the runs do not score would fail only at
+    the comparison, after every run trained: it is exit 2 at the plan, naming it."""
+    base = [
+        datasets_override(corpus(tmp_path_factory.getbasetemp())),
+        "model=mini",
+        "train=smoke",
+        "hydra.sweeper.mix.grid_resolution=0.5",
+    ]
+    typo, _ = multirun(tmp_path, "typo", *base, "hydra.sweeper.decide_on=[docs_evl]")
+    assert typo.returncode == 2, typo.stderr[-3000:]
+    assert "docs_evl" in typo.stderr and "hydra.sweeper.decide_on" in typo.stderr
+    assert "Traceback" not in typo.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()

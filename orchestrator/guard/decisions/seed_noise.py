@@ -76,7 +76,9 @@ class SeedTerm:
         return df
 
 
-def seed_table(order: list[str], scores: dict[str, Scores], doc_bytes: dict) -> np.ndarray:
+def seed_table(
+    order: list[str], scores: dict[str, Scores], doc_bytes: dict[str, np.ndarray]
+) -> np.ndarray:
     """The variants x seeds table of aggregates (``order`` rows, sorted seed columns)."""
     seeds = sorted(scores[order[0]]) if order else []
     n_bytes = bytes_arrays(doc_bytes)
@@ -110,7 +112,9 @@ class SeedNoise:
     """Variants x seeds: each variant's score (the decided-on aggregate) under each seed."""
 
     @classmethod
-    def of(cls, order: list[str], scores: dict[str, Scores], doc_bytes: dict) -> SeedNoise:
+    def of(
+        cls, order: list[str], scores: dict[str, Scores], doc_bytes: dict[str, np.ndarray]
+    ) -> SeedNoise:
         """From each variant's per-document :data:`Scores` (same seeds for every variant)."""
         return cls(tuple(order), seed_table(order, scores, doc_bytes))
 

@@ -135,8 +135,8 @@ def _signal_noise_lines(comparison: Comparison) -> list[str]:
         "Signal: the spread (sd) of the variants' mean scores; noise: a variant's spread over "
         "seeds (root mean of the variants' variances); a ratio well below 1 means the seeds "
         "move the score more than the variants do, and that yardstick needs many seeds to "
-        "decide. Noisier: variants whose seed spread exceeds the rest's (p < 0.05); their "
-        "pairs are decided on their own spreads.",
+        "decide. Noisier: variants whose seed spread exceeds the rest's (p below 0.05 over the "
+        "number of variants); their pairs are decided on their own spreads.",
         "",
         "| yardstick | signal | noise | signal / noise | noisiest variant (seed sd) | noisier |",
         "|---|---:|---:|---:|---|---|",

@@ -40,7 +40,8 @@ class YardstickNoise:
     seed_sd: dict[str, float] = field(default_factory=dict)
     """Variant (12-hex id) -> its score's sample standard deviation over seeds."""
     noisier: dict[str, float] = field(default_factory=dict)
-    """Variant -> p-value, for each variant whose spread exceeds the others' (at 5%)."""
+    """Variant -> p-value, for each variant whose spread exceeds the others' (at 5%, corrected
+    for the number of variants)."""
 
     @property
     def ratio(self) -> float | None:

@@ -36,7 +36,9 @@ pools unless the evidence is strong. The levels are the simulation's
 at or under 5% at 1x, 5x and 25x spreads, one look and the sequence of looks."""
 GATE_LEVEL_DEFAULT = 0.05
 NOISIER_LEVEL = 0.05
-"""A variant whose spread exceeds the rest's at this level is named noisier in the report."""
+"""A variant whose spread exceeds the rest's at this level, Bonferroni-corrected for the
+comparison's variants, is named noisier in the report (a report tests every variant on every
+yardstick: uncorrected, a 3-variant comparison would name a false one on most reports)."""
 
 
 class SeedSource(StrEnum):
@@ -173,7 +175,8 @@ class SeedNoise:
 
     def noisier(self) -> dict[str, float]:
         """Variant -> p-value, for each variant whose spread exceeds the others' (each
-        tested against the residual of the rest at :data:`NOISIER_LEVEL`; 3+ variants)."""
+        tested against the residual of the rest at :data:`NOISIER_LEVEL` over the number of
+        variants; 3+ variants)."""
         k, n = len(self.variants), self.seeds
         if k < 3 or n < 2:
             return {}
@@ -182,6 +185,6 @@ class SeedNoise:
             rest, rest_df = _residual_mean_square(self._others(v))
             expected = rest * (1 + 1 / (k - 1))
             p = self._noisier_p(self.variant_variance(v), expected, n - 1, rest_df)
-            if p < NOISIER_LEVEL:
+            if p < NOISIER_LEVEL / k:
                 out[v] = p
         return out

@@ -18,15 +18,12 @@ Used by ``benchmarks/decisions.py``; design: docs/design/benchmarks_decisions.md
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any
 
-from orchestrator.guard.comparison import RunSummary
+from orchestrator.guard.comparison import AGGREGATE, RunSummary
 from orchestrator.guard.eval_smoothing import smoothed_runs, smoothing_steps
-
-AGGREGATE = "aggregate"
-"""The key of the mean over the domains."""
+from orchestrator.guard.signal_noise import yardstick_noise
 
 
 def twin_scores(
@@ -71,14 +68,10 @@ def seed_spread(
     if len(seeds) < 2:
         raise ValueError(f"a seed standard deviation needs 2+ seeds of both twins, got {seeds}")
     keys = [*domains, AGGREGATE]
-    score_sd = {
-        k: math.sqrt(
-            (
-                statistics.variance([a[s][k] for s in seeds])
-                + statistics.variance([b[s][k] for s in seeds])
-            )
-            / 2
-        )
+    score_sd = {  # pooled over the twins: the guard's noise of a yardstick
+        k: yardstick_noise(
+            k, {"first": {s: a[s][k] for s in seeds}, "second": {s: b[s][k] for s in seeds}}
+        ).noise
         for k in keys
     }
     difference_sd = {k: statistics.stdev([a[s][k] - b[s][k] for s in seeds]) for k in keys}

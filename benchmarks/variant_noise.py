@@ -50,6 +50,7 @@ from orchestrator.guard.decisions import (
     decide_pair,
 )
 from orchestrator.guard.decisions.looks import spending_level
+from orchestrator.guard.decisions.seed_noise import residual_mean_square
 
 SEEDS = 8
 QUIET_SD = 0.0016
@@ -105,11 +106,8 @@ def _first(scores: dict, seeds: int) -> dict:
 
 def _pooled_term(noise: SeedNoise) -> SeedTerm:
     """The rule before issue 56: the whole table's residual, for every pair."""
-    t = noise.table
-    residual = t - t.mean(1, keepdims=True) - t.mean(0, keepdims=True) + t.mean()
-    k, n = t.shape
-    df = (k - 1) * (n - 1)
-    return SeedTerm(2 * float(np.sum(residual**2)) / df, float(df), SeedSource.POOLED, k)
+    variance, df = residual_mean_square(noise.table)
+    return SeedTerm(2 * variance, df, SeedSource.POOLED, len(noise.variants))
 
 
 def _p_values(doc_bytes: dict, scores: dict, seeds: int) -> dict[str, float]:

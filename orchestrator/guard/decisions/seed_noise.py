@@ -87,7 +87,7 @@ def seed_table(
     return np.array([[aggregate_checked(scores[v][s], n_bytes) for s in seeds] for v in order])
 
 
-def _residual_mean_square(table: np.ndarray) -> tuple[float, float]:
+def residual_mean_square(table: np.ndarray) -> tuple[float, float]:
     """A two-way (variants x seeds) table's residual mean square and its df."""
     k, n = table.shape
     residual = (
@@ -152,14 +152,14 @@ class SeedNoise:
         if k < 4:  # one other variant: no spread of the rest to test the pair against
             return own
 
-        rest, rest_df = _residual_mean_square(self._others(a, b))
+        rest, rest_df = residual_mean_square(self._others(a, b))
         # the others' seed effects carry their own noise into the pair's spreads:
         # E[own] = 2 sigma^2 (1 + 1/(k - 2)) when every variant has sigma^2
         expected = 2 * rest * (1 + 1 / (k - 2))
         p = self._noisier_p(own.variance, expected, own.degrees_of_freedom, rest_df)
         if p < GATE_LEVEL.get(n, GATE_LEVEL_DEFAULT):
             return SeedTerm(own.variance, own.degrees_of_freedom, SeedSource.VARIANTS, 2, p)
-        pooled, df = _residual_mean_square(self.table)
+        pooled, df = residual_mean_square(self.table)
         return SeedTerm(2 * pooled, df, SeedSource.POOLED, k, p)
 
     def _noisier_p(self, own: float, expected: float, df: float, rest_df: float) -> float:
@@ -182,7 +182,7 @@ class SeedNoise:
             return {}
         out: dict[str, float] = {}
         for v in self.variants:
-            rest, rest_df = _residual_mean_square(self._others(v))
+            rest, rest_df = residual_mean_square(self._others(v))
             expected = rest * (1 + 1 / (k - 1))
             p = self._noisier_p(self.variant_variance(v), expected, n - 1, rest_df)
             if p < NOISIER_LEVEL / k:

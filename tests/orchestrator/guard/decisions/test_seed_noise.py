@@ -19,7 +19,11 @@ from orchestrator.guard.decisions import (
     decide_all,
     decide_pair,
 )
-from orchestrator.guard.decisions.seed_noise import GATE_LEVEL, GATE_LEVEL_DEFAULT
+from orchestrator.guard.decisions.seed_noise import (
+    GATE_LEVEL,
+    GATE_LEVEL_DEFAULT,
+    residual_mean_square,
+)
 from tests.support.decision_scores import equal_variants
 
 QUIET, NOISY = 0.002, 0.2
@@ -49,9 +53,8 @@ def test_a_noisy_equal_pair_among_quiet_variants_keeps_its_own_spread() -> None:
         noise = SeedNoise.of(sorted(scores), scores, doc_bytes)
         term = noise.pair_term("v0", "v1")
         kept += term.source is SeedSource.VARIANTS
-        t = noise.table  # today's rule before issue 56: the whole table's residual, always
-        residual = t - t.mean(1, keepdims=True) - t.mean(0, keepdims=True) + t.mean()
-        everyone = SeedTerm(2 * float(np.sum(residual**2)) / 10, 10.0, SeedSource.POOLED, 6)
+        variance, df = residual_mean_square(noise.table)  # the rule before issue 56, always
+        everyone = SeedTerm(2 * variance, df, SeedSource.POOLED, 6)
         for term_used, tally in ((term, "own"), (everyone, "pooled")):
             pair = decide_pair(
                 "v0",

@@ -8,7 +8,7 @@ use (``import orchestrator.titan`` stays light):
     plan, run, resume       orchestrator.run.api
     verify_elastic          orchestrator.run.elastic_check
     compare                 orchestrator.guard.tracked_comparison.compare_tracked
-    sync                    orchestrator.tracking.folder_sync.sync
+    sync                    orchestrator.run.api
 
 Design: docs/design/orchestrator_layout.md
 """
@@ -24,7 +24,7 @@ _PUBLIC = {
     "resume": ("orchestrator.run.api", "resume"),
     "verify_elastic": ("orchestrator.run.elastic_check", "verify_elastic"),
     "compare": ("orchestrator.guard.tracked_comparison", "compare_tracked"),
-    "sync": ("orchestrator.tracking.folder_sync", "sync"),
+    "sync": ("orchestrator.run.api", "sync"),
 }
 """Public name -> (module, attribute)."""
 __all__ = sorted(_PUBLIC)

@@ -9,10 +9,9 @@ from typing import Any
 from orchestrator.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED
 from orchestrator.experiment.run_record import RunStatus
 from orchestrator.guard.tracked_comparison import compare_tracked
-from orchestrator.run.api import plan, plan_summary, resume, run
+from orchestrator.run.api import plan, plan_summary, resume, run, sync
 from orchestrator.run.elastic_check import verify_elastic
 from orchestrator.run.result import RunResult
-from orchestrator.tracking.folder_sync import sync
 from pipeline import ConfigError
 
 

@@ -104,12 +104,10 @@ class RunFolder:
         path = self.path / RUN_FILE
         return RunState.from_dict(json.loads(path.read_text())) if path.exists() else RunState()
 
-    def update_state(self, **changes: Any) -> RunState:
-        """Set ``changes`` (fields of :class:`RunState`) in ``run.json`` (one writer per
-        run: the launching process)."""
-        state = self.state().with_(**changes)
+    def write_state(self, state: RunState) -> None:
+        """Replace ``run.json`` by ``state``. Its one caller is the run's owner
+        (:class:`orchestrator.run.lifecycle.Run`), which holds the state between writes."""
         write_json_atomic(self.path / RUN_FILE, state.to_dict())
-        return state
 
     # -- training outputs ---------------------------------------------------------------------
 

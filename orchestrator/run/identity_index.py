@@ -26,17 +26,15 @@ import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from orchestrator.experiment.run_record import RunStatus
 from orchestrator.experiment.runfolder import RunFolder, write_json_atomic
+from orchestrator.tracking.mirrored_run import MirroredRun
 from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.provenance import answer_tags
 from orchestrator.tracking.run_kind import RunKind
+from orchestrator.tracking.tracker import Tracker
 from pipeline.filelock import file_lock
-
-if TYPE_CHECKING:
-    from orchestrator.tracking.tracker import Tracker
 
 INDEX_DIR = ".identities"
 """The index's folder under ``runs_root``."""
@@ -87,10 +85,10 @@ def finished_at(runs_root: Path, key: AnswerKey) -> RunFolder | None:
     return run if state.status == RunStatus.SUCCEEDED and set(state.dp_sizes) == {key.dp} else None
 
 
-def indexed_key(folder: RunFolder) -> AnswerKey | None:
-    """The key the index names ``folder`` for (the run that answers it; not a fresh run
+def indexed_key(run: MirroredRun) -> AnswerKey | None:
+    """The key the index names ``run`` for (the run that answers it; not a fresh run
     beside it), else None."""
-    record = folder.experiment()
+    folder, record = run.folder, run.experiment
     identity = record.identity
     if identity is None:
         return None
@@ -109,13 +107,13 @@ def index_run(folder: RunFolder, key: AnswerKey) -> None:
 
 
 def link_answer(
-    tracker: Tracker, earlier: RunFolder, *, parent_run_id: str, sweep: str | None
+    tracker: Tracker, earlier: MirroredRun, *, parent_run_id: str, sweep: str | None
 ) -> str:
     """A metric-less MLflow run under ``parent_run_id`` (a sweep's) that points at the run
     ``earlier`` answered the sweep's job with (``zephon.answered_from``); its id. Its kind
     is ``answer``, not ``run``: comparisons count the original alone."""
     link = tracker.new_run(
-        earlier.name,
+        earlier.folder.name,
         kind=RunKind.ANSWER,
         tags=answer_tags(earlier, sweep),
         parent_run_id=parent_run_id,

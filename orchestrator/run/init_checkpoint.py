@@ -29,6 +29,7 @@ from orchestrator.run import interrupts
 from orchestrator.run.launch import Launch, launch_env, run_local
 from orchestrator.run.run_plan import Recipe
 from orchestrator.run.trainer_command import recipe_flags, train_command
+from orchestrator.tracking.mirrored_run import MirroredRun
 from pipeline.filelock import file_lock
 from pipeline.paths import zephon_home
 
@@ -84,12 +85,12 @@ def ensure_init_checkpoint(config: ExperimentConfig, recipe: Recipe) -> InitChec
 
 
 def resumed_init(
-    folder: RunFolder, config: ExperimentConfig, recipe: Recipe
+    run: MirroredRun, config: ExperimentConfig, recipe: Recipe
 ) -> InitCheckpoint | None:
     """The initial checkpoint a resumed run needs: none once it has its own checkpoint (or
     when it was recorded without one); else the recorded one, made again if it is gone."""
-    init = folder.experiment().recorded_init
-    if init is None or folder.last_checkpoint_step() is not None:
+    init = run.experiment.recorded_init
+    if init is None or run.folder.last_checkpoint_step() is not None:
         return None
     if Path(init.path).is_dir():
         return init
@@ -97,7 +98,7 @@ def resumed_init(
     if made.sha256 != init.sha256:
         raise ExperimentError(
             [
-                f"{folder.path} started from initial checkpoint {init.sha256[:12]}, which is "
+                f"{run.folder.path} started from initial checkpoint {init.sha256[:12]}, which is "
                 f"gone; this machine makes {made.sha256[:12]} for its recipe (another torch or "
                 "TorchTitan version?). Start the run again instead of resuming it"
             ]

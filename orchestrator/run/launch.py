@@ -83,14 +83,15 @@ class Launch:
     on_tick: Callable[[RunFolder], None] | None = None
     """Called about once a second while training runs (progress, tracking sync)."""
     tick_every_s: float = POLL_S
-    leader: bool = True
-    """Whether this launch keeps the run folder's records (``run.json``, ``launch.log``);
-    the other nodes of a multi-node run (node rank > 0) only log, to ``launch-node<k>.log``."""
+    on_processes: Callable[[tuple[int, ...]], object] | None = None
+    """Called with the torchruns' process groups once they started, on node 0, whose run
+    records them (a later resume stops them if this process dies without cleanup)."""
     node_rank: int = 0
+    """This machine's node: node 0 logs to ``launch.log``, node k to ``launch-node<k>.log``."""
 
     @property
     def log_path(self) -> Path:
-        if self.leader:
+        if self.node_rank == 0:
             return self.folder.log_path
         return self.folder.path / f"launch-node{self.node_rank}.log"
 
@@ -111,8 +112,8 @@ def run_local(launch: Launch) -> int:
         log.write(f"\n=== launch {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
         log.flush()
         agents = [_start_torchrun(command, launch, log) for command in launch.commands]
-    if launch.leader:  # so that a later resume can stop them if this process dies without cleanup
-        folder.update_state(launch_process_groups=tuple(a.pid for a in agents))
+    if launch.on_processes is not None:
+        launch.on_processes(tuple(a.pid for a in agents))
     deadline = None if launch.timeout_s is None else time.monotonic() + launch.timeout_s
     next_tick = time.monotonic()
     with interrupts.handling():
@@ -182,9 +183,9 @@ def parent_death_signal() -> Callable[[], None] | None:
     return preexec
 
 
-def stop_leftover_launch(folder: RunFolder) -> list[int]:
-    """Kill the torchrun process groups of ``folder``'s last launch that are still alive;
-    return their ids.
+def stop_leftover_launch(folder: RunFolder, groups: tuple[int, ...]) -> list[int]:
+    """Kill the torchrun process groups ``groups`` of ``folder``'s last launch that are
+    still alive; return their ids.
 
     ``run_local`` kills them itself on any exit it sees; they outlive it only when its
     own process was SIGKILLed (an OOM kill, a killed scheduler). A resume must stop
@@ -192,7 +193,7 @@ def stop_leftover_launch(folder: RunFolder) -> list[int]:
     launch's only while its leader's command line still names the run folder.
     """
     stopped = []
-    for pgid in folder.state().launch_process_groups:
+    for pgid in groups:
         try:
             command = " ".join(psutil.Process(pgid).cmdline())
         except psutil.Error:

@@ -35,6 +35,7 @@ from orchestrator.run.init_from import check_init_from
 from orchestrator.run.recipe import recipe_of
 from orchestrator.run.run_plan import RunPlan
 from orchestrator.run.trainer_command import launch_command
+from orchestrator.tracking.mirrored_run import MirroredRun
 from pipeline import canonical_tokenizer_spec, load_tokenizer
 
 NODE_OWN_RESOURCES = ("node_rank", "max_procs", "gpu_ids", "oversubscribe", "timeout_s")
@@ -47,12 +48,12 @@ def plan(
     dp: int | None = None,
     run_name: str | None = None,
     overrides: list[str] | None = None,
-    resuming: RunFolder | None = None,
+    resuming: MirroredRun | None = None,
 ) -> RunPlan:
     """Resolve and validate ``config``, choose dp from the free devices, fingerprint the data.
 
     The one constructor of a plan: a new run, a follower node, a service attempt, and with
-    ``resuming`` the next segment of that run folder (``config`` is then the experiment it
+    ``resuming`` the next segment of that run (``config`` is then the experiment it
     recorded): its recorded fingerprints and name, and the initial checkpoint only while
     the folder has no checkpoint of its own."""
     if not isinstance(config, ExperimentConfig) or overrides:
@@ -72,7 +73,7 @@ def plan(
     config = replace(config, train=replace(config.train, precision=precision))
     recipe = recipe_of(config)
     if resuming is not None:
-        folder, prints = resuming, resuming.experiment().fingerprints
+        folder, prints = resuming.folder, resuming.experiment.fingerprints
         init = resumed_init(resuming, config, recipe)
         init_path = None if init is None else Path(init.path)
     else:

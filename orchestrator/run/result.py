@@ -1,4 +1,5 @@
-"""What a run left (:class:`RunResult`), read from its run folder, and how to call Zephon again."""
+"""What a run left (:class:`RunResult`; :meth:`orchestrator.run.lifecycle.Run.result` makes
+it) and how to call Zephon again."""
 
 from __future__ import annotations
 
@@ -7,9 +8,6 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.run.segment_tracking import TrackingState
 
 
 @dataclass
@@ -29,7 +27,8 @@ class RunResult:
     eval: dict[str, Any] | None
     mlflow_run_id: str | None
     tracking: str
-    """``synced``, ``pending`` (run ``zephon sync``) or ``off`` (:class:`TrackingState`)."""
+    """``synced``, ``pending`` (run ``zephon sync``) or ``off``
+    (:class:`~orchestrator.run.segment_tracking.TrackingState`)."""
     messages: list[str] = field(default_factory=list)
     answered_from: str | None = None
     """The run folder's name of the earlier run of the same experiment this result comes
@@ -46,28 +45,3 @@ def zephon_command() -> list[str]:
     if found and (not beside.exists() or Path(found).resolve() == beside.resolve()):
         return ["zephon"]
     return [str(beside)] if beside.exists() else [sys.executable, "-m", "orchestrator.cli"]
-
-
-def run_result(
-    folder: RunFolder, code: int, tracking: TrackingState, messages: list[str]
-) -> RunResult:
-    """The :class:`RunResult` of ``folder`` as it stands."""
-    state = folder.state()
-    experiment = folder.experiment()
-    evals = folder.evals()
-    return RunResult(
-        run_name=folder.name,
-        folder=str(folder.path.absolute()),
-        status=state.status or "unknown",
-        returncode=code,
-        dp_sizes=state.dp_sizes,
-        steps=max(folder.steps(), default=0),
-        data_fingerprint=folder.data_fingerprint(),
-        contract_fingerprint=experiment.contract_fingerprint,
-        variant=experiment.variant,
-        recipe_fingerprint=experiment.recipe_fingerprint,
-        eval=evals[max(evals)] if evals else None,
-        mlflow_run_id=state.mlflow_run_id,
-        tracking=str(tracking),
-        messages=messages,
-    )

@@ -1,8 +1,8 @@
-"""One segment of a run: launch its training, keep its tracking in step, record how it ended.
+"""One segment of a run: how it is launched, what it calls back, how its end reads.
 
-A run trains in segments (its first launch, then one per resume); each appends to
-``run.json``'s ``segments`` its dp size, device, steps and exit status. Node k > 0 of a
-multi-node run trains the same segment beside node 0 and keeps no records.
+A run trains in segments (its first launch, then one per resume); the run that owns them
+(:class:`orchestrator.run.lifecycle.Run`) records each. Node k > 0 of a multi-node run
+trains the same segment beside node 0 and keeps no records (:func:`follow_node_zero`).
 """
 
 from __future__ import annotations
@@ -10,27 +10,20 @@ from __future__ import annotations
 import errno
 import os
 import shlex
-import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from dataclasses import dataclass
+from typing import TextIO
 
-from orchestrator.errors import DISK_FULL_ERRNOS, DiskFull
 from orchestrator.experiment import Launcher, write_data_spec
-from orchestrator.experiment.run_record import RunStatus, Segment
+from orchestrator.experiment.run_record import RunStatus
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.run import interrupts, slurm
+from orchestrator.run import slurm
 from orchestrator.run.launch import Launch, launch_env, run_local
 from orchestrator.run.progress import Progress
-from orchestrator.run.result import RunResult, run_result, zephon_command
+from orchestrator.run.result import RunResult, zephon_command
 from orchestrator.run.run_plan import RunPlan
-from orchestrator.run.segment_tracking import SegmentTracking, TrackingState
+from orchestrator.run.segment_tracking import TrackingState
 from orchestrator.run.trainer_command import launch_command, trainer_args
-from orchestrator.tracking.uris import resolve_uri
-
-if TYPE_CHECKING:
-    from orchestrator.tracking.tracker import Tracker
-
 
 DISK_FULL_LOG_LINE = os.strerror(errno.ENOSPC)
 """What a training that found its disk full says in its log."""
@@ -43,105 +36,63 @@ def segment_status(code: int, finished: bool) -> RunStatus:
     return RunStatus.SUCCEEDED if code == 0 and finished else RunStatus.FAILED
 
 
-def train_segment(plan: RunPlan, *, tracker: Tracker | None, progress: TextIO | None) -> RunResult:
-    """Launch one segment of ``plan``'s training and track it; on a follower node, train
-    beside node 0 without records."""
-    if plan.is_follower:
-        return _train_beside_node_zero(plan, progress)
-    folder, config = plan.folder, plan.config
-    start_step = folder.last_checkpoint_step() or 0
-    started = Segment.new(
-        dp_size=plan.dp, start_step=start_step, device=plan.devices.label, started_at=time.time()
-    )
-    segments = (*folder.state().segments, started)
-    write_data_spec(folder.data_spec_path, config.data)  # the trainer's --dataloader.spec
-    folder.update_state(
-        status=RunStatus.RUNNING,
-        segments=segments,
-        tracking_uri=resolve_uri(config.tracking.uri, Path.cwd()),
-        mlflow_experiment=config.tracking.experiment,
-    )
-    tracking = SegmentTracking.start(tracker, folder, config.tracking.offline_ok)
-    bar = Progress(config.train.steps, progress, label=f"{folder.name} dp={plan.dp} ")
+@dataclass(frozen=True)
+class SegmentHooks:
+    """What a launch calls while its segment trains (given by the run that owns it)."""
 
-    def on_tick(ticked: RunFolder) -> None:
-        bar.update(ticked)
-        tracking.sync_now_and_then(ticked)
-
-    try:
-        if config.resources.launcher == Launcher.SLURM:
-            code = slurm.run_slurm(
-                folder,
-                trainer_args(plan),
-                alloc=slurm.allocation(config, plan.dp),
-                params=config.resources.slurm,
-                timeout_s=config.resources.timeout_s,
-                on_tick=on_tick,
-            )
-        else:
-            code = run_local(_local_launch(plan, on_tick))
-    finally:
-        bar.close()
-    done = max(folder.steps(), default=0)
-    status = segment_status(code, done >= config.train.steps)
-    ended = started.with_(ended_at=time.time(), returncode=code, end_step=done)
-    tail = folder.log_tail() if status == RunStatus.FAILED else ""
-    try:  # the records are written to the run's disk, which may be the full one
-        folder.update_state(status=status, segments=(*segments[:-1], ended))
-        result = _ended(plan, ended, status, tracking, log_tail=tail)
-    except OSError as e:
-        if e.errno not in DISK_FULL_ERRNOS:
-            raise
-        raise DiskFull(_disk_full_line(folder)) from e
-    if DISK_FULL_LOG_LINE in tail:
-        raise DiskFull(_disk_full_line(folder))  # the training's own writes found it full
-    return result
+    on_tick: Callable[[RunFolder], None]
+    """About once a second while training runs: the progress line, the tracking sync."""
+    on_processes: Callable[[tuple[int, ...]], object]
+    """With the process groups of the torchruns started here (a later resume stops them
+    if this process dies without cleanup)."""
+    on_job: Callable[[str], object]
+    """With the id of the Slurm job submitted."""
 
 
-def _ended(
-    plan: RunPlan,
-    ended: Segment,
-    status: RunStatus,
-    tracking: SegmentTracking,
-    *,
-    log_tail: str,
-) -> RunResult:
-    """The result of ``plan``'s segment ``ended`` with ``status`` (``log_tail``: its log's
-    end, if it failed): what to do next in its messages, its tracking finished."""
-    folder, steps = plan.folder, plan.config.train.steps
-    messages = tracking.messages
-    if status == RunStatus.INTERRUPTED:
-        checkpoint = folder.last_checkpoint_step()
-        line = (
-            f"{folder.name}: interrupted at step {ended.end_step}/{steps} (last checkpoint: "
-            f"{f'step {checkpoint}' if checkpoint else 'none'}); continue: {_resume_command(folder)}"
+SegmentLauncher = Callable[[RunPlan, SegmentHooks], int]
+"""Starts one segment of a plan and returns its exit status (:func:`launch_segment`, or a
+stand-in that trains nothing)."""
+
+
+def launch_segment(plan: RunPlan, hooks: SegmentHooks) -> int:
+    """Train one segment of ``plan`` on node 0: a torchrun here, or a Slurm job; its exit
+    status (negative: stopped by a signal)."""
+    config = plan.config
+    if config.resources.launcher == Launcher.SLURM:
+        return slurm.run_slurm(
+            plan.folder,
+            trainer_args(plan),
+            alloc=slurm.allocation(config, plan.dp),
+            params=config.resources.slurm,
+            timeout_s=config.resources.timeout_s,
+            on_tick=hooks.on_tick,
+            on_job=hooks.on_job,
         )
-        interrupts.note_unfinished(line)
-        messages.append(line)
-    elif status != RunStatus.SUCCEEDED:
-        messages.append(
-            f"training {status} (exit status {ended.returncode}); log {folder.log_path}:\n"
-            f"{log_tail}"
-        )
-    tracking.finish(folder, status)
-    return run_result(folder, ended.returncode, tracking.state, messages)
+    return run_local(_local_launch(plan, hooks.on_tick, on_processes=hooks.on_processes))
 
 
-def _resume_command(folder: RunFolder) -> str:
+def resume_command(folder: RunFolder) -> str:
+    """The command that continues the run in ``folder``."""
     return shlex.join([*zephon_command(), "resume", str(folder.path.absolute())])
 
 
-def _disk_full_line(folder: RunFolder) -> str:
+def disk_full_line(folder: RunFolder) -> str:
     """What to do when the disk holding ``folder`` is full."""
     return (
         f"{folder.name}: the disk holding {folder.path} is full ({DISK_FULL_LOG_LINE}): "
-        f"free space, then {_resume_command(folder)} (it trains on from checkpoint "
+        f"free space, then {resume_command(folder)} (it trains on from checkpoint "
         f"step-{folder.last_checkpoint_step() or 0}; nothing written before is lost)"
     )
 
 
-def _local_launch(plan: RunPlan, on_tick: Callable[[RunFolder], None]) -> Launch:
-    """The torchrun of ``plan`` on this machine (node 0 keeps the run folder's records)."""
+def _local_launch(
+    plan: RunPlan,
+    on_tick: Callable[[RunFolder], None],
+    *,
+    on_processes: Callable[[tuple[int, ...]], object] | None,
+) -> Launch:
+    """The torchrun of ``plan`` on this machine (``on_processes``: node 0, which keeps the
+    run folder's records; None on the other nodes)."""
     r = plan.config.resources
     return Launch(
         [launch_command(plan)],
@@ -149,12 +100,12 @@ def _local_launch(plan: RunPlan, on_tick: Callable[[RunFolder], None]) -> Launch
         plan.folder,
         timeout_s=r.timeout_s,
         on_tick=on_tick,
-        leader=not plan.is_follower,
-        node_rank=r.node_rank,
+        on_processes=on_processes,
+        node_rank=r.node_rank if plan.is_follower else 0,
     )
 
 
-def _train_beside_node_zero(plan: RunPlan, progress: TextIO | None) -> RunResult:
+def follow_node_zero(plan: RunPlan, progress: TextIO | None) -> RunResult:
     """Train node ``node_rank`` > 0 of a multi-node run alongside node 0; keep no records.
 
     Node 0 owns the run folder's records (``experiment.json``, ``run.json``, the digests,
@@ -166,7 +117,7 @@ def _train_beside_node_zero(plan: RunPlan, progress: TextIO | None) -> RunResult
     folder.path.mkdir(parents=True, exist_ok=True)
     write_data_spec(folder.data_spec_path, plan.config.data)  # the same bytes as node 0's
     bar = Progress(plan.config.train.steps, progress, label=f"{folder.name} node {r.node_rank} ")
-    launch = _local_launch(plan, bar.update)
+    launch = _local_launch(plan, bar.update, on_processes=None)
     try:
         code = run_local(launch)
     finally:

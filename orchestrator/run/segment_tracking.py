@@ -9,14 +9,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from orchestrator.errors import TrackingError
 from orchestrator.experiment.run_record import RunStatus
-from orchestrator.experiment.runfolder import RunFolder
-
-if TYPE_CHECKING:
-    from orchestrator.tracking.tracker import Tracker
+from orchestrator.tracking.mirrored_run import MirroredRun
+from orchestrator.tracking.tracker import Tracker
 
 SYNC_EVERY_S = 10.0
 """Seconds between two syncs of a training run's records to its tracking server."""
@@ -45,42 +42,45 @@ class SegmentTracking:
     last_sync: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def start(cls, tracker: Tracker | None, folder: RunFolder, offline_ok: bool) -> SegmentTracking:
-        """Open the run's MLflow run (tags and parent from the folder, as ``zephon sync``
+    def start(cls, tracker: Tracker | None, run: MirroredRun, offline_ok: bool) -> SegmentTracking:
+        """Open the run's MLflow run (tags and parent from its records, as ``zephon sync``
         does); an unreachable server leaves the records pending and training goes on."""
         if tracker is None:
             return cls(None, TrackingState.PENDING if offline_ok else TrackingState.OFF)
         try:
-            tracker.start(folder)
+            tracker.start(run)
         except TrackingError as e:
             # kept: start recorded where the run goes, so a later sync creates it
             message = f"tracking unavailable, training continues: {e}"
             return cls(tracker, TrackingState.PENDING, [message])
         return cls(tracker, TrackingState.SYNCED)
 
-    def sync_now_and_then(self, folder: RunFolder) -> None:
-        """Send the folder's new records if ``SYNC_EVERY_S`` passed since the last time."""
+    def sync_now_and_then(self, run: MirroredRun) -> None:
+        """Send the run's new records if ``SYNC_EVERY_S`` passed since the last time."""
         if self.tracker is None or time.monotonic() - self.last_sync < SYNC_EVERY_S:
             return
         self.last_sync = time.monotonic()
         try:
-            self.tracker.sync(folder)
+            self.tracker.sync(run)
             self.state = TrackingState.SYNCED
         except TrackingError as e:
             if self.state != TrackingState.PENDING:
-                self.messages.append(f"tracking unavailable, metrics kept in {folder.path}: {e}")
+                self.messages.append(
+                    f"tracking unavailable, metrics kept in {run.folder.path}: {e}"
+                )
             self.state = TrackingState.PENDING
 
-    def finish(self, folder: RunFolder, status: RunStatus) -> None:
+    def finish(self, run: MirroredRun, status: RunStatus) -> None:
         """Send the rest and end the MLflow run with ``status``; say how to catch up if not."""
         if self.tracker is not None:
             try:
-                self.tracker.finish(folder, status)
+                self.tracker.finish(run, status)
                 self.state = TrackingState.SYNCED
             except TrackingError as e:
                 self.state = TrackingState.PENDING
                 self.messages.append(f"tracking unavailable: {e}")
         if self.state == TrackingState.PENDING:
             self.messages.append(
-                f"metrics are kept in {folder.path}; send them with `zephon sync {folder.path}`"
+                f"metrics are kept in {run.folder.path}; "
+                f"send them with `zephon sync {run.folder.path}`"
             )

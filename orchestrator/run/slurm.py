@@ -109,6 +109,7 @@ def run_slurm(
     params: dict[str, Any],
     timeout_s: float | None = None,
     on_tick: Callable[[RunFolder], None] | None = None,
+    on_job: Callable[[str], object] | None = None,
 ) -> int:
     """Submit ``trainer_args`` as a job of ``alloc`` (submitit ``params`` added) and wait for
     it, calling ``on_tick`` about once a second; the first failing rank's exit status, or a
@@ -126,7 +127,8 @@ def run_slurm(
     _append_to_log(
         folder, f"\n=== Slurm job {job.job_id}: {alloc.nodes} node(s) x {alloc.tasks_per_node}\n"
     )
-    folder.update_state(slurm_job_id=job.job_id)
+    if on_job is not None:
+        on_job(job.job_id)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     last_check = time.monotonic()
     with interrupts.handling():

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.experiment.run_record import ExperimentRecord
-from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.tracking.mirrored_run import MirroredRun
 from orchestrator.tracking.mlflow_names import run_display_name
 from orchestrator.tracking.store import load_mlflow
 
@@ -163,31 +163,25 @@ def evaluation_input(
     return _record(name, digest, shards, profile, EVALUATION)
 
 
-def folder_display_name(folder: RunFolder) -> str:
-    """The MLflow run name of ``folder``: :func:`run_display_name` of its records, the dp
-    size its first segment started on; the folder's name if it has no ``experiment.json``."""
-    if not folder.exists():
-        return folder.name
-    sizes = folder.state().dp_sizes
-    dp = sizes[0] if sizes else None
-    return run_display_name(folder.experiment(), dp=dp)
+def mirrored_display_name(run: MirroredRun) -> str:
+    """The MLflow run name of ``run``: :func:`run_display_name` of its records, the dp size
+    its first segment started on."""
+    sizes = run.state.dp_sizes
+    return run_display_name(run.experiment, dp=sizes[0] if sizes else None)
 
 
-def folder_inputs(folder: RunFolder) -> list[InputRecord]:
-    """The dataset inputs of ``folder``: its training datasets and evaluation sets (shard
+def mirrored_inputs(run: MirroredRun) -> list[InputRecord]:
+    """The dataset inputs of ``run``: its training datasets and evaluation sets (shard
     paths from its data spec, local paths absolute, else from ``experiment.json``)."""
-    if not folder.exists():
-        return []
-    experiment = folder.experiment()
     try:
-        spec = json.loads(folder.data_spec_path.read_text())
+        spec = json.loads(run.folder.data_spec_path.read_text())
     except (OSError, ValueError):  # none yet, or not readable: experiment.json's paths
         spec = {}
     spec = spec if isinstance(spec, dict) else {}
     paths, eval_paths = (spec.get(key) for key in ("datasets", "eval_sets"))
     return [
-        *training_inputs(experiment, paths if isinstance(paths, dict) else None),
-        *evaluation_inputs(experiment, eval_paths if isinstance(eval_paths, dict) else None),
+        *training_inputs(run.experiment, paths if isinstance(paths, dict) else None),
+        *evaluation_inputs(run.experiment, eval_paths if isinstance(eval_paths, dict) else None),
     ]
 
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from orchestrator import failpoints
 from orchestrator.evaluation.record import EvalRecord, as_number
 from orchestrator.experiment.run_record import InFlight, PartialUnit, TrackingCursor
-from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.failpoints import Failpoint
+from orchestrator.tracking.mirrored_run import MirroredRun
 from orchestrator.tracking.mlflow_names import (
     METRIC_DATA_WAIT,
     METRIC_EVAL_PREFIX,
@@ -185,11 +185,12 @@ def batches(units: list[Unit], size: int = MAX_METRICS_PER_BATCH) -> Iterator[Ba
 
 
 def send_metrics(
-    client: MlflowClient, folder: RunFolder, run_id: str, *, final: bool
+    client: MlflowClient, run: MirroredRun, run_id: str, *, final: bool
 ) -> dict[str, int]:
-    """Send ``folder``'s steps and evals after its cursor to the MLflow run ``run_id``, batch
+    """Send ``run``'s steps and evals after its cursor to the MLflow run ``run_id``, batch
     by batch (see :meth:`~orchestrator.tracking.tracker.Tracker.sync`); return what was sent."""
-    tracking = _settle_in_flight(client, folder, run_id)
+    tracking = _settle_in_flight(client, run, run_id)
+    folder = run.folder
     units = [
         *metric_units(folder.metrics(), folder.steps(), tracking.metrics_step, final=final),
         *eval_units(folder.evals(), tracking.eval_step),
@@ -203,21 +204,21 @@ def send_metrics(
             flight = InFlight.new(cursors=cursors, probe=key, step=step)
             if batch.partial is not None:
                 flight = flight.with_(partial=batch.partial)
-            folder.update_state(tracking=tracking.with_(in_flight=flight))
+            run.commit(tracking=tracking.with_(in_flight=flight))
             log_points(client, run_id, batch.points, now)
             failpoints.reach(Failpoint.TRACKING_SENT, step)
             counts["metrics"] += len(batch.points)
         tracking = _accepted(tracking, cursors, batch.partial)
-        folder.update_state(tracking=tracking)
+        run.commit(tracking=tracking)
         for unit in batch.completed:
             counts["steps" if unit.cursor == METRICS_CURSOR else "evals"] += 1
     return counts
 
 
-def _settle_in_flight(client: MlflowClient, folder: RunFolder, run_id: str) -> TrackingCursor:
+def _settle_in_flight(client: MlflowClient, run: MirroredRun, run_id: str) -> TrackingCursor:
     """The cursor, once a batch a killed sync left in flight is settled: passed if MLflow
     holds its last point (it accepts a batch whole), else to be sent again."""
-    tracking = folder.state().tracking
+    tracking = run.state.tracking
     flight = tracking.in_flight
     if flight is None:
         return tracking
@@ -225,7 +226,7 @@ def _settle_in_flight(client: MlflowClient, folder: RunFolder, run_id: str) -> T
     if flight.step in held:
         tracking = _accepted(tracking, flight.cursors, flight.partial)
     tracking = tracking.without("in_flight")
-    folder.update_state(tracking=tracking)
+    run.commit(tracking=tracking)
     return tracking
 
 

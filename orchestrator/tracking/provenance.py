@@ -1,6 +1,6 @@
 """Provenance of a training run: package versions, git revision, its MLflow run's first tags.
 
-Everything here is read from the run folder and this checkout alone, so a run tracked
+Everything here is read from the run's records and this checkout alone, so a run tracked
 from its launch and one created later by ``zephon sync`` get the same tags.
 """
 
@@ -12,7 +12,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.tracking.mirrored_run import MirroredRun
 from orchestrator.tracking.mlflow_names import (
     TAG_ANSWERED_FROM,
     TAG_CONTRACT,
@@ -63,8 +63,8 @@ def git_revision(cwd: Path | None = None) -> str:
     return revision if done.returncode == 0 and revision else "unknown"
 
 
-def run_start_tags(folder: RunFolder) -> dict[str, str]:
-    """The tags a training run's MLflow run starts with, from its run folder alone.
+def run_start_tags(run: MirroredRun) -> dict[str, str]:
+    """The tags a training run's MLflow run starts with, from its records alone.
 
     Fingerprints (contract, variant, recipe, initial checkpoint), precision and the
     folder from ``experiment.json``; the device of the latest launch segment and the sweep
@@ -72,8 +72,7 @@ def run_start_tags(folder: RunFolder) -> dict[str, str]:
     tracked from its launch and one trained offline and created later by ``zephon sync``
     get the same tags, so ``compare --sweep`` finds both.
     """
-    experiment = folder.experiment()
-    state = folder.state()
+    experiment, state = run.experiment, run.state
     segments = state.segments
     return {
         TAG_KIND: RunKind.RUN,
@@ -82,7 +81,7 @@ def run_start_tags(folder: RunFolder) -> dict[str, str]:
         TAG_RECIPE: experiment.recipe_fingerprint or "",
         TAG_INIT: experiment.init_sha256 or "",
         **({TAG_IDENTITY: experiment.identity} if experiment.identity else {}),
-        TAG_RUN_FOLDER: str(folder.path.resolve()),
+        TAG_RUN_FOLDER: str(run.folder.path.resolve()),
         TAG_VERSIONS: json.dumps(package_versions(), sort_keys=True),
         TAG_GIT: git_revision(),
         TAG_DEVICE: (segments[-1].device or "cpu") if segments else "cpu",
@@ -91,18 +90,13 @@ def run_start_tags(folder: RunFolder) -> dict[str, str]:
     }
 
 
-def run_parent(folder: RunFolder) -> str | None:
-    """The MLflow run a training run is a child of (its sweep's parent run), from ``run.json``."""
-    return folder.state().parent_run_id or None
-
-
-def answer_tags(earlier: RunFolder, sweep: str | None) -> dict[str, str]:
+def answer_tags(earlier: MirroredRun, sweep: str | None) -> dict[str, str]:
     """The tags of a link to ``earlier``, the run a job of ``sweep`` was answered from: the
     original's MLflow run id, folder and identity (no fingerprints: the link trained nothing)."""
-    experiment = earlier.experiment()
+    identity = earlier.experiment.identity
     return {
-        TAG_ANSWERED_FROM: earlier.state().mlflow_run_id or "",
-        TAG_RUN_FOLDER: str(earlier.path.resolve()),
-        **({TAG_IDENTITY: experiment.identity} if experiment.identity else {}),
+        TAG_ANSWERED_FROM: earlier.state.mlflow_run_id or "",
+        TAG_RUN_FOLDER: str(earlier.folder.path.resolve()),
+        **({TAG_IDENTITY: identity} if identity else {}),
         **({TAG_SWEEP: sweep} if sweep else {}),
     }

@@ -11,18 +11,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.errors import NotTracked, TrackingError
-from orchestrator.experiment.run_record import RunStatus, TrackingCursor
+from orchestrator.errors import TrackingError
+from orchestrator.experiment.run_record import RunState, RunStatus, TrackingCursor
 from orchestrator.experiment.runfolder import (
     EVAL_FILE,
     EXPERIMENT_FILE,
     RUN_SUBDIR,
     STEPS_FILE,
     TASKS_FILE,
-    RunFolder,
 )
-from orchestrator.tracking.inputs import InputRecord, folder_display_name, folder_inputs
+from orchestrator.tracking.inputs import InputRecord, mirrored_display_name, mirrored_inputs
 from orchestrator.tracking.metric_units import send_metrics
+from orchestrator.tracking.mirrored_run import MirroredRun
 from orchestrator.tracking.mlflow_names import (
     ARTIFACT_EVAL,
     ARTIFACT_EXPERIMENT,
@@ -42,7 +42,7 @@ from orchestrator.tracking.mlflow_names import (
     metric_key,
 )
 from orchestrator.tracking.mlflow_status import ENDED, MLFLOW_STATUS, MlflowStatus
-from orchestrator.tracking.provenance import run_parent, run_start_tags
+from orchestrator.tracking.provenance import run_start_tags
 from orchestrator.tracking.run_kind import RunKind
 from orchestrator.tracking.store import (
     MAX_KEY,
@@ -74,8 +74,10 @@ class Tracker:
     """Mirrors run folders into one MLflow experiment of one tracking store.
 
     ``start`` once per launch segment, ``sync`` as often as wanted while training,
-    ``finish`` at the end. Every method raises :class:`TrackingUnavailable` when the
-    store cannot be reached, leaving ``run.json`` so that a later call resumes.
+    ``finish`` at the end, each given the run (:class:`MirroredRun`): its records as their
+    owner holds them, and the owner's ``commit`` for the cursor. Every method raises
+    :class:`TrackingUnavailable` when the store cannot be reached, the cursor recorded so
+    that a later call resumes.
 
     Why the run folder is the buffer, and what a sync guarantees:
     docs/design/orchestrator_tracking.md.
@@ -103,42 +105,55 @@ class Tracker:
 
     def start(
         self,
-        folder: RunFolder,
+        run: MirroredRun,
         *,
         tags: dict[str, str] | None = None,
         parent_run_id: str | None = None,
     ) -> str:
-        """Create (or, on a resume, reopen) the MLflow run of ``folder``; return its id.
+        """Create (or, on a resume, reopen) the MLflow run of ``run``; return its id.
 
         The run is named by what it varies (:func:`run_display_name`: experiment name,
-        mixture or dataset version, seed and dp size; the run folder keeps its own name) and gets :func:`run_start_tags`, :func:`run_parent` and the folder's datasets
-        as dataset inputs (:mod:`.inputs`): what a run created later by ``zephon sync`` gets
-        too; ``tags`` and ``parent_run_id`` add to or replace them. The URI, experiment,
-        ``tags`` and ``parent_run_id`` are written to ``run.json`` first, so if
-        the store is unreachable (:class:`TrackingUnavailable`) a later :meth:`sync` or
-        ``zephon sync`` can still create the run. A ``run.json`` that already names an
-        MLflow run found in this store reuses it and marks it RUNNING again; one not found
-        there (another store, a deleted run) gets a new run and everything is sent to it
-        from the start.
+        mixture or dataset version, seed and dp size; the run folder keeps its own name)
+        and gets :func:`run_start_tags`, its sweep's parent run and its datasets as dataset
+        inputs (:mod:`.inputs`): what a run created later by ``zephon sync`` gets too;
+        ``tags`` and ``parent_run_id`` add to or replace them. The URI, experiment,
+        ``tags`` and ``parent_run_id`` are recorded first, so if the store is unreachable
+        (:class:`TrackingUnavailable`) a later :meth:`sync` or ``zephon sync`` can still
+        create the run. A run that already names an MLflow run found in this store reuses
+        it and marks it RUNNING again; one not found there (another store, a deleted run)
+        gets a new run and everything is sent to it from the start.
         """
-        tracking = folder.state().tracking.with_(tags=dict(tags or {}), parent_run_id=parent_run_id)
-        folder.update_state(
-            tracking_uri=self.uri, mlflow_experiment=self.experiment, tracking=tracking
-        )
-        return self._open_run(folder, reopen=True)
+        run.commit(**self.destination(run.state, tags=tags, parent_run_id=parent_run_id))
+        return self._open_run(run, reopen=True)
 
-    def _open_run(self, folder: RunFolder, *, reopen: bool) -> str:
-        """The id of ``folder``'s run in this store, created if needed; params, tags and
-        dataset inputs logged (each once: ``run.json`` records it, and inputs already on
-        the run are not sent again)."""
+    def destination(
+        self,
+        state: RunState,
+        *,
+        tags: dict[str, str] | None = None,
+        parent_run_id: str | None = None,
+    ) -> dict[str, Any]:
+        """What :meth:`start` records in ``run.json`` (``state`` as it is) before it opens
+        the MLflow run: this store, its experiment, and the start's ``tags`` and parent."""
+        tracking = state.tracking.with_(tags=dict(tags or {}), parent_run_id=parent_run_id)
+        return {
+            "tracking_uri": self.uri,
+            "mlflow_experiment": self.experiment,
+            "tracking": tracking,
+        }
+
+    def _open_run(self, run: MirroredRun, *, reopen: bool) -> str:
+        """The id of ``run``'s MLflow run in this store, created if needed; params, tags and
+        dataset inputs logged (each once: the run records it, and inputs already on the
+        MLflow run are not sent again)."""
+        folder = run.folder
         if is_http(self.uri):
             ping_server(self.uri, folder=folder)
-        state = folder.state()
-        tracking = state.tracking
-        run_id = state.mlflow_run_id
+        tracking = run.state.tracking
+        run_id = run.state.mlflow_run_id
         with mlflow_errors(self.uri, f"opening the MLflow run of {folder.path}", folder):
-            run = self._existing_run(run_id) if run_id else None
-            if run is None:
+            found = self._existing_run(run_id) if run_id else None
+            if found is None:
                 if run_id:
                     _log.warning(
                         "MLflow run %s of %s is not in %s (or was deleted): creating a new run "
@@ -148,14 +163,15 @@ class Tracker:
                         self.uri,
                     )
                 run_id = self.new_run(
-                    folder_display_name(folder),
+                    mirrored_display_name(run),
                     kind=RunKind.RUN,
-                    parent_run_id=tracking.parent_run_id or run_parent(folder),
+                    parent_run_id=tracking.parent_run_id or run.state.parent_run_id or None,
                 )
                 tracking = TrackingCursor.new(
                     tags=tracking.tags, parent_run_id=tracking.parent_run_id
                 )
-                folder.update_state(
+                # recorded at once: a run made again after a kill here would be a twin
+                run.commit(
                     mlflow_run_id=run_id,
                     tracking_uri=self.uri,
                     mlflow_experiment=self.experiment,
@@ -163,18 +179,19 @@ class Tracker:
                 )
                 logged: dict[str, str] = {}
             else:
-                if reopen and run.info.status != MlflowStatus.RUNNING:
+                if reopen and found.info.status != MlflowStatus.RUNNING:
                     self.client.update_run(run_id, status=MlflowStatus.RUNNING)
-                logged = dict(run.data.params)
+                logged = dict(found.data.params)
             if reopen or not tracking.params_logged:
-                self._log_params(folder, run_id, logged)
-                log_tags(self.client, run_id, self._start_tags(folder, dict(tracking.tags)))
+                self._log_params(run, run_id, logged)
+                log_tags(self.client, run_id, self._start_tags(run, dict(tracking.tags)))
                 tracking = tracking.with_(params_logged=True)
-                folder.update_state(tracking=tracking)
             if reopen or not tracking.inputs_logged:
-                self._log_inputs(run_id, folder_inputs(folder), run)
+                self._log_inputs(run_id, mirrored_inputs(run), found)
                 tracking = tracking.with_(inputs_logged=True)
-                folder.update_state(tracking=tracking)
+            # one record for both: sent again after a kill, neither is held twice (params
+            # are compared with the run's, inputs with those it holds)
+            run.commit(tracking=tracking)
         self._found.add(run_id)
         return run_id
 
@@ -286,9 +303,9 @@ class Tracker:
         with mlflow_errors(self.uri, f"ending MLflow run {run_id}"):
             self.client.set_terminated(run_id, status)
 
-    def _log_params(self, folder: RunFolder, run_id: str, logged: dict[str, str]) -> None:
+    def _log_params(self, run: MirroredRun, run_id: str, logged: dict[str, str]) -> None:
         """Mixture shares and flattened contract fields not yet on the run (params are immutable)."""
-        experiment = folder.experiment()
+        experiment = run.experiment
         params: dict[str, str] = {}
         for name, share in experiment.mixture.items():
             params[metric_key(PARAM_MIX_PREFIX + str(name))[:MAX_KEY]] = param_value(share)
@@ -298,7 +315,9 @@ class Tracker:
             params[metric_key(PARAM_CONTRACT_PREFIX + key)[:MAX_KEY]] = param_value(value)
         for key in [k for k in params if k in logged]:
             if logged[key] != params.pop(key):
-                _log.warning("MLflow param %s of run %s differs from %s; kept", key, run_id, folder)
+                _log.warning(
+                    "MLflow param %s of run %s differs from %s; kept", key, run_id, run.folder
+                )
         log_params(self.client, run_id, params)
 
     def _log_inputs(self, run_id: str, records: list[InputRecord], run: Any) -> list[InputRecord]:
@@ -330,59 +349,59 @@ class Tracker:
                 run = self.client.get_run(run_id)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    def _start_tags(self, folder: RunFolder, tags: dict[str, str]) -> dict[str, str]:
-        return {**run_start_tags(folder), **{str(k): str(v) for k, v in tags.items()}}
+    def _start_tags(self, run: MirroredRun, tags: dict[str, str]) -> dict[str, str]:
+        return {**run_start_tags(run), **{str(k): str(v) for k, v in tags.items()}}
 
     # -- syncing ----------------------------------------------------------------------------
 
-    def sync(self, folder: RunFolder, *, final: bool = False) -> dict[str, int]:
+    def sync(self, run: MirroredRun, *, final: bool = False) -> dict[str, int]:
         """Send what MLflow does not have yet; return ``{"metrics", "steps", "evals"}`` sent.
 
-        Idempotent and incremental (cursor in ``run.json["tracking"]``). Metrics go in
-        ``log_batch`` calls of at most 1000 points, a step's points together when they
-        fit; the cursor advances after each accepted call. Tags (data fingerprint,
-        steps, dp sizes, status) and the changed artifacts follow. ``final=False``
-        holds back steps newer than the newest step with a loss in ``metrics.jsonl``
-        (their loss may still be coming); ``final=True`` sends everything. Raises
-        :class:`TrackingUnavailable` when the store cannot be reached: what was not
-        accepted stays pending and goes with the next sync.
+        Idempotent and incremental (the cursor is ``run.json``'s ``tracking``, committed
+        by ``run``). Metrics go in ``log_batch`` calls of at most 1000 points, a step's
+        points together when they fit; the cursor advances after each accepted call. Tags
+        (data fingerprint, steps, dp sizes, status) and the changed artifacts follow.
+        ``final=False`` holds back steps newer than the newest step with a loss in
+        ``metrics.jsonl`` (their loss may still be coming); ``final=True`` sends
+        everything. Raises :class:`TrackingUnavailable` when the store cannot be reached:
+        what was not accepted stays pending and goes with the next sync.
         """
-        state = folder.state()
-        run_id = state.mlflow_run_id
+        folder = run.folder
+        run_id = run.state.mlflow_run_id
         if not run_id:
-            if not state.tracking_uri:
+            if not run.state.tracking_uri:
                 raise TrackingError(
-                    f"{folder.path} has no MLflow run: call Tracker.start(folder) first."
+                    f"{folder.path} has no MLflow run: call Tracker.start(run) first."
                 )
-            run_id = self._open_run(folder, reopen=False)  # trained offline so far
+            run_id = self._open_run(run, reopen=False)  # trained offline so far
         elif is_http(self.uri):
             ping_server(self.uri, folder=folder)
-        opened = folder.state().tracking
+        opened = run.state.tracking
         # a folder moved to another store (or whose run was deleted) gets a new run there
         if not (opened.params_logged and opened.inputs_logged) or run_id not in self._found:
-            run_id = self._open_run(folder, reopen=False)
+            run_id = self._open_run(run, reopen=False)
         with mlflow_errors(self.uri, f"syncing {folder.path}", folder):
-            counts = send_metrics(self.client, folder, run_id, final=final)
-            log_tags(self.client, run_id, self._progress_tags(folder))
-            self._send_artifacts(folder, run_id)
+            counts = send_metrics(self.client, run, run_id, final=final)
+            log_tags(self.client, run_id, self._progress_tags(run))
+            self._send_artifacts(run, run_id)
         return counts
 
-    def _progress_tags(self, folder: RunFolder) -> dict[str, str]:
-        state = folder.state()
-        steps = folder.steps()
+    def _progress_tags(self, run: MirroredRun) -> dict[str, str]:
+        steps = run.folder.steps()
         tags: dict[str, str] = {TAG_STEPS: str(max(steps, default=0))}
         if steps:
             tags[TAG_DATA_FINGERPRINT] = str(steps[max(steps)]["data_fingerprint"])
-        sizes = state.dp_sizes
+        sizes = run.state.dp_sizes
         if sizes:
             tags[TAG_DP_SIZE] = str(sizes[-1])
             tags[TAG_DP_HISTORY] = ",".join(map(str, sizes))
-        if state.status:
-            tags[TAG_STATUS] = str(state.status)
+        if run.state.status:
+            tags[TAG_STATUS] = str(run.state.status)
         return tags
 
-    def _send_artifacts(self, folder: RunFolder, run_id: str) -> None:
+    def _send_artifacts(self, run: MirroredRun, run_id: str) -> None:
         """Upload the run folder's files that changed since the last upload (overwriting)."""
+        folder = run.folder
         files = {
             ARTIFACT_EXPERIMENT: folder.path / EXPERIMENT_FILE,
             ARTIFACT_STEPS: folder.titan_dir / RUN_SUBDIR / STEPS_FILE,
@@ -390,7 +409,7 @@ class Tracker:
             ARTIFACT_TASKS: folder.titan_dir / RUN_SUBDIR / TASKS_FILE,
             LAUNCH_LOG_ARTIFACT: folder.log_path,
         }
-        tracking = folder.state().tracking
+        tracking = run.state.tracking
         sent = dict(tracking.artifacts)
         for name, path in files.items():
             try:
@@ -405,12 +424,13 @@ class Tracker:
             self.client.log_artifact(run_id, str(path), artifact_path=name.rsplit("/", 1)[0])
             sent[name] = signature
             tracking = tracking.with_(artifacts=dict(sent))
-            folder.update_state(tracking=tracking)
+            run.commit(tracking=tracking)
 
     # -- the end ----------------------------------------------------------------------------
 
-    def finish(self, folder: RunFolder, status: str) -> None:
-        """Final sync, then end the MLflow run: succeeded/failed/interrupted -> FINISHED/FAILED/KILLED.
+    def finish(self, run: MirroredRun, status: str) -> dict[str, int]:
+        """Final sync, then end the MLflow run: succeeded/failed/interrupted ->
+        FINISHED/FAILED/KILLED; return what the sync sent.
 
         A run that did not succeed keeps its steps without a loss (the one a kill
         interrupted) pending: a resume trains them again and sends them once.
@@ -419,45 +439,17 @@ class Tracker:
         stays RUNNING in MLflow until ``zephon sync <folder>`` (which ends it as
         ``run.json``'s status says).
         """
-        self._sync_and_end_run(folder, status)
-
-    def _sync_and_end_run(self, folder: RunFolder, status: str) -> dict[str, int]:
         if status not in MLFLOW_STATUS:
             raise ValueError(
                 f"unknown run status {status!r}; expected one of {sorted(MLFLOW_STATUS)}"
             )
         # Only a finished run sends steps without a loss: an interrupted step is trained
         # again after a resume, and its values come then.
-        counts = self.sync(folder, final=status == RunStatus.SUCCEEDED)
-        run_id = folder.state().mlflow_run_id
+        counts = self.sync(run, final=status == RunStatus.SUCCEEDED)
+        run_id = run.state.mlflow_run_id
         assert run_id is not None, "sync() opens the MLflow run"
-        with mlflow_errors(self.uri, f"ending the MLflow run of {folder.path}", folder):
+        with mlflow_errors(self.uri, f"ending the MLflow run of {run.folder.path}", run.folder):
             log_tags(self.client, run_id, {TAG_STATUS: status})
             if self.client.get_run(run_id).info.status != MLFLOW_STATUS[status]:
                 self.client.set_terminated(run_id, status=MLFLOW_STATUS[status])
         return counts
-
-
-def sync_folder(folder: RunFolder) -> dict[str, int]:
-    """``zephon sync``: send everything pending of ``folder`` to the store named in its ``run.json``.
-
-    Creates the MLflow run if the run trained offline from the start. A run whose
-    ``run.json`` status is final (succeeded, failed, interrupted) is sent (in full if it
-    succeeded; see :meth:`Tracker.finish`) and its MLflow run ended accordingly; a
-    ``running`` one is synced as during training (steps whose metrics may still come are
-    held back). Raises :class:`NotTracked` (a :class:`TrackingError`) if the folder was
-    never tracked, :class:`TrackingUnavailable` if the store is down.
-    """
-    state = folder.state()
-    uri = state.tracking_uri
-    if not uri:
-        what = "has no run.json" if not state.present else "has no tracking_uri in run.json"
-        raise NotTracked(
-            f"{folder.path} was never tracked ({what}): nothing to sync. Runs launched with "
-            "tracking record their tracking URI there; check the folder path."
-        )
-    tracker = Tracker(uri, state.mlflow_experiment or "zephon")
-    status = state.status
-    if status is not None and status in MLFLOW_STATUS:
-        return tracker._sync_and_end_run(folder, status)
-    return tracker.sync(folder)

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.guard.tracked_comparison import compare_tracked
 from orchestrator.run import api
-from orchestrator.tracking.tracker import sync_folder
+from orchestrator.run.lifecycle import Run
 from tests.support import REPO
 from tests.support.titan_run import corpus, corpus_tokenizer
 
@@ -79,7 +79,7 @@ def test_an_interrupted_run_of_the_previous_release_resumes_and_both_compare(run
     assert (torn / ".metadata").is_file()  # written whole this time, over the torn one
 
     finished = RunFolder(runs / "mix-a")
-    sent = sync_folder(finished)  # a store that never had it: the run is made there, all sent
+    sent = Run.open(finished).sync()  # a store that never had it: the run is made there, all sent
     assert sent["steps"] == len(finished.metrics()) and sent["evals"] == len(finished.evals())
     verdict = compare_tracked(experiment="runs-v0", tracking_uri=state.tracking_uri)
     assert verdict["accepted"], verdict.get("refusals")

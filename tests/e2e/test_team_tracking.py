@@ -23,6 +23,7 @@ from mlflow import MlflowClient
 
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.guard.tracked_comparison import compare_tracked
+from orchestrator.run.lifecycle import Run
 from orchestrator.tracking.mlflow_names import TAG_KIND, TAG_RUN_FOLDER
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import check_tracking, resolve_uri
@@ -101,8 +102,10 @@ def undisturbed(folders: list[RunFolder], into: Path) -> tuple[dict[str, Any], d
     run_ids = {}
     for folder in folders:
         copy = RunFolder(shutil.copytree(folder.path, into / folder.name))
-        run_ids[copy.name] = tracker.start(copy)  # a run of another store: sent from the start
-        tracker.finish(copy, copy.state().status)
+        run_ids[copy.name] = tracker.start(
+            Run.open(copy)
+        )  # a run of another store: sent from the start
+        tracker.finish(Run.open(copy), copy.state().status)
     result = compare_tracked(list(run_ids.values()), tracking_uri=uri, experiment=EXPERIMENT)
     return result, run_ids
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from mlflow import MlflowClient
 
-from orchestrator.experiment.run_record import ExperimentRecord, Segment
+from orchestrator.experiment.run_record import ExperimentRecord, RunState, Segment
 from orchestrator.experiment.runfolder import (
     EVAL_FILE,
     METRICS_FILE,
@@ -101,7 +101,9 @@ def make_folder(root: Path, name: str = "run-a", steps: int = 10) -> RunFolder:
             variant="cd" * 32,
         )
     )
-    folder.update_state(status="running", segments=(Segment.new(dp_size=2, start_step=0),))
+    folder.write_state(
+        RunState.new(status="running", segments=(Segment.new(dp_size=2, start_step=0),))
+    )
     write_steps(folder, range(1, steps + 1))
     write_metrics(folder, range(1, steps + 1))
     folder.log_path.write_text("torchrun says hello\n")

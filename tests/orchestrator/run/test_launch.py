@@ -18,9 +18,9 @@ def test_a_dead_zephons_leftover_launch_is_stopped_and_nothing_else(tmp_path: Pa
     leftover = subprocess.Popen([*sleep, str(folder.path.absolute())], start_new_session=True)
     stranger = subprocess.Popen([*sleep, "elsewhere"], start_new_session=True)
     try:
-        folder.update_state(launch_process_groups=[leftover.pid, stranger.pid, 2**22 + 1])
+        groups = (leftover.pid, stranger.pid, 2**22 + 1)
 
-        assert launch.stop_leftover_launch(folder) == [leftover.pid]
+        assert launch.stop_leftover_launch(folder, groups) == [leftover.pid]
 
         assert leftover.wait(timeout=10) == -signal.SIGKILL
         assert stranger.poll() is None  # its group id was recorded, but it is not this run's

@@ -25,6 +25,7 @@ from orchestrator.experiment.config import load_data_section
 from orchestrator.experiment.dataspec import write_data_spec
 from orchestrator.experiment.run_record import ExperimentRecord, Segment
 from orchestrator.experiment.runfolder import RunFolder
+from orchestrator.run.lifecycle import Run
 from orchestrator.tracking import provenance
 from orchestrator.tracking.inputs import (
     MAX_DIGEST,
@@ -39,7 +40,7 @@ from orchestrator.tracking.mlflow_names import (
     run_display_name,
     short_mixture,
 )
-from orchestrator.tracking.tracker import Tracker, sync_folder
+from orchestrator.tracking.tracker import Tracker
 from tests.support.processes import forked_process_context
 from tests.support.tracked_folders import write_metrics, write_steps
 
@@ -79,7 +80,7 @@ def run_folder(root: Path, name: str, record: dict[str, Any], dp: int = 2) -> Ru
     with its first segment, the data spec), with 4 synthetic steps."""
     folder = RunFolder(root / name)
     folder.write_experiment(ExperimentRecord.from_dict(record))
-    folder.update_state(
+    Run.open(folder).commit(
         status="running", segments=(Segment.new(dp_size=dp, start_step=0, device="cpu"),)
     )
     write_data_spec(folder.data_spec_path, load_data_section(record["config"]["data"]))
@@ -112,10 +113,10 @@ def test_each_training_dataset_is_a_dataset_input_found_by_mlflow_filters(
 ) -> None:
     folder = run_folder(tmp_path, "sweep-20261204-222229-6815-008", planned)
     tracker = Tracker(db_uri, experiment_name)
-    run_id = tracker.start(folder)
-    tracker.sync(folder)
-    folder.update_state(status="succeeded")
-    tracker.finish(folder, "succeeded")
+    run_id = tracker.start(Run.open(folder))
+    tracker.sync(Run.open(folder))
+    Run.open(folder).commit(status="succeeded")
+    tracker.finish(Run.open(folder), "succeeded")
 
     inputs = inputs_of(db_uri, run_id)
     contract = {d["name"]: d for d in planned["contract"]["datasets"]}
@@ -159,12 +160,12 @@ def test_a_run_trained_offline_logs_its_inputs_once_when_it_syncs(
     folder = run_folder(tmp_path, "offline", planned)
     dead = closed_port_uri()
     with pytest.raises(TrackingUnavailable):
-        Tracker(dead, experiment_name).start(folder)
+        Tracker(dead, experiment_name).start(Run.open(folder))
     assert folder.state().mlflow_run_id is None
 
-    folder.update_state(tracking_uri=db_uri)  # the store is back
+    Run.open(folder).commit(tracking_uri=db_uri)  # the store is back
     tracker = Tracker(db_uri, experiment_name)
-    tracker.sync(folder)
+    tracker.sync(Run.open(folder))
     run_id = folder.state().mlflow_run_id
     assert folder.state().tracking.inputs_logged is True
     first = inputs_of(db_uri, run_id)
@@ -172,13 +173,13 @@ def test_a_run_trained_offline_logs_its_inputs_once_when_it_syncs(
 
     write_steps(folder, range(5, 7))
     write_metrics(folder, range(5, 7))
-    tracker.sync(folder)
-    folder.update_state(status="interrupted")
-    sync_folder(folder)
-    assert tracker.start(folder) == run_id  # a resume reopens the same run
-    folder.update_state(status="succeeded")
-    tracker.finish(folder, "succeeded")
-    sync_folder(folder)
+    tracker.sync(Run.open(folder))
+    Run.open(folder).commit(status="interrupted")
+    Run.open(folder).sync()
+    assert tracker.start(Run.open(folder)) == run_id  # a resume reopens the same run
+    Run.open(folder).commit(status="succeeded")
+    tracker.finish(Run.open(folder), "succeeded")
+    Run.open(folder).sync()
 
     after = inputs_of(db_uri, run_id)
     assert {n: d.dataset.digest for n, d in after.items()} == {
@@ -196,7 +197,7 @@ def _start_at_once(uri: str, experiment: str, path: str, barrier: Any, results: 
         tracker = Tracker(uri, experiment)
         tracker.experiment_id()  # the experiment exists: the race is the datasets'
         barrier.wait(timeout=60)
-        results.put(("ok", tracker.start(RunFolder(path))))
+        results.put(("ok", tracker.start(Run.open(RunFolder(path)))))
     except BaseException:
         results.put(("error", traceback.format_exc()))
 
@@ -236,15 +237,15 @@ def test_a_folder_synced_before_inputs_existed_gets_them_on_its_next_sync(
     folder = run_folder(tmp_path, "older", planned)
     tracker = Tracker(db_uri, experiment_name)
     run_id = tracker.new_run("older", kind="run")
-    folder.update_state(
+    Run.open(folder).commit(
         mlflow_run_id=run_id,
         tracking_uri=db_uri,
         mlflow_experiment=experiment_name,
         tracking={"tags": {}, "parent_run_id": None, "params_logged": True},
     )
     assert inputs_of(db_uri, run_id) == {}
-    sync_folder(folder)
-    sync_folder(folder)
+    Run.open(folder).sync()
+    Run.open(folder).sync()
     assert set(inputs_of(db_uri, run_id)) == set(MIXTURE)
 
 
@@ -255,7 +256,7 @@ def test_evaluation_sets_are_inputs_with_context_evaluation(
     record["config"]["data"]["eval_sets"] = {"held-web": ["/data/web/test-*.jsonl.zst"]}
     folder = run_folder(tmp_path, "with-eval-sets", record)
     tracker = Tracker(db_uri, experiment_name)
-    run_id = tracker.start(folder)
+    run_id = tracker.start(Run.open(folder))
     inputs = inputs_of(db_uri, run_id)
     assert set(inputs) == {*MIXTURE, "held-web"}
     held = inputs["held-web"]
@@ -341,7 +342,7 @@ def test_the_mlflow_run_is_named_by_mixture_seed_and_dp_and_the_folder_keeps_its
 ) -> None:
     folder = run_folder(tmp_path, "sweep-20261204-222229-6815-008", planned, dp=2)
     tracker = Tracker(db_uri, experiment_name)
-    run = MlflowClient(tracking_uri=db_uri).get_run(tracker.start(folder))
+    run = MlflowClient(tracking_uri=db_uri).get_run(tracker.start(Run.open(folder)))
     assert run.info.run_name == "main-code0.50-docs0.30-unicode0.20-s0-dp2"
     assert run.data.tags[TAG_RUN_FOLDER] == str(folder.path.resolve())
     assert folder.name == "sweep-20261204-222229-6815-008" and folder.exists()

@@ -31,6 +31,7 @@ from orchestrator.errors import EXIT_TRACKING, TrackingError
 from orchestrator.experiment.run_record import RunStatus
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.guard.runs import load_runs
+from orchestrator.run.lifecycle import Run
 from orchestrator.run.trainer_command import free_port
 from orchestrator.tracking import postgres_cluster, team_server
 from orchestrator.tracking.mlflow_names import (
@@ -208,17 +209,17 @@ def _write(uri: str, folder_path: str, deadline: float, results: Any) -> None:
     try:
         folder = RunFolder(folder_path)
         tracker = Tracker(uri, EXPERIMENT)
-        tracker.start(folder)
+        tracker.start(Run.open(folder))
         steps = syncs = 0
         while not syncs or time.monotonic() < deadline:  # one round at least, however late
             new = range(steps + 1, steps + STEPS_PER_ROUND + 1)
             write_steps(folder, new)
             write_metrics(folder, new)
             steps += STEPS_PER_ROUND
-            tracker.sync(folder)
+            tracker.sync(Run.open(folder))
             syncs += 1
-        folder.update_state(status=RunStatus.SUCCEEDED)
-        tracker.finish(folder, RunStatus.SUCCEEDED)
+        Run.open(folder).commit(status=RunStatus.SUCCEEDED)
+        tracker.finish(Run.open(folder), RunStatus.SUCCEEDED)
         results.put({"role": "writer", "steps": steps, "syncs": syncs + 1})
     except BaseException:
         results.put({"role": "writer", "error": traceback.format_exc()})

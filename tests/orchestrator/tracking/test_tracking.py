@@ -17,7 +17,7 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
-from orchestrator.errors import EXIT_INVALID, TrackingError, TrackingUnavailable
+from orchestrator.errors import EXIT_INVALID, ExperimentError, TrackingError, TrackingUnavailable
 from orchestrator.experiment.run_record import ExperimentRecord
 from orchestrator.experiment.runfolder import (
     METRICS_FILE,
@@ -26,6 +26,7 @@ from orchestrator.experiment.runfolder import (
     RunFolder,
 )
 from orchestrator.failpoints import Failpoint
+from orchestrator.run.lifecycle import Run
 from orchestrator.run.segment_tracking import SYNC_EVERY_S, SegmentTracking, TrackingState
 from orchestrator.tracking import metric_units, provenance
 from orchestrator.tracking.mlflow_names import (
@@ -50,7 +51,7 @@ from orchestrator.tracking.mlflow_names import (
 )
 from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.stored_runs import training_run_ids
-from orchestrator.tracking.tracker import Tracker, sync_folder
+from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import check_tracking, resolve_uri
 from pipeline.errors import ConfigError
 from tests.support.mlflow_server import mlflow_server
@@ -127,16 +128,16 @@ def test_names_land_where_documented(
     folder = make_folder(tmp_path)
     write_evals(folder, [5, 10])
     tracker = Tracker(db_uri, experiment_name)
-    run_id = tracker.start(folder, tags={TAG_DEVICE: "cuda:H200", "zephon.sweep": "s1"})
+    run_id = tracker.start(Run.open(folder), tags={TAG_DEVICE: "cuda:H200", "zephon.sweep": "s1"})
 
     state = folder.state()
     assert state.mlflow_run_id == run_id
     assert state.tracking_uri == db_uri and state.mlflow_experiment == experiment_name
 
-    counts = tracker.sync(folder)
+    counts = tracker.sync(Run.open(folder))
     assert counts == {"metrics": 10 * METRICS_PER_STEP + 2 * 3, "steps": 10, "evals": 2}
-    folder.update_state(status="succeeded")
-    tracker.finish(folder, "succeeded")
+    Run.open(folder).commit(status="succeeded")
+    tracker.finish(Run.open(folder), "succeeded")
 
     client = MlflowClient(tracking_uri=db_uri)
     run = client.get_run(run_id)
@@ -205,16 +206,24 @@ def test_sync_is_incremental_and_idempotent(
 ) -> None:
     folder = make_folder(tmp_path)
     tracker = Tracker(db_uri, experiment_name)
-    run_id = tracker.start(folder)
-    assert tracker.sync(folder)["steps"] == 10
-    assert tracker.sync(folder) == {"metrics": 0, "steps": 0, "evals": 0}
+    run_id = tracker.start(Run.open(folder))
+    assert tracker.sync(Run.open(folder))["steps"] == 10
+    assert tracker.sync(Run.open(folder)) == {"metrics": 0, "steps": 0, "evals": 0}
     assert cursor(folder) == {"metrics_step": 10, "eval_step": None}
 
     write_steps(folder, range(11, 16))
     write_metrics(folder, range(11, 16))
     write_evals(folder, [15])
-    assert tracker.sync(folder) == {"metrics": 5 * METRICS_PER_STEP + 3, "steps": 5, "evals": 1}
-    assert Tracker(db_uri, experiment_name).sync(folder) == {"metrics": 0, "steps": 0, "evals": 0}
+    assert tracker.sync(Run.open(folder)) == {
+        "metrics": 5 * METRICS_PER_STEP + 3,
+        "steps": 5,
+        "evals": 1,
+    }
+    assert Tracker(db_uri, experiment_name).sync(Run.open(folder)) == {
+        "metrics": 0,
+        "steps": 0,
+        "evals": 0,
+    }
 
     # Step 16's data is handed over (steps.jsonl, and the trainer's data line in
     # metrics.jsonl) but its loss is not in yet: held back.
@@ -222,13 +231,13 @@ def test_sync_is_incremental_and_idempotent(
     append_records(
         folder.titan_dir / RUN_SUBDIR / METRICS_FILE, [{"step": 16, "zephon/tokens": 1024}]
     )
-    assert tracker.sync(folder)["steps"] == 0
+    assert tracker.sync(Run.open(folder))["steps"] == 0
     write_metrics(folder, range(16, 17))
-    assert tracker.sync(folder)["steps"] == 1
+    assert tracker.sync(Run.open(folder))["steps"] == 1
 
     # Step 17 never gets a metrics line (the run dies): the final sync sends what exists.
     write_steps(folder, range(17, 18))
-    assert tracker.sync(folder, final=True) == {"metrics": 1, "steps": 1, "evals": 0}
+    assert tracker.sync(Run.open(folder), final=True) == {"metrics": 1, "steps": 1, "evals": 0}
 
     client = MlflowClient(tracking_uri=db_uri)
     assert history(client, run_id, METRIC_LOSS) == [(s, 10.0 / s) for s in range(1, 17)]
@@ -243,7 +252,7 @@ def test_metrics_go_in_batches(
     folder = make_folder(tmp_path, steps=300)
     write_evals(folder, list(range(10, 301, 10)))
     tracker = Tracker(db_uri, experiment_name)
-    run_id = tracker.start(folder)
+    run_id = tracker.start(Run.open(folder))
 
     calls: list[int] = []
     original = MlflowClient.log_batch
@@ -256,7 +265,7 @@ def test_metrics_go_in_batches(
 
     monkeypatch.setattr(MlflowClient, "log_batch", counting)
     t0 = time.perf_counter()
-    counts = tracker.sync(folder)
+    counts = tracker.sync(Run.open(folder))
     elapsed = time.perf_counter() - t0
     points = 300 * METRICS_PER_STEP + 30 * 3
     assert counts == {"metrics": points, "steps": 300, "evals": 30}
@@ -286,7 +295,7 @@ def test_a_sync_killed_inside_a_unit_larger_than_a_batch_sends_no_point_twice(
         [{"step": 2, "bpb": domains, "aggregate_bpb": 0.5}],
     )
     tracker = Tracker(db_uri, experiment_name)
-    run_id = tracker.start(folder)
+    run_id = tracker.start(Run.open(folder))
     reached: list[int] = []
 
     def killed_inside_the_eval(point: Failpoint, step: int) -> None:
@@ -296,11 +305,11 @@ def test_a_sync_killed_inside_a_unit_larger_than_a_batch_sends_no_point_twice(
 
     monkeypatch.setattr(metric_units.failpoints, "reach", killed_inside_the_eval)
     with pytest.raises(Killed):
-        tracker.sync(folder, final=True)
+        tracker.sync(Run.open(folder), final=True)
     killed = folder.state().tracking
     assert (killed.metrics_step, killed.eval_step) == (2, None)
     assert killed.in_flight is not None  # MLflow has the batch; run.json does not say so yet
-    counts = tracker.sync(folder, final=True)
+    counts = tracker.sync(Run.open(folder), final=True)
     assert counts["evals"] == 1
     client = MlflowClient(tracking_uri=db_uri)
     for name, value in [("d0000", 0.0), ("d0999", 999.0), ("d1000", 1000.0), ("d1199", 1199.0)]:
@@ -314,18 +323,18 @@ def test_a_sync_killed_inside_a_unit_larger_than_a_batch_sends_no_point_twice(
 def test_resume_continues_the_same_run(db_uri: str, experiment_name: str, tmp_path: Path) -> None:
     folder = make_folder(tmp_path)
     tracker = Tracker(db_uri, experiment_name)
-    run_id = tracker.start(folder)
-    tracker.sync(folder)
+    run_id = tracker.start(Run.open(folder))
+    tracker.sync(Run.open(folder))
     # Killed while step 11 trained: its data line is in, its loss never came.
     write_steps(folder, range(11, 12))
-    folder.update_state(status="interrupted")
-    tracker.finish(folder, "interrupted")
+    Run.open(folder).commit(status="interrupted")
+    tracker.finish(Run.open(folder), "interrupted")
     client = MlflowClient(tracking_uri=db_uri)
     assert client.get_run(run_id).info.status == MlflowStatus.KILLED
     assert cursor(folder)["metrics_step"] == 10  # step 11 stays pending for the resume
 
     # Resumed from the checkpoint of step 8 on one rank: steps 9..10 are redone.
-    folder.update_state(
+    Run.open(folder).commit(
         status="running",
         segments=[{"dp_size": 2, "start_step": 0}, {"dp_size": 1, "start_step": 8}],
     )
@@ -333,9 +342,11 @@ def test_resume_continues_the_same_run(db_uri: str, experiment_name: str, tmp_pa
     write_steps(folder, range(12, 21), dp_size=1)
     write_metrics(folder, range(9, 21), loss_scale=11.0)
     again = Tracker(db_uri, experiment_name)
-    assert again.start(folder, tags={TAG_DEVICE: "cpu"}) == run_id
+    assert again.start(Run.open(folder), tags={TAG_DEVICE: "cpu"}) == run_id
     assert client.get_run(run_id).info.status == MlflowStatus.RUNNING
-    assert again.sync(folder)["steps"] == 10  # 11..20; 9 and 10 were sent before the resume
+    assert (
+        again.sync(Run.open(folder))["steps"] == 10
+    )  # 11..20; 9 and 10 were sent before the resume
 
     run = client.get_run(run_id)
     assert run.data.tags[TAG_DP_HISTORY] == "2,1"
@@ -359,12 +370,12 @@ def test_parent_run_and_long_params(db_uri: str, experiment_name: str, tmp_path:
             variant="cd",
         )
     )
-    run_id = Tracker(db_uri, experiment_name).start(folder, parent_run_id=parent)
+    run_id = Tracker(db_uri, experiment_name).start(Run.open(folder), parent_run_id=parent)
     run = client.get_run(run_id)
     assert run.data.tags["mlflow.parentRunId"] == parent
     assert run.data.params["data.datasets.code.paths.0"] == "p" * 6000  # MLflow's limit
     # Nothing trained yet: a sync sends nothing and does not fail on the missing files.
-    assert Tracker(db_uri, experiment_name).sync(folder, final=True)["metrics"] == 0
+    assert Tracker(db_uri, experiment_name).sync(Run.open(folder), final=True)["metrics"] == 0
 
 
 def test_dead_server_fails_fast_and_loses_nothing(
@@ -380,19 +391,23 @@ def test_dead_server_fails_fast_and_loses_nothing(
 
     folder = make_folder(tmp_path)
     tracker = Tracker(db_uri, experiment_name)
-    run_id = tracker.start(folder)
-    tracker.sync(folder)
+    run_id = tracker.start(Run.open(folder))
+    tracker.sync(Run.open(folder))
     write_steps(folder, range(11, 21))
     write_metrics(folder, range(11, 21))
     write_evals(folder, [20])
     before = folder.state().tracking
     with pytest.raises(TrackingUnavailable, match="zephon sync"):
-        Tracker(dead, experiment_name).sync(folder)  # the server went away mid-training
+        Tracker(dead, experiment_name).sync(Run.open(folder))  # the server went away mid-training
     assert folder.state().tracking == before
 
-    folder.update_state(status="failed")
-    assert sync_folder(folder) == {"metrics": 10 * METRICS_PER_STEP + 3, "steps": 10, "evals": 1}
-    assert sync_folder(folder) == {"metrics": 0, "steps": 0, "evals": 0}
+    Run.open(folder).commit(status="failed")
+    assert Run.open(folder).sync() == {
+        "metrics": 10 * METRICS_PER_STEP + 3,
+        "steps": 10,
+        "evals": 1,
+    }
+    assert Run.open(folder).sync() == {"metrics": 0, "steps": 0, "evals": 0}
     client = MlflowClient(tracking_uri=db_uri)
     assert [s for s, _ in history(client, run_id, METRIC_LOSS)] == list(range(1, 21))
     assert client.get_run(run_id).info.status == MlflowStatus.FAILED
@@ -405,13 +420,17 @@ def test_offline_from_launch_is_created_by_zephon_sync(
     write_evals(folder, [10])
     dead = closed_port_uri()
     with pytest.raises(TrackingUnavailable):
-        Tracker(dead, experiment_name).start(folder, tags={TAG_DEVICE: "cuda:X"})
+        Tracker(dead, experiment_name).start(Run.open(folder), tags={TAG_DEVICE: "cuda:X"})
     assert folder.state().tracking_uri == dead and folder.state().mlflow_run_id is None
 
-    folder.update_state(
+    Run.open(folder).commit(
         tracking_uri=db_uri, status="succeeded"
     )  # the user points it at a live store
-    assert sync_folder(folder) == {"metrics": 10 * METRICS_PER_STEP + 3, "steps": 10, "evals": 1}
+    assert Run.open(folder).sync() == {
+        "metrics": 10 * METRICS_PER_STEP + 3,
+        "steps": 10,
+        "evals": 1,
+    }
     run = MlflowClient(tracking_uri=db_uri).get_run(folder.state().mlflow_run_id)
     assert run.info.status == MlflowStatus.FINISHED
     assert run.data.tags[TAG_DEVICE] == "cuda:X"  # the launch's tags were kept for later
@@ -430,16 +449,16 @@ def test_offline_from_the_start_keeps_its_sweep_parent_and_device_on_sync(
     parent = client.create_run(sweep_id, tags={TAG_KIND: "sweep"}).info.run_id
     online, offline = make_folder(tmp_path, "online"), make_folder(tmp_path, "offline")
     for folder in (online, offline):
-        folder.update_state(
+        Run.open(folder).commit(
             sweep="mix-7",
             parent_run_id=parent,
             segments=[{"dp_size": 2, "start_step": 0, "device": "cuda:X"}],
             tracking_uri=closed_port_uri(),
             mlflow_experiment=experiment_name,
         )
-    Tracker(db_uri, experiment_name).start(online)
-    offline.update_state(tracking_uri=db_uri, status="succeeded")  # the store is back
-    sync_folder(offline)
+    Tracker(db_uri, experiment_name).start(Run.open(online))
+    Run.open(offline).commit(tracking_uri=db_uri, status="succeeded")  # the store is back
+    Run.open(offline).sync()
     runs = {f.name: client.get_run(f.state().mlflow_run_id).data.tags for f in (online, offline)}
     assert runs["offline"][TAG_SWEEP] == "mix-7" and runs["offline"][TAG_DEVICE] == "cuda:X"
     assert runs["offline"]["mlflow.parentRunId"] == parent
@@ -458,7 +477,7 @@ def test_failure_between_batches_resends_only_the_rest(
 ) -> None:
     folder = make_folder(tmp_path, steps=400)  # 2800 points: three batches
     tracker = Tracker(db_uri, experiment_name)
-    run_id = tracker.start(folder)
+    run_id = tracker.start(Run.open(folder))
     original = MlflowClient.log_batch
     sent = []
 
@@ -471,11 +490,11 @@ def test_failure_between_batches_resends_only_the_rest(
 
     monkeypatch.setattr(MlflowClient, "log_batch", flaky)
     with pytest.raises(TrackingUnavailable):
-        tracker.sync(folder)
+        tracker.sync(Run.open(folder))
     first = cursor(folder)["metrics_step"]
     assert first == sent[0] // METRICS_PER_STEP  # only whole steps of the accepted batch
     monkeypatch.setattr(MlflowClient, "log_batch", original)
-    assert tracker.sync(folder)["steps"] == 400 - first
+    assert tracker.sync(Run.open(folder))["steps"] == 400 - first
     client = MlflowClient(tracking_uri=db_uri)
     assert [s for s, _ in history(client, run_id, METRIC_LOSS)] == list(range(1, 401))
 
@@ -485,14 +504,14 @@ def test_rejections_are_tracking_errors_not_unavailable(
 ) -> None:
     folder = make_folder(tmp_path)
     tracker = Tracker(db_uri, experiment_name)
-    tracker.start(folder)
+    tracker.start(Run.open(folder))
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise MlflowException("Invalid value", error_code=1000)  # INVALID_PARAMETER_VALUE
 
     monkeypatch.setattr(MlflowClient, "log_batch", refuse)
     with pytest.raises(TrackingError) as error:
-        tracker.sync(folder)
+        tracker.sync(Run.open(folder))
     assert not isinstance(error.value, TrackingUnavailable)
     assert cursor(folder)["metrics_step"] is None
 
@@ -510,8 +529,8 @@ def test_finish_maps_status(
 ) -> None:
     folder = make_folder(tmp_path)
     tracker = Tracker(db_uri, experiment_name)
-    run_id = tracker.start(folder)
-    tracker.finish(folder, status)
+    run_id = tracker.start(Run.open(folder))
+    tracker.finish(Run.open(folder), status)
     run = MlflowClient(tracking_uri=db_uri).get_run(run_id)
     assert run.info.status == mlflow_status and run.info.end_time is not None
     assert run.data.tags[TAG_STATUS] == status
@@ -535,9 +554,9 @@ def test_runs_asked_for_that_are_not_there_are_invalid_requests(
 def test_finish_rejects_unknown_status(db_uri: str, experiment_name: str, tmp_path: Path) -> None:
     folder = make_folder(tmp_path)
     tracker = Tracker(db_uri, experiment_name)
-    tracker.start(folder)
+    tracker.start(Run.open(folder))
     with pytest.raises(ValueError, match="unknown run status"):
-        tracker.finish(folder, "done")
+        tracker.finish(Run.open(folder), "done")
 
 
 def test_a_run_is_ended_only_as_finished_failed_or_killed(
@@ -554,9 +573,9 @@ def test_a_run_is_ended_only_as_finished_failed_or_killed(
 def test_sync_folder_needs_a_tracked_folder(tmp_path: Path) -> None:
     folder = make_folder(tmp_path)
     with pytest.raises(TrackingError, match="never tracked"):
-        sync_folder(folder)
-    with pytest.raises(TrackingError, match="never tracked"):
-        sync_folder(RunFolder(tmp_path / "nothing-here"))
+        Run.open(folder).sync()
+    with pytest.raises(ExperimentError, match="not a run folder"):
+        Run.open(RunFolder(tmp_path / "nothing-here")).sync()
 
 
 def test_check_tracking_sqlite(tmp_path: Path) -> None:
@@ -590,9 +609,9 @@ def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
         folder = make_folder(tmp_path / "runs", steps=150)
         write_evals(folder, [50, 100, 150])
         tracker = Tracker(uri, experiment_name)
-        run_id = tracker.start(folder, tags={TAG_DEVICE: "cpu"})
+        run_id = tracker.start(Run.open(folder), tags={TAG_DEVICE: "cpu"})
         t1 = time.perf_counter()
-        assert tracker.sync(folder)["steps"] == 150
+        assert tracker.sync(Run.open(folder))["steps"] == 150
         print(f"sync of 150 steps over HTTP: {time.perf_counter() - t1:.2f} s")
 
         # The server "goes away" (a dead URI), training appends, nothing advances.
@@ -600,12 +619,16 @@ def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
         write_metrics(folder, range(151, 201))
         before = folder.state().tracking
         with pytest.raises(TrackingUnavailable):
-            Tracker(closed_port_uri(), experiment_name).sync(folder)
+            Tracker(closed_port_uri(), experiment_name).sync(Run.open(folder))
         assert folder.state().tracking == before
 
-        folder.update_state(status="succeeded")
-        assert sync_folder(folder) == {"metrics": 50 * METRICS_PER_STEP, "steps": 50, "evals": 0}
-        assert sync_folder(folder)["metrics"] == 0
+        Run.open(folder).commit(status="succeeded")
+        assert Run.open(folder).sync() == {
+            "metrics": 50 * METRICS_PER_STEP,
+            "steps": 50,
+            "evals": 0,
+        }
+        assert Run.open(folder).sync()["metrics"] == 0
 
         client = MlflowClient(tracking_uri=uri)
         run = client.get_run(run_id)
@@ -630,9 +653,12 @@ def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
         # A run that starts while the server answers nothing trains on; once the server is
         # back, its next periodic sync creates its MLflow run and sends what it wrote.
         late = make_folder(tmp_path / "runs", name="run-late", steps=20)
+        late_run = Run.open(late)
         server.pause()
         try:
-            segment = SegmentTracking.start(Tracker(uri, experiment_name), late, offline_ok=True)
+            segment = SegmentTracking.start(
+                Tracker(uri, experiment_name), late_run, offline_ok=True
+            )
         finally:
             server.resume()
         assert (
@@ -640,7 +666,7 @@ def test_real_server_round_trip(tmp_path: Path, experiment_name: str) -> None:
         )
         assert late.state().mlflow_run_id is None
         segment.last_sync = -SYNC_EVERY_S  # the next periodic sync is due
-        segment.sync_now_and_then(late)
+        segment.sync_now_and_then(late_run)
         assert segment.state == TrackingState.SYNCED
         late_id = late.state().mlflow_run_id
         assert [s for s, _ in history(client, late_id, METRIC_LOSS)] == list(range(1, 21))

@@ -104,6 +104,10 @@ class RunFolder:
         path = self.path / RUN_FILE
         return RunState.from_dict(json.loads(path.read_text())) if path.exists() else RunState()
 
+    def records(self) -> tuple[ExperimentRecord, RunState]:
+        """``experiment.json`` and ``run.json``, read together (what a run's owner holds)."""
+        return self.experiment(), self.state()
+
     def write_state(self, state: RunState) -> None:
         """Replace ``run.json`` by ``state``. Its one caller is the run's owner
         (:class:`orchestrator.run.lifecycle.Run`), which holds the state between writes."""

@@ -109,14 +109,15 @@ def run(
     )
     record = record.with_(identity=record.answer_identity())
     new_run = NewRun(record, sweep=sweep, parent_run_id=parent_run_id, tracking=tracking)
-    if fresh:  # the caller's own run: no lock, and it answers nobody, so replicates of one
-        # identity (replicate_dp, verify-elastic) train side by side
-        return new_run.train(the_plan, tracker, progress=progress, key=None)
-    # answer: an earlier run of this identity, or a new run indexed for it
-    key = AnswerKey(record.answer_identity(), the_plan.dp if at_dp else None)
+    # answer: an earlier run of this identity, or a new run indexed for it. A fresh run is
+    # the caller's own: no lock, and it answers nobody, so replicates of one identity
+    # (replicate_dp, verify-elastic) train side by side.
+    key = None if fresh else AnswerKey(record.answer_identity(), the_plan.dp if at_dp else None)
     runs_root = the_plan.folder.path.parent
     with identity_lock(runs_root, key):  # held to the end: a twin waits
-        earlier = indexed_run(runs_root, key) or finished_at(runs_root, key)
+        earlier = (
+            None if key is None else indexed_run(runs_root, key) or finished_at(runs_root, key)
+        )
         if earlier is None:
             return new_run.train(the_plan, tracker, progress=progress, key=key)
         warm_start.withdraw()  # the speculative server of a launch that is not coming
@@ -215,12 +216,8 @@ def resume(
         return follow_node_zero(plan(config, dp=dp, resuming=the_run), progress)
     # The run that answers its identity resumes under its lock: no twin answered by resuming
     # it trains beside it. A fresh run has none.
-    key = indexed_key(the_run)
-    extending = steps is not None
-    if key is None:
-        return _continue(the_run, config, dp=dp, progress=progress, extending=extending)
-    with identity_lock(the_run.folder.path.parent, key):
-        return _continue(the_run, config, dp=dp, progress=progress, extending=extending)
+    with identity_lock(the_run.folder.path.parent, indexed_key(the_run)):
+        return _continue(the_run, config, dp=dp, progress=progress, extending=steps is not None)
 
 
 def _continue(

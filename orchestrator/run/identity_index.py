@@ -54,9 +54,13 @@ class AnswerKey:
         return self.identity if self.dp is None else f"{self.identity}@dp{self.dp}"
 
 
-def identity_lock(runs_root: Path, key: AnswerKey) -> contextlib.AbstractContextManager[None]:
+def identity_lock(
+    runs_root: Path, key: AnswerKey | None
+) -> contextlib.AbstractContextManager[None]:
     """The lock of ``key`` under ``runs_root``, to hold in a ``with`` block (module
-    docstring)."""
+    docstring); none for a fresh run (``key`` None), which answers nobody."""
+    if key is None:
+        return contextlib.nullcontext()
     return file_lock(Path(runs_root) / INDEX_DIR / f"{key.name}.lock")
 
 

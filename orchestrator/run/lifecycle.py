@@ -108,7 +108,7 @@ class Run:
         """The run in ``folder``, its records read once (ExperimentError: not a run folder)."""
         if not folder.exists():
             raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
-        return cls(folder, folder.experiment(), folder.state())
+        return cls(folder, *folder.records())
 
     @property
     def folder(self) -> RunFolder:
@@ -137,15 +137,13 @@ class Run:
     def extend(self, config: ExperimentConfig) -> None:
         """Record a longer schedule: the new steps and recipe, and the step it changed at
         (the learning-rate schedule before it was the old one's, so the guard counts it)."""
-        record = self._experiment
+        record, recipe = self._experiment, recipe_of(config)
         if record.recipe:
             extension = Extension.new(
                 at_step=self._folder.last_checkpoint_step() or 0,
                 from_recipe=record.recipe_fingerprint,
             )
-            record = record.with_(
-                **recipe_of(config).to_dict(), extended=(*record.extended, extension)
-            )
+            record = record.with_(**recipe.to_dict(), extended=(*record.extended, extension))
         # Its learning rate followed the shorter schedule up to at_step: no fresh run trains
         # what it holds now, so it answers no experiment (nor, longer, the shorter one).
         record = record.with_(config=config.to_dict()).without("identity")

@@ -184,7 +184,8 @@ class Tracker:
                 logged = dict(found.data.params)
             if reopen or not tracking.params_logged:
                 self._log_params(run, run_id, logged)
-                log_tags(self.client, run_id, self._start_tags(run, dict(tracking.tags)))
+                tags = {str(k): str(v) for k, v in tracking.tags.items()}
+                log_tags(self.client, run_id, {**run_start_tags(run), **tags})
                 tracking = tracking.with_(params_logged=True)
             if reopen or not tracking.inputs_logged:
                 self._log_inputs(run_id, mirrored_inputs(run), found)
@@ -306,13 +307,13 @@ class Tracker:
     def _log_params(self, run: MirroredRun, run_id: str, logged: dict[str, str]) -> None:
         """Mixture shares and flattened contract fields not yet on the run (params are immutable)."""
         experiment = run.experiment
-        params: dict[str, str] = {}
-        for name, share in experiment.mixture.items():
-            params[metric_key(PARAM_MIX_PREFIX + str(name))[:MAX_KEY]] = param_value(share)
+        values: dict[str, object] = {
+            **{PARAM_MIX_PREFIX + str(name): share for name, share in experiment.mixture.items()},
+            **{PARAM_CONTRACT_PREFIX + k: v for k, v in flatten(dict(experiment.contract)).items()},
+        }
+        params = {metric_key(key)[:MAX_KEY]: param_value(value) for key, value in values.items()}
         if experiment.precision:
             params[PARAM_PRECISION] = experiment.precision
-        for key, value in flatten(dict(experiment.contract)).items():
-            params[metric_key(PARAM_CONTRACT_PREFIX + key)[:MAX_KEY]] = param_value(value)
         for key in [k for k in params if k in logged]:
             if logged[key] != params.pop(key):
                 _log.warning(
@@ -348,9 +349,6 @@ class Tracker:
                 time.sleep(0.1 * attempt)
                 run = self.client.get_run(run_id)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
-
-    def _start_tags(self, run: MirroredRun, tags: dict[str, str]) -> dict[str, str]:
-        return {**run_start_tags(run), **{str(k): str(v) for k, v in tags.items()}}
 
     # -- syncing ----------------------------------------------------------------------------
 

@@ -158,10 +158,10 @@ class Run:
         *,
         tracker: Tracker | None,
         progress: TextIO | None,
-        launcher: SegmentLauncher = launch_segment,
+        launcher: SegmentLauncher | None = None,
     ) -> RunResult:
         """Train one segment of ``plan`` (``launcher`` starts it and returns its exit
-        status), tracked by ``tracker`` (None: untracked, or offline until ``zephon sync``);
+        status; default :func:`launch_segment`), tracked by ``tracker`` (None: untracked, or offline until ``zephon sync``);
         record how it ended and return the run's result."""
         folder, config = self._folder, plan.config
         started = Segment.new(
@@ -195,7 +195,7 @@ class Run:
             on_job=lambda job_id: self.commit(slurm_job_id=job_id),
         )
         try:
-            code = launcher(plan, hooks)
+            code = (launcher or launch_segment)(plan, hooks)
         finally:
             bar.close()
         done = max(folder.steps(), default=0)

@@ -52,7 +52,7 @@ from orchestrator.run.identity_index import (
 from orchestrator.run.init_checkpoint import ensure_init_checkpoint
 from orchestrator.run.launch import prepare_warm_start, stop_leftover_launch
 from orchestrator.run.lifecycle import Run
-from orchestrator.run.plan import plan, plan_summary, with_absolute_paths
+from orchestrator.run.planner import plan, plan_summary, with_absolute_paths
 from orchestrator.run.result import RunResult
 from orchestrator.run.run_plan import RunPlan, is_follower_node
 from orchestrator.run.segment import follow_node_zero

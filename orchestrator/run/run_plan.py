@@ -1,7 +1,7 @@
 """A run's plan as plain data: the resolved experiment, its recipe, its initial checkpoint
 and where it trains.
 
-Only data lives here; what makes it (:mod:`.plan`, :mod:`.recipe`,
+Only data lives here; what makes it (:mod:`.planner`, :mod:`.recipe`,
 :mod:`.init_checkpoint`) and what turns it into a command, a launch or a Slurm job
 (:mod:`.trainer_command`, :mod:`.launch`, :mod:`.slurm`) import it from above.
 
@@ -68,7 +68,7 @@ def is_follower_node(config: ExperimentConfig) -> bool:
 @dataclass(frozen=True)
 class RunPlan:
     """A resolved, validated experiment and where and how it trains
-    (:func:`orchestrator.run.plan.plan` makes it; every launch of the run takes it)."""
+    (:func:`orchestrator.run.planner.plan` makes it; every launch of the run takes it)."""
 
     config: ExperimentConfig
     """The experiment: paths absolute, ``train.precision`` resolved for this machine."""
@@ -108,7 +108,7 @@ class RunPlan:
 
     def to_dict(self) -> dict[str, Any]:
         """What ``zephon plan`` prints, but the command
-        (:func:`orchestrator.run.plan.plan_summary` adds it)."""
+        (:func:`orchestrator.run.planner.plan_summary` adds it)."""
         d, t = self.config.data, self.config.train
         lanes_per_rank = d.lanes // self.dp
         tokens_per_step = d.global_batch_size * d.seq_len

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.experiment import load_experiment
-from orchestrator.run import plan as plan_module
+from orchestrator.run import planner as plan_module
 
 
 def test_the_nodes_of_a_multinode_run_derive_one_name() -> None:

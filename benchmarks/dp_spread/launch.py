@@ -21,8 +21,7 @@ from benchmarks.machine import REPO_ROOT
 from orchestrator.errors import LaunchError
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import discover
-from orchestrator.run.launch import Launch, launch_env, run_local
-from orchestrator.run.trainer_command import train_command
+from orchestrator.run.launch import Launch, launch_env, run_local, train_command
 
 LAUNCH_TIMEOUT_S = 1200
 """Seconds one training may take before its process group is killed."""

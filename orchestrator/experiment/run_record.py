@@ -119,7 +119,7 @@ def _encode(value: Any) -> Any:
 @dataclass(frozen=True)
 class InitCheckpoint(Record):
     """Where a recipe's initial weights are, and their content hash
-    (:mod:`orchestrator.run.init_checkpoint`)."""
+    (:mod:`orchestrator.run.initial_weights`)."""
 
     init_key: str = ""
     path: str = ""

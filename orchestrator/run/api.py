@@ -49,7 +49,7 @@ from orchestrator.run.identity_index import (
     indexed_run,
     link_answer,
 )
-from orchestrator.run.init_checkpoint import ensure_init_checkpoint
+from orchestrator.run.initial_weights import ensure_init_checkpoint
 from orchestrator.run.launch import prepare_warm_start, stop_leftover_launch
 from orchestrator.run.lifecycle import Run
 from orchestrator.run.planner import plan, plan_summary, with_absolute_paths

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from orchestrator.experiment import DeviceKind, Launcher
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices, usable_cores
 from orchestrator.run import interrupts, warm_start
-from orchestrator.run.cpu_env import common_env, cpu_start_env
+from orchestrator.run.cpu_env import TRAIN_MODULE, common_env, cpu_start_env
 
 POLL_S = 1.0
 EXIT_POLL_S = 0.05
@@ -34,6 +35,33 @@ EXIT_POLL_S = 0.05
 
 Agent: TypeAlias = "subprocess.Popen[bytes] | warm_start.WarmProcess"
 """One started torchrun: a cold subprocess or a warm server's fork."""
+
+
+def train_command(
+    procs_per_node: int, args: list[str], rendezvous: list[str] | None = None
+) -> list[str]:
+    """torchrun of :data:`TRAIN_MODULE` with TorchTitan flags ``args`` on ``procs_per_node``
+    processes; ``rendezvous`` (torchrun's flags) defaults to one node on a free local port.
+
+    Also for launches whose flags do not come from a plan (the initial checkpoint, benchmarks).
+    """
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *(rendezvous or [f"--master-port={free_port()}"]),
+        f"--nproc-per-node={procs_per_node}",
+        "-m",
+        TRAIN_MODULE,
+        *args,
+    ]
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now (for a rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def prepare_warm_start(kind: DeviceKind, launcher: Launcher) -> None:

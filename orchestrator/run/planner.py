@@ -30,8 +30,7 @@ from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices, choose_dp, discover
 from orchestrator.machine.precision import resolve_precision
 from orchestrator.run import slurm
-from orchestrator.run.init_checkpoint import init_checkpoint_path, resumed_init
-from orchestrator.run.init_from import check_init_from
+from orchestrator.run.initial_weights import check_init_from, init_checkpoint_path, resumed_init
 from orchestrator.run.recipe import recipe_of
 from orchestrator.run.run_plan import RunPlan
 from orchestrator.run.trainer_command import launch_command

@@ -1,7 +1,9 @@
-"""A run's recipe and its fingerprint: what decides the training arithmetic apart from the data.
+"""A run's recipe: what decides the training arithmetic apart from the data.
 
-Resolved by TorchTitan's own parser in a subprocess and cached under
-``$ZEPHON_HOME/recipes``. Design: docs/design/orchestrator_experiment.md.
+Its type (:class:`Recipe`), the TorchTitan flags that make it (:func:`recipe_flags`, the
+learning rate an anneal continues from included: :func:`base_learning_rate`), and how it
+is resolved and fingerprinted (:func:`recipe_of`: TorchTitan's own parser in a subprocess,
+cached under ``$ZEPHON_HOME/recipes``). Design: docs/design/orchestrator_experiment.md.
 """
 
 from __future__ import annotations
@@ -9,19 +11,21 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
+import re
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from importlib import metadata
 from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment import ExperimentConfig
+from orchestrator.experiment import ExperimentConfig, Precision
+from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run.cpu_env import trainer_import_env
-from orchestrator.run.run_plan import Recipe
-from orchestrator.run.trainer_command import recipe_flags, schedule_flags
 from pipeline import fingerprint, load_tokenizer
 from pipeline.paths import zephon_home
 
@@ -31,6 +35,113 @@ RECIPE_PACKAGES = ("torch", "torchtitan", "zephon")
 TRAINER_SOURCES = ("titan/*.py", "evaluation/**/*.py")
 """What the trainer process runs of Zephon (under ``orchestrator/``): part of every recipe."""
 _ORCHESTRATOR_DIR = Path(__file__).resolve().parents[1]
+LR_FLAG = "--optimizer.param-groups.0.optimizer-kwargs.lr"
+"""The peak learning rate's flag (``train.lr``)."""
+STEP_FOLDER = re.compile(r"step-(\d+)")
+"""A checkpoint's folder: ``step-<N>``."""
+SCHEDULE_FIELDS = ("warmup_steps", "decay_ratio", "decay_type", "min_lr_factor", "total_steps")
+"""TorchTitan's ``lr_scheduler`` fields that shape the schedule."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A resolved recipe: what decides the training arithmetic apart from the data
+    (:func:`orchestrator.run.recipe.recipe_of`)."""
+
+    fields: dict[str, Any]
+    """TorchTitan's resolved settings that the recipe keeps, and ``versions``."""
+    fingerprint: str
+    init: dict[str, Any]
+    """The part of ``fields`` that decides the initial weights."""
+    init_key: str
+    parameter_shapes: dict[str, Any] = field(default_factory=dict)
+    """The model's parameter shapes by TorchTitan name (``titan``) and, if it has a
+    state-dict adapter, by Hugging Face name (``hf``): what ``train.init_from`` must hold."""
+
+    @classmethod
+    def of(
+        cls, fields: dict[str, Any], init: dict[str, Any], parameter_shapes: dict[str, Any]
+    ) -> Recipe:
+        """The recipe of TorchTitan's resolved ``fields``, fingerprinted: the whole, and the
+        part ``init`` that decides the initial weights (its ``init_key``)."""
+        return cls(fields, fingerprint(fields), init, fingerprint(init), parameter_shapes)
+
+    @property
+    def parameters(self) -> int | None:
+        """The model's parameter count (None: its shapes were not resolved)."""
+        shapes = self.parameter_shapes.get("titan")
+        return sum(math.prod(shape) for shape in shapes.values()) if shapes else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recipe": self.fields,
+            "recipe_fingerprint": self.fingerprint,
+            "init_key": self.init_key,
+            "parameters": self.parameters,
+        }
+
+
+def recipe_flags(config: ExperimentConfig) -> list[str]:
+    """The TorchTitan flags that make ``config``'s recipe (the trainer gets them too)."""
+    d, t = config.data, config.train
+    assert t.precision != Precision.AUTO, "plan() resolves train.precision before the recipe"
+    return [
+        *("--module", config.model.module, "--config", config.model.config),
+        *("--tokenizer.name", d.tokenizer, "--training.seq-len", str(d.seq_len)),
+        *("--training.local-batch-size", str(t.microbatch_size)),
+        *("--training.steps", str(t.steps), "--debug.seed", str(t.seed)),
+        *("--training.mixed-precision-param", t.precision),
+        *schedule_flags(config),
+        *config.model.args,
+    ]
+
+
+def schedule_flags(config: ExperimentConfig) -> list[str]:
+    """TorchTitan's flags for the learning rate and schedule fields ``config.train`` sets."""
+    t = config.train
+    lr = base_learning_rate(Path(t.init_from)) if t.lr_from_init and t.init_from else t.lr
+    flags = [] if lr is None else [LR_FLAG, repr(float(lr))]
+    for name, value in (
+        ("warmup-steps", t.warmup_steps),
+        ("decay-ratio", t.decay_ratio),
+        ("decay-type", t.decay_type),
+        ("min-lr-factor", t.min_lr_factor),
+    ):
+        if value is not None:
+            flags += [f"--lr-scheduler.{name}", str(value)]
+    return flags
+
+
+def base_learning_rate(checkpoint: Path) -> float:
+    """The learning rate of the Zephon run that saved ``checkpoint`` (``<run>/titan/
+    checkpoint/step-N``) for its step N + 1, the first step it would have trained next.
+    Raises ``ExperimentError`` if ``checkpoint`` is not such a folder."""
+    step = STEP_FOLDER.fullmatch(checkpoint.name)
+    folder = RunFolder(checkpoint.parents[2]) if len(checkpoint.parents) > 2 else None
+    try:
+        recipe = folder.experiment().recipe if folder is not None and step else None
+    except (OSError, ValueError):
+        recipe = None
+    if recipe is None:
+        raise ExperimentError(
+            [
+                f"train.lr_from_init: {checkpoint} is not a step folder of a Zephon run "
+                "(<run>/titan/checkpoint/step-N beside <run>/experiment.json), so its "
+                "schedule is unknown; set train.lr instead"
+            ]
+        )
+    # torch and TorchTitan: only plans of such anneals pay their import (~2 s), not every CLI.
+    import torch
+    from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
+
+    schedule = {k: v for k, v in recipe["lr_scheduler"].items() if k in SCHEDULE_FIELDS}
+    peak = float(recipe["optimizer"]["param_groups"][0]["optimizer_kwargs"]["lr"])
+    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=peak)
+    schedulers = LRSchedulersContainer.Config(**schedule).build(
+        optimizers=[probe], training_steps=int(recipe["training"]["steps"])
+    )
+    # TorchTitan's step s trains with the factor at s - 1: step N + 1 with the factor at N.
+    return peak * schedulers.schedulers[0].lr_lambdas[0](int(step.group(1)))
 
 
 def recipe_of(config: ExperimentConfig) -> Recipe:

@@ -1,62 +1,23 @@
-"""A run's plan as plain data: the resolved experiment, its recipe, its initial checkpoint
-and where it trains.
+"""A run's plan as plain data: the resolved experiment, its recipe (:mod:`.recipe`), its
+initial checkpoint and where it trains.
 
-Only data lives here; what makes it (:mod:`.planner`, :mod:`.recipe`,
-:mod:`.init_checkpoint`) and what turns it into a command, a launch or a Slurm job
-(:mod:`.trainer_command`, :mod:`.launch`, :mod:`.slurm`) import it from above.
+Only data lives here; what makes it (:mod:`.planner`, :mod:`.initial_weights`) and what
+turns it into a command, a launch or a Slurm job (:mod:`.trainer_command`, :mod:`.launch`,
+:mod:`.slurm`) import it from above.
 
 Design: docs/design/orchestrator_run.md
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestrator.experiment import ExperimentConfig, Fingerprints, Launcher, phase_outline
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices
-from pipeline import fingerprint
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A resolved recipe: what decides the training arithmetic apart from the data
-    (:func:`orchestrator.run.recipe.recipe_of`)."""
-
-    fields: dict[str, Any]
-    """TorchTitan's resolved settings that the recipe keeps, and ``versions``."""
-    fingerprint: str
-    init: dict[str, Any]
-    """The part of ``fields`` that decides the initial weights."""
-    init_key: str
-    parameter_shapes: dict[str, Any] = field(default_factory=dict)
-    """The model's parameter shapes by TorchTitan name (``titan``) and, if it has a
-    state-dict adapter, by Hugging Face name (``hf``): what ``train.init_from`` must hold."""
-
-    @classmethod
-    def of(
-        cls, fields: dict[str, Any], init: dict[str, Any], parameter_shapes: dict[str, Any]
-    ) -> Recipe:
-        """The recipe of TorchTitan's resolved ``fields``, fingerprinted: the whole, and the
-        part ``init`` that decides the initial weights (its ``init_key``)."""
-        return cls(fields, fingerprint(fields), init, fingerprint(init), parameter_shapes)
-
-    @property
-    def parameters(self) -> int | None:
-        """The model's parameter count (None: its shapes were not resolved)."""
-        shapes = self.parameter_shapes.get("titan")
-        return sum(math.prod(shape) for shape in shapes.values()) if shapes else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "recipe": self.fields,
-            "recipe_fingerprint": self.fingerprint,
-            "init_key": self.init_key,
-            "parameters": self.parameters,
-        }
+from orchestrator.run.recipe import Recipe
 
 
 def is_follower_node(config: ExperimentConfig) -> bool:

@@ -26,7 +26,7 @@ from orchestrator.experiment import (
     split_step_problems,
     validate,
 )
-from orchestrator.run.init_from import checkpoint_format
+from orchestrator.run.initial_weights import checkpoint_format
 from orchestrator.service.job import JobKind
 from pipeline.io import credentials_problem
 from pipeline.tokenizer.loader import tokenizer_file_location

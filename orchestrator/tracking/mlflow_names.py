@@ -32,7 +32,7 @@ TAG_RECIPE = "zephon.recipe_fingerprint"
 """SHA-256 of the recipe: what decides the training arithmetic apart from the data
 (:mod:`orchestrator.run.recipe`)."""
 TAG_INIT = "zephon.init_sha256"
-"""SHA-256 of the initial checkpoint the run started from (:mod:`orchestrator.run.init_checkpoint`)."""
+"""SHA-256 of the initial checkpoint the run started from (:mod:`orchestrator.run.initial_weights`)."""
 TAG_DATA_FINGERPRINT = "zephon.data_fingerprint"
 """The digest chain after the last finished step."""
 TAG_STEPS = "zephon.steps"

@@ -36,7 +36,7 @@ from urllib.parse import quote
 
 import pytest
 
-from orchestrator.run.trainer_command import free_port
+from orchestrator.run.launch import free_port
 from orchestrator.tracking.mlflow_names import TAG_KIND, TAG_SWEEP
 from sweeps.summary import SWEEP_FILE
 from tests.support import REPO

@@ -23,7 +23,7 @@ import pytest
 
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import api
-from orchestrator.run.trainer_command import free_port
+from orchestrator.run.launch import free_port
 from tests.support import REPO
 from tests.support.experiments import data_only_experiment
 

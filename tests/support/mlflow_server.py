@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.run.trainer_command import free_port
+from orchestrator.run.launch import free_port
 from orchestrator.tracking.team_server import server_command
 
 STARTUP_TIMEOUT_S = 240.0

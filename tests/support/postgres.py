@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.run.trainer_command import free_port
+from orchestrator.run.launch import free_port
 from orchestrator.tracking.postgres_cluster import PostgresCluster, StopMode
 from orchestrator.tracking.team_server import CLUSTER_DATABASE
 

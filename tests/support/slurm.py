@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from orchestrator.run.trainer_command import free_port
+from orchestrator.run.launch import free_port
 from tests.support import REPO
 
 PACKAGES = ("slurm-wlm", "munge")

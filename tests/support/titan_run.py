@@ -20,9 +20,9 @@ from demo.local_corpus import build_local_corpus
 from orchestrator.experiment import DataSection, write_data_spec
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import discover
-from orchestrator.run.launch import Launch, run_local
+from orchestrator.run.launch import Launch, free_port, run_local, train_command
 from orchestrator.run.launch import launch_env as launch_env_of_run
-from orchestrator.run.trainer_command import c10d_rendezvous, free_port, train_command
+from orchestrator.run.trainer_command import c10d_rendezvous
 from orchestrator.titan.runlog import METRICS_FILE, RUN_SUBDIR, STEPS_FILE, read_jsonl
 from pipeline import Dataset, WorkSource
 from tests.support import REPO

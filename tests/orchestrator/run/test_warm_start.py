@@ -22,7 +22,7 @@ from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices
 from orchestrator.run import api, warm_start
 from orchestrator.run.cpu_env import cpu_start_env
-from orchestrator.run.trainer_command import train_command
+from orchestrator.run.launch import train_command
 from tests.support import REPO
 from tests.support.experiments import data_only_experiment
 from tests.support.titan_run import corpus

@@ -31,8 +31,8 @@ from orchestrator.errors import EXIT_TRACKING, TrackingError
 from orchestrator.experiment.run_record import RunStatus
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.guard.runs import load_runs
+from orchestrator.run.launch import free_port
 from orchestrator.run.lifecycle import Run
-from orchestrator.run.trainer_command import free_port
 from orchestrator.tracking import postgres_cluster, team_server
 from orchestrator.tracking.mlflow_names import (
     METRIC_DATA_WAIT,

@@ -1,12 +1,16 @@
-"""A user's checkpoint as the initial weights (orchestrator.run.init_from): real DCP and
-safetensors folders, checked at plan time against the model's shapes, and identified by
-the digest of their files (orchestrator.run.init_checkpoint.checkpoint_digest). Training
-from one is in tests/e2e/test_anneal.py."""
+"""A run's initial weights (orchestrator.run.initial_weights): one seed checkpoint per
+recipe, made once under a lock however many jobs ask at once, found again by its key,
+hashed by content (making a real one, TorchTitan on one CPU process, is in
+tests/e2e/test_orchestrator_e2e.py); and a user's checkpoint, real DCP and safetensors
+folders checked at plan time against the model's shapes and identified by the digest of
+their files (training from one is in tests/e2e/test_anneal.py)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,16 +20,79 @@ from safetensors.torch import save_file
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment import load_experiment
+from orchestrator.experiment.run_record import InitCheckpoint
 from orchestrator.experiment.validation import validate
-from orchestrator.run import init_checkpoint
-from orchestrator.run.init_from import (
+from orchestrator.run import initial_weights
+from orchestrator.run.initial_weights import (
     STATES_NOT_RESTORED,
     CheckpointFormat,
     check_init_from,
     checkpoint_format,
     initial_load_flags,
 )
-from orchestrator.run.run_plan import Recipe
+from orchestrator.run.recipe import Recipe
+
+
+def fake_recipe(key: str = "k" * 64) -> Recipe:
+    return Recipe({"debug": {"seed": 1}}, "f" * 64, {"debug": {"seed": 1}}, key)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(initial_weights, "zephon_home", lambda: tmp_path)
+    return tmp_path
+
+
+def counting_create(calls: list[int], content: bytes = b"weights"):
+    def create(config: object, build: Path) -> Path:
+        calls.append(1)
+        time.sleep(0.3)  # long enough for every other job to be waiting on the lock
+        checkpoint = build / "checkpoint" / "step-0"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "__0_0.distcp").write_bytes(content)
+        (checkpoint / ".metadata").write_bytes(b"meta")
+        return checkpoint
+
+    return create
+
+
+def test_concurrent_jobs_make_one_checkpoint(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(initial_weights, "_create_seed_checkpoint", counting_create(calls))
+    config, recipe = load_experiment({}), fake_recipe()
+    results: list[InitCheckpoint] = []
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(initial_weights.ensure_init_checkpoint(config, recipe))
+        )
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1 and len(results) == 4 and len(set(results)) == 1
+    made = results[0]
+    assert Path(made.path) == initial_weights.init_checkpoint_path(config, recipe)
+    assert (Path(made.path) / "__0_0.distcp").read_bytes() == b"weights"
+    assert [p.name for p in (home / "init").iterdir() if p.is_dir()] == [recipe.init_key]
+
+
+def test_checkpoint_is_found_again_and_hashed_by_content(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(initial_weights, "_create_seed_checkpoint", counting_create(calls))
+    config = load_experiment({})
+    first = initial_weights.ensure_init_checkpoint(config, fake_recipe("a" * 64))
+    again = initial_weights.ensure_init_checkpoint(config, fake_recipe("a" * 64))
+    assert again == first and len(calls) == 1
+    monkeypatch.setattr(
+        initial_weights, "_create_seed_checkpoint", counting_create(calls, b"other weights")
+    )
+    other = initial_weights.ensure_init_checkpoint(config, fake_recipe("b" * 64))
+    assert len(calls) == 2 and other.sha256 != first.sha256
+
 
 VOCAB = 100
 TITAN = {"tok_embeddings.weight": [VOCAB, 8], "layers.0.w.weight": [8, 8], "norm.weight": [8]}
@@ -130,22 +197,22 @@ def test_a_hugging_face_folder_is_checked_by_its_hugging_face_names(tmp_path: Pa
 def test_the_digest_follows_content_not_path_and_is_remembered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(init_checkpoint, "zephon_home", lambda: tmp_path / "home")
-    monkeypatch.setattr(init_checkpoint, "RACY_NS", 0)  # the files were written just now
+    monkeypatch.setattr(initial_weights, "zephon_home", lambda: tmp_path / "home")
+    monkeypatch.setattr(initial_weights, "RACY_NS", 0)  # the files were written just now
     base = write_dcp(tmp_path / "base", TITAN)
     copy = Path(shutil.copytree(base, tmp_path / "elsewhere" / "step-4"))
-    digest = init_checkpoint.checkpoint_digest(base)
-    assert init_checkpoint.checkpoint_digest(copy) == digest
+    digest = initial_weights.checkpoint_digest(base)
+    assert initial_weights.checkpoint_digest(copy) == digest
 
     # A second plan stats the files instead of reading them: the remembered answer is used.
     entries = (tmp_path / "home" / "cache" / "checkpoint_digests").glob("*.json")
     (entry,) = [e for e in entries if json.loads(e.read_text())["folder"] == str(base)]
     remembered = json.loads(entry.read_text())
     entry.write_text(json.dumps({**remembered, "sha256": "remembered"}))
-    assert init_checkpoint.checkpoint_digest(base) == "remembered"
+    assert initial_weights.checkpoint_digest(base) == "remembered"
 
     state = {name: torch.zeros(shape) for name, shape in TITAN.items()}
     state["norm.weight"][3] = 1.0  # one changed value: another initialisation
     changed = tmp_path / "changed"
     dcp.save(state, storage_writer=dcp.FileSystemWriter(str(changed)), no_dist=True)
-    assert init_checkpoint.checkpoint_digest(changed) != digest
+    assert initial_weights.checkpoint_digest(changed) != digest

@@ -80,9 +80,9 @@ def plan(
         if config.train.init_from is not None:  # before anything launches: shapes, vocabulary
             vocab_size = load_tokenizer(config.data.tokenizer).vocab_size
             check_init_from(config, recipe.parameter_shapes, vocab_size)
+        init_path = init_checkpoint_path(config, recipe)
         name = run_name or _default_run_name(as_written, prints.variant)
         folder = RunFolder(Path(config.runs_root) / name)
-        init_path = init_checkpoint_path(config, recipe)
     return RunPlan(
         config=config,
         folder=folder,

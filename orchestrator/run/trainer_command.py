@@ -61,16 +61,16 @@ def trainer_args(plan: RunPlan) -> list[str]:
 def launch_command(plan: RunPlan) -> list[str]:
     """This machine's command for ``plan``: its node's torchrun, or on Slurm one task's
     trainer (the job is the launcher)."""
-    r = plan.config.resources
+    r, args = plan.config.resources, trainer_args(plan)
     if r.launcher == Launcher.SLURM:
-        return slurm_task_command(trainer_args(plan))
+        return slurm_task_command(args)
     rendezvous = None
     if r.nodes > 1 or r.launcher == Launcher.MULTINODE:
         rendezvous = c10d_rendezvous(
             r.nodes, r.node_rank, endpoint=str(r.rdzv_endpoint), run_id=plan.folder.name
         )
     assert plan.dp % r.nodes == 0, f"dp ({plan.dp}) must be a multiple of nodes ({r.nodes})"
-    return train_command(plan.dp // r.nodes, trainer_args(plan), rendezvous)
+    return train_command(plan.dp // r.nodes, args, rendezvous)
 
 
 def slurm_task_command(args: list[str]) -> list[str]:

@@ -35,7 +35,6 @@ from orchestrator.experiment import (
     Launcher,
     Precision,
     load_experiment,
-    validate,
 )
 from orchestrator.experiment.run_record import ExperimentRecord, RunStatus
 from orchestrator.experiment.runfolder import RunFolder
@@ -246,10 +245,9 @@ def _continue(
     set_aside = set_aside_damaged(folder)
     for line in set_aside:
         print(f"[zephon] {line}", file=sys.stderr)
-    validate(config, dp)
+    resumed = plan(config, dp=dp, resuming=the_run)  # validated here, once
     if config.train.steps != the_run.experiment.planned_steps:
-        the_run.extend(config)
-    resumed = plan(config, dp=dp, resuming=the_run)
+        the_run.extend(config, resumed.recipe)
     tracker = _prepare_launch(resumed, tracking=state.tracking_enabled)
     result = the_run.train(resumed, tracker=tracker, progress=progress)
     result.messages[0:0] = set_aside

@@ -36,7 +36,7 @@ from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.run import interrupts
 from orchestrator.run.identity_index import AnswerKey, index_run
 from orchestrator.run.progress import Progress
-from orchestrator.run.recipe import recipe_of
+from orchestrator.run.recipe import Recipe
 from orchestrator.run.result import RunResult
 from orchestrator.run.run_plan import RunPlan
 from orchestrator.run.segment import (
@@ -57,12 +57,14 @@ from orchestrator.tracking.uris import resolve_uri
 class Run:
     """One run folder's records, held in memory and written by :meth:`commit` alone."""
 
-    def __init__(self, folder: RunFolder, experiment: ExperimentRecord, state: RunState) -> None:
-        """Use :meth:`create` or :meth:`open`."""
+    def __init__(
+        self, folder: RunFolder, experiment: ExperimentRecord, state: RunState, *, on_disk: bool
+    ) -> None:
+        """Use :meth:`create` or :meth:`open` (``on_disk``: ``run.json`` holds ``state``)."""
         self._folder = folder
         self._experiment = experiment
         self._state = state
-        self._written: dict[str, Any] | None = state.to_dict() if state.present else None
+        self._written: dict[str, Any] | None = state.to_dict() if on_disk else None
 
     def __repr__(self) -> str:
         return f"Run({str(self._folder.path)!r}, status={self._state.status})"
@@ -101,14 +103,15 @@ class Run:
             parent_run_id=parent_run_id,
             tracking_enabled=tracking_enabled,
         )
-        return cls(folder, experiment, state)
+        return cls(folder, experiment, state, on_disk=False)
 
     @classmethod
     def open(cls, folder: RunFolder) -> Run:
         """The run in ``folder``, its records read once (ExperimentError: not a run folder)."""
         if not folder.exists():
             raise ExperimentError([f"{folder.path} is not a run folder (no experiment.json)"])
-        return cls(folder, *folder.records())
+        experiment, state = folder.records()
+        return cls(folder, experiment, state, on_disk=bool(state.present))
 
     @property
     def folder(self) -> RunFolder:
@@ -134,10 +137,11 @@ class Run:
             self._written = written
         return self._state
 
-    def extend(self, config: ExperimentConfig) -> None:
-        """Record a longer schedule: the new steps and recipe, and the step it changed at
-        (the learning-rate schedule before it was the old one's, so the guard counts it)."""
-        record, recipe = self._experiment, recipe_of(config)
+    def extend(self, config: ExperimentConfig, recipe: Recipe) -> None:
+        """Record a longer schedule, ``config`` with its ``recipe``: the new steps and
+        recipe, and the step it changed at (the learning-rate schedule before it was the
+        old one's, so the guard counts it)."""
+        record = self._experiment
         if record.recipe:
             extension = Extension.new(
                 at_step=self._folder.last_checkpoint_step() or 0,

@@ -1,6 +1,7 @@
 """The run's owner (:class:`orchestrator.run.lifecycle.Run`) driven through the API with a
 stand-in launcher that writes a trainer's records instead of training: a new run, an answer,
-a resume, a failed launch, an interrupt, and who reads and writes ``run.json``."""
+a resume, a failed launch, an interrupt, a follower node, and who reads and writes
+``run.json``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 
 from orchestrator.experiment.run_record import InitCheckpoint, RunStatus
 from orchestrator.experiment.runfolder import RUN_FILE, RunFolder
-from orchestrator.run import api, interrupts, lifecycle
+from orchestrator.run import api, interrupts, lifecycle, segment
+from orchestrator.run.launch import Launch
 from orchestrator.run.run_plan import RunPlan
 from orchestrator.run.segment import SegmentHooks
 from tests.support import REPO
@@ -186,3 +188,26 @@ def test_the_held_state_is_what_the_file_holds(
     before = (folder.path / RUN_FILE).stat().st_mtime_ns
     reopened.commit(status=RunStatus.SUCCEEDED)  # what it holds already: nothing written
     assert (folder.path / RUN_FILE).stat().st_mtime_ns == before
+
+
+def test_a_follower_node_trains_beside_node_zero_and_writes_no_records(
+    experiment: dict[str, Any], launcher: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[Launch] = []
+
+    def stand_in(launch: Launch) -> int:
+        started.append(launch)
+        return 0
+
+    monkeypatch.setattr(segment, "run_local", stand_in)
+    experiment["resources"].update(
+        launcher="multinode", nodes=2, node_rank=1, rdzv_endpoint="127.0.0.1:29400"
+    )
+    result = api.run(experiment, dp=2, tracking=False)
+    assert result.status == RunStatus.SUCCEEDED and result.mlflow_run_id is None
+    assert result.messages == ["node 1 of 2: node 0 keeps this run's records and tracking"]
+    (follower,) = started
+    assert follower.on_processes is None and follower.log_path.name == "launch-node1.log"
+    folder = RunFolder(result.folder)
+    assert not folder.exists() and not (folder.path / RUN_FILE).exists()
+    assert launcher.launched == []  # node 0's launcher, which records, never ran here

@@ -22,7 +22,7 @@ from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.machine.devices import Devices
 from orchestrator.run import api, warm_start
 from orchestrator.run.cpu_env import cpu_start_env
-from orchestrator.run.launch import train_command
+from orchestrator.run.launch import prepare_warm_start, train_command
 from tests.support import REPO
 from tests.support.experiments import data_only_experiment
 from tests.support.titan_run import corpus
@@ -104,12 +104,12 @@ def test_a_plan_for_a_gpu_or_slurm_launch_ends_the_speculative_server(
     for devices in (Devices("cpu", 2, "cpu"), Devices("cuda", 1, "a GPU", (0,))):
         warm_start.speculate(cpu_start_env())
         speculative = warm_start.starter(cpu_start_env())
-        api._prepare_launch(config, devices)
+        prepare_warm_start(devices.kind, config.resources.launcher)
         assert speculative.closed == (devices.kind == "cuda")
     slurm = replace(config, resources=replace(config.resources, launcher="slurm"))
     warm_start.speculate(cpu_start_env())
     speculative = warm_start.starter(cpu_start_env())
-    api._prepare_launch(slurm, Devices("cpu", 2, "cpu"))
+    prepare_warm_start(Devices("cpu", 2, "cpu").kind, slurm.resources.launcher)
     assert speculative.closed
 
 

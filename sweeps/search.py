@@ -24,7 +24,7 @@ from orchestrator.search import Bounds, Observations, Proposal, fit, initial_des
 from orchestrator.search.confirmation import confirmation_confidence
 from orchestrator.search.observations import MIN_DISTINCT_MIXTURES
 from orchestrator.search.repetition_caps import dataset_tokens, token_budget
-from orchestrator.search.runs import observations_from_runs
+from orchestrator.search.run_observations import observations_from_runs
 from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.tracker import Tracker
 from sweeps.config import experiment_from

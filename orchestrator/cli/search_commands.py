@@ -9,7 +9,7 @@ from orchestrator.errors import EXIT_OK
 from orchestrator.search import Bounds, FitResult, Observations, fit, propose, read_tables
 from orchestrator.search.observations import read_mixtures
 from orchestrator.search.repetition_caps import capped_bounds
-from orchestrator.search.runs import observations_from_runs, run_experiment
+from orchestrator.search.run_observations import observations_from_runs, run_experiment
 from pipeline import ConfigError
 
 

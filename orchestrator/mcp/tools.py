@@ -19,7 +19,7 @@ from orchestrator.search import Bounds, FitResult, Observations
 from orchestrator.search import fit as fit_models
 from orchestrator.search import propose as propose_mixtures
 from orchestrator.search.observations import observations_from_records, records_from_json
-from orchestrator.search.runs import observations_from_runs
+from orchestrator.search.run_observations import observations_from_runs
 from orchestrator.service import client
 from orchestrator.service.admission import verify_request
 from orchestrator.service.config import ServiceConfig, load_service

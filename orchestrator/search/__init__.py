@@ -2,8 +2,8 @@
 
 :func:`fit` validates every model (k-fold) and refits the best with bootstrap refits;
 :func:`propose` samples the next mixtures from those refits and says when to stop.
-Pure computation: no MLflow, no subprocess; only ``runs.py`` reads runs, through the
-guard. Lower scores are better; the objective is the mean of the target scores.
+Pure computation: no MLflow, no subprocess; only ``run_observations.py`` reads runs,
+through the guard. Lower scores are better; the objective is the mean of the target scores.
 
 Design: docs/design/search.md
 """

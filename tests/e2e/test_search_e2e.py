@@ -20,7 +20,7 @@ from mlflow import MlflowClient
 
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.search.confirmation import confirmation_confidence
-from orchestrator.search.runs import observations_from_runs
+from orchestrator.search.run_observations import observations_from_runs
 from orchestrator.tracking.uris import resolve_uri
 from sweeps.search import proposal_from_inputs
 from sweeps.search_report import PREDICTIONS_PLOT, TRAJECTORY_PLOT

@@ -110,7 +110,7 @@ def test_seed_blocks_are_taken_off_before_noise_is_measured_or_a_fit_sees_the_sc
 def test_zephon_runs_of_two_sizes_are_checked_size_by_size_and_carry_their_size() -> None:
     """A ladder's runs: the guard accepts each size's runs on their own (their recipes
     differ between sizes), and every observation carries its size's parameter count."""
-    from orchestrator.search.runs import observations_by_size
+    from orchestrator.search.run_observations import observations_by_size
     from tests.support.guard_runs import four_runs, make_recipe
 
     small = [dataclasses.replace(r, parameters=150_000) for r in four_runs()]
@@ -138,7 +138,7 @@ def test_zephon_runs_of_two_sizes_are_checked_size_by_size_and_carry_their_size(
 
 def test_runs_varying_a_dataset_version_are_not_fitted() -> None:
     """fit and propose model mixtures: variants of a dataset version are refused, saying so."""
-    from orchestrator.search.runs import observations_by_size
+    from orchestrator.search.run_observations import observations_by_size
     from tests.support.guard_runs import four_runs
 
     versions = [

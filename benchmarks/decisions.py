@@ -6,7 +6,7 @@ find), a mixture with half of A's code planted as junk (A/B) and twin mixtures a
 mix (one domain at a 5% share) under K seeds, and reports per mixture the seed standard
 deviation of the held-out scores, per number of seeds the guard's false-decision rate on
 A/A (goal <= 5%) and its power on A/B, each on the last eval and on the mean of the last
-2 and 4 evals (``compare(..., smooth_last=k)``).
+2 and 4 evals (``DecisionPolicy(smooth_last=k)``).
 
 Design: docs/design/benchmarks_decisions.md
 """
@@ -69,7 +69,7 @@ SMOOTHING = (1, 2, 4)
 SEED_SUBSETS = [1, 2, 3]
 """The numbers of seeds per judged comparison (every subset of the pool)."""
 LOOKS = ("sequential", "fixed")
-"""The guard's designs judged (``compare(..., design=...)``): its default, one error budget
+"""The guard's designs judged (``DecisionPolicy(design=...)``): its default, one error budget
 for every look up to 8 seeds, and one look at a seed count fixed in advance (the full 5%)."""
 DEFAULT_SEEDS = 5
 DEFAULT_STEPS = 20
@@ -163,7 +163,10 @@ def judge(
             for design, (first, other) in pairs.items():
                 chosen = [by_mix_seed[(mix, s)] for mix in (first, other) for s in subset]
                 comparison = guard.compare(
-                    chosen, decide_on=DECIDE_ON, smooth_last=smooth_last, design=looks
+                    chosen,
+                    guard.DecisionPolicy(
+                        decide_on=DECIDE_ON, smooth_last=smooth_last, design=looks
+                    ),
                 )
                 assert comparison.accepted, comparison.refusals
                 (pair,) = comparison.pairs
@@ -396,7 +399,7 @@ def _smoothing_lines(report: dict[str, Any]) -> list[str]:
     """A/A false decisions and A/B power per design of looks, mixture, smoothing and seeds
     per comparison."""
     lines = [
-        "Decisions per mixture on the mean of the last k evals (`compare(..., smooth_last=k)`), "
+        "Decisions per mixture on the mean of the last k evals (`DecisionPolicy(smooth_last=k)`), "
         "under the guard's default design (sequential: one 5% budget over every look up to 8 "
         "seeds) and under `design=fixed` (this one look decided at the full 5%) "
         "<!-- not measured: 5% -->:",
@@ -581,7 +584,9 @@ def early_looks(by_mix_seed: dict[tuple[str, int], Any], seeds: int) -> list[dic
         subsets = list(itertools.combinations(range(seeds), m))
         for subset in subsets:
             chosen = [by_mix_seed[(mix, s)] for mix in ("A", "A'", "B") for s in subset]
-            comparison = guard.compare(chosen, decide_on=DECIDE_ON, design="fixed")
+            comparison = guard.compare(
+                chosen, guard.DecisionPolicy(decide_on=DECIDE_ON, design="fixed")
+            )
             assert comparison.accepted, comparison.refusals
             name = {mixture_label(mix): key for key, mix in MIXES.items()}
             for pair in comparison.pairs:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ExperimentError
+from orchestrator.guard.decision_policy import DEFAULT_POLICY, DecisionPolicy
 from orchestrator.guard.ladder import ladder, ladder_markdown
 from orchestrator.guard.tracked_comparison import compare_tracked
 from orchestrator.tracking.mlflow_names import TAG_KIND, TAG_NOTE, TAG_SWEEP, TAG_VERDICT
@@ -88,18 +89,15 @@ class ParentRun:
         outcomes: list[dict[str, Any]],
         sweep_dir: Path,
         *,
-        family: str = "holm",
-        design: str = "sequential",
-        smooth_last: int = 1,
-        decide_on: list[str] | None = None,
+        policy: DecisionPolicy = DEFAULT_POLICY,
         models: list[str] | None = None,
     ) -> dict[str, Any] | None:
-        """The guard over the sweep's tracked runs, one comparison per combination of the
-        other sweeps, logged into the parent run (one combination) or into child comparison
-        runs of it (several: a sweep that also crosses e.g. ``train.steps`` never ranks runs
-        of different recipes). Seed replicates of a combination are compared together;
-        ``family``, ``design``, ``smooth_last`` and ``decide_on`` as in
-        :func:`compare_tracked`."""
+        """The guard over the sweep's tracked runs under ``policy``, one comparison per
+        combination of the other sweeps, logged into the parent run (one combination) or into
+        child comparison runs of it (several: a sweep that also crosses e.g. ``train.steps``
+        never ranks runs of different recipes). Seed replicates of a combination are compared
+        together; ``models``: the sweep's model sizes, whose verdicts are lined up per
+        setting (:func:`ladders`)."""
         groups: dict[str, list[str]] = {}
         for o in outcomes:
             if o.get("mlflow_run_id"):
@@ -114,10 +112,7 @@ class ParentRun:
                     experiment=self.experiment,
                     into_run_id=self.run_id,
                     workdir=sweep_dir / "comparison",
-                    family=family,
-                    design=design,
-                    smooth_last=smooth_last,
-                    decide_on=decide_on,
+                    policy=policy,
                 )
             verdicts = {
                 combination: compare_tracked(
@@ -126,10 +121,7 @@ class ParentRun:
                     experiment=self.experiment,
                     parent_run_id=self.run_id,
                     workdir=sweep_dir / "comparison" / str(number),
-                    family=family,
-                    design=design,
-                    smooth_last=smooth_last,
-                    decide_on=decide_on,
+                    policy=policy,
                 )
                 for number, (combination, run_ids) in enumerate(groups.items())
             }

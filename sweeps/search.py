@@ -19,6 +19,8 @@ from hydra.core.utils import JobReturn
 
 from orchestrator.errors import ComparisonRefused, ExperimentError, SweepFailed
 from orchestrator.experiment.run_record import RunStatus
+from orchestrator.guard.decision_policy import DecisionPolicy
+from orchestrator.guard.decisions import Design, Family
 from orchestrator.guard.tracked_comparison import compare_tracked
 from orchestrator.search import Bounds, Observations, Proposal, fit, initial_design, propose
 from orchestrator.search.confirmation import confirmation_confidence
@@ -264,9 +266,11 @@ class MixSearch:
             experiment=parent.experiment,
             into_run_id=parent.run_id,
             workdir=self.opened.folder / "comparison" / "confirmation",
-            confidence=confirmation_confidence(len(arms) - 1),
-            family="none",  # the confidence is already Bonferroni's over the comparators
-            design="fixed",  # one look, its seeds fixed by the search spec in advance
+            policy=DecisionPolicy(
+                confidence=confirmation_confidence(len(arms) - 1),
+                family=Family.NONE,  # the confidence is already Bonferroni's over the comparators
+                design=Design.FIXED,  # one look, its seeds fixed by the search spec in advance
+            ),
         )
 
     def _best_initial(self, state: SearchState, observations: Observations) -> dict[str, float]:

@@ -34,9 +34,7 @@ from orchestrator.experiment.run_record import RunStatus
 from orchestrator.experiment.runfolder import RunFolder
 from orchestrator.experiment.variant_axis import parse_axis
 from orchestrator.guard.comparison import SEED_SETTINGS
-from orchestrator.guard.decisions import design_of, family_of
-from orchestrator.guard.eval_smoothing import check_smooth_last
-from orchestrator.guard.scoring import check_decide_on
+from orchestrator.guard.decision_policy import DecisionPolicy
 from orchestrator.run import interrupts
 from orchestrator.run.slurm import use_squeue_without_accounting
 from orchestrator.tracking.mlflow_status import MlflowStatus
@@ -114,11 +112,14 @@ class MixSweeper(Sweeper):
     ) -> None:
         super().__init__()
         self.resume = resume
-        self.family = family_of(family).value
-        self.design = design_of(design).value
-        check_smooth_last(smooth_last)
-        self.smooth_last = smooth_last
-        self.decide_on = [str(d) for d in decide_on or []]
+        self.policy = DecisionPolicy(
+            family=family,
+            design=design,
+            smooth_last=smooth_last,
+            decide_on=[str(d) for d in decide_on or []],
+        )
+        """What the sweep's comparison decides on and how (``hydra.sweeper.family``,
+        ``design``, ``smooth_last`` and ``decide_on``)."""
         self.replicate_models = [str(name) for name in replicate_models or []]
         fields = mix if isinstance(mix, dict) else _to_plain_dict(mix)
         self.space = MixSpace(**{k: v for k, v in fields.items() if v is not None})
@@ -294,11 +295,10 @@ class MixSweeper(Sweeper):
                 # every job scores the same held-out domains (the data contract's)
                 data = experiment.data
                 try:
-                    check_decide_on(
-                        self.decide_on or None, domains=sorted({*data.datasets, *data.eval_sets})
-                    )
+                    self.policy.check_decide_on(sorted({*data.datasets, *data.eval_sets}))
                 except ValueError as e:
-                    problems.append(f"hydra.sweeper.decide_on={self.decide_on}: {e}")
+                    decide_on = list(self.policy.decide_on or [])
+                    problems.append(f"hydra.sweeper.decide_on={decide_on}: {e}")
         if problems:
             raise ExperimentError(problems)
 
@@ -313,13 +313,7 @@ class MixSweeper(Sweeper):
         parent = opened.parent
         verdict = (
             parent.compare(
-                outcomes,
-                opened.folder,
-                family=self.family,
-                design=self.design,
-                smooth_last=self.smooth_last,
-                decide_on=self.decide_on or None,
-                models=self.replicate_models,
+                outcomes, opened.folder, policy=self.policy, models=self.replicate_models
             )
             if self.compare
             else None

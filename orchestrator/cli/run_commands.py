@@ -8,6 +8,7 @@ from typing import Any
 
 from orchestrator.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED
 from orchestrator.experiment.run_record import RunStatus
+from orchestrator.guard.decision_policy import DecisionPolicy
 from orchestrator.guard.tracked_comparison import compare_tracked
 from orchestrator.run.api import plan, plan_summary, resume, run, sync
 from orchestrator.run.elastic_check import verify_elastic
@@ -43,17 +44,20 @@ def command_resume(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def command_compare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     if not args.run_ids and not args.experiment and not args.sweep:
         raise ConfigError("name the runs: RUN_ID ..., --experiment NAME or --sweep NAME")
-    verdict = compare_tracked(
-        args.run_ids,
-        experiment=args.experiment,
-        sweep=args.sweep,
-        tracking_uri=args.tracking_uri,
+    policy = DecisionPolicy(
         threshold=args.threshold,
         decide_on=args.decide_on.split(",") if args.decide_on else None,
         family=args.family,
         design=args.design,
         max_seeds=args.max_seeds,
         smooth_last=args.smooth_last,
+    )
+    verdict = compare_tracked(
+        args.run_ids,
+        policy,
+        experiment=args.experiment,
+        sweep=args.sweep,
+        tracking_uri=args.tracking_uri,
     )
     return (EXIT_OK if verdict["accepted"] else EXIT_REFUSED), verdict
 

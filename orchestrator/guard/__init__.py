@@ -1,9 +1,9 @@
 """The comparison guard: a table of scores only for runs that differ in their data mixture.
 
 runs.py loads the runs from MLflow, rules/ refuses with reasons (:class:`RefusalCode`),
-scoring.py compares the variants (each pair decided by decisions/), and the verdict goes
-back to MLflow with its Markdown report (report.py) and plot. The rules:
-``docs/design/guard.md``.
+scoring.py compares the variants under a :class:`DecisionPolicy` (decision_policy.py; each
+pair decided by decisions/), and the verdict goes back to MLflow with its Markdown report
+(report.py) and plot. The rules: ``docs/design/guard.md``.
 
 Design: docs/design/guard.md
 """
@@ -19,6 +19,7 @@ from orchestrator.guard.comparison import (
     RunSummary,
     mixture_label,
 )
+from orchestrator.guard.decision_policy import DecisionPolicy
 from orchestrator.guard.plot import plot
 from orchestrator.guard.report import comparison_markdown
 from orchestrator.guard.rules import check
@@ -31,6 +32,7 @@ __all__ = [
     "SEED_SETTINGS",
     "Comparison",
     "ComparisonRow",
+    "DecisionPolicy",
     "Refusal",
     "RefusalCode",
     "RunSummary",

@@ -9,12 +9,14 @@ a task's do (:mod:`orchestrator.guard.tasks`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from orchestrator.evaluation import DEFAULT_METRIC, METRICS, HeldOutMetric, held_out_metric
 from orchestrator.guard.comparison import RunSummary
 
 
 def metric_choice(
-    decide_on: list[str] | None, domains: list[str]
+    decide_on: Sequence[str] | None, domains: list[str]
 ) -> tuple[HeldOutMetric, list[str]]:
     """The held-out metric ``decide_on`` asks for and its domains (default: bits per byte on
     every domain). ``ValueError`` for an unknown domain, or entries of different metrics."""
@@ -30,7 +32,8 @@ def metric_choice(
             chosen.setdefault(DEFAULT_METRIC, []).append(entry)
     if len(chosen) > 1:
         raise ValueError(
-            f"decide on one held-out metric at a time: {decide_on} names {', '.join(chosen)}"
+            f"decide on one held-out metric at a time: {list(decide_on or [])} names "
+            f"{', '.join(chosen)}"
         )
     name, asked = next(iter(chosen.items()), (DEFAULT_METRIC, domains))
     unknown = sorted(set(asked) - set(domains))

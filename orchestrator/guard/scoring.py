@@ -26,13 +26,8 @@ from orchestrator.guard.comparison import (
     RunSummary,
     ordered_runs,
 )
-from orchestrator.guard.eval_smoothing import (
-    DEFAULT_SMOOTH_LAST,
-    check_smooth_last,
-    check_smoothed_score,
-    smoothed_runs,
-    smoothing_steps,
-)
+from orchestrator.guard.decision_policy import DEFAULT_POLICY, DecisionPolicy
+from orchestrator.guard.eval_smoothing import check_smoothed_score, smoothed_runs, smoothing_steps
 from orchestrator.guard.held_out_metrics import metric_choice, with_metric_scores
 from orchestrator.guard.rules import apply_rules, runs_by_arm
 from orchestrator.guard.rules.variants import run_labels
@@ -144,34 +139,23 @@ def _score_variant(
     )
 
 
-def compare(
-    runs: list[RunSummary],
-    *,
-    threshold: float = 0.0,
-    confidence: float = 0.95,
-    decide_on: list[str] | None = None,
-    family: decisions.Family = decisions.Family.HOLM,
-    design: decisions.Design = decisions.Design.SEQUENTIAL,
-    max_seeds: int = decisions.DEFAULT_MAX_SEEDS,
-    smooth_last: int = DEFAULT_SMOOTH_LAST,
-) -> Comparison:
+def compare(runs: list[RunSummary], policy: DecisionPolicy = DEFAULT_POLICY) -> Comparison:
     """Check ``runs`` and, if nothing is refused, score each variant at the common eval step
-    and decide every pair of variants (:mod:`orchestrator.guard.decisions`): a difference
-    counts only if its whole ``confidence`` interval is beyond ``threshold`` bits per byte.
+    and decide every pair of variants under ``policy`` (:mod:`orchestrator.guard.decisions`):
+    a difference counts only if its whole interval is beyond ``policy.threshold``.
+
     The aggregate (ranking and decisions) is the mean over the held-out domains
-    ``decide_on`` (default: all of them) of bits per byte, or of another held-out metric
-    with ``["METRIC"]`` or ``["METRIC:DOMAIN", ...]``
+    ``policy.decide_on`` names (default: all of them) of bits per byte, or of another
+    held-out metric with ``("METRIC",)`` or ``("METRIC:DOMAIN", ...)``
     (:mod:`orchestrator.guard.held_out_metrics`), or a task's score with
-    ``["task:NAME[:METRIC]"]`` (:mod:`orchestrator.guard.tasks`). ``family`` corrects the pairs' decisions for their
-    number (:class:`~orchestrator.guard.decisions.Family`; Holm by default). ``design``:
-    ``sequential`` (default) spends ``1 - confidence`` over every look as seeds are added, up
-    to ``max_seeds``; ``fixed`` decides this one look at it
-    (:mod:`orchestrator.guard.decisions.looks`). ``smooth_last``: score each run on the mean
-    of its last ``smooth_last`` held-out evals (:mod:`orchestrator.guard.eval_smoothing`;
-    1: the last eval alone)."""
-    decisions.check_options(threshold, confidence)
-    check_smooth_last(smooth_last)
-    plan = decisions.LookPlan(decisions.design_of(design), 1 - confidence, max_seeds)
+    ``("task:NAME[:METRIC]",)`` (:mod:`orchestrator.guard.tasks`). ``policy.family`` corrects
+    the pairs' decisions for their number (:class:`~orchestrator.guard.decisions.Family`).
+    ``policy.design``: ``sequential`` spends ``1 - confidence`` over every look as seeds are
+    added, up to ``max_seeds``; ``fixed`` decides this one look at it
+    (:mod:`orchestrator.guard.decisions.looks`). ``policy.smooth_last``: score each run on the
+    mean of its last this many held-out evals (:mod:`orchestrator.guard.eval_smoothing`).
+    ``ValueError`` when the runs cannot be scored as the policy asks (an unknown domain, a
+    task they lack, fewer evals than ``smooth_last``)."""
     outcome = apply_rules(runs)
     step, domains = outcome.eval_step, outcome.domains
     if outcome.refusals or step is None:
@@ -182,20 +166,20 @@ def compare(
             rows=[],
             domains=domains,
             common_steps=outcome.common_steps,
-            smooth_last=smooth_last,
+            smooth_last=policy.smooth_last,
         )
-    smoothed_steps = smoothing_steps(runs, step, last=smooth_last)
-    runs = smoothed_runs(runs, step, last=smooth_last)
+    smoothed_steps = smoothing_steps(runs, step, last=policy.smooth_last)
+    runs = smoothed_runs(runs, step, last=policy.smooth_last)
     score = HELD_OUT_SCORE
-    task = task_choice(decide_on)
+    task = task_choice(policy.decide_on)
     if task is not None:
         runs, key, score = with_task_scores(runs, step, *task)
         chosen = [key]
     else:
-        metric, chosen = metric_choice(decide_on, domains)
+        metric, chosen = metric_choice(policy.decide_on, domains)
         if metric.name != DEFAULT_METRIC:
             runs, chosen, score = with_metric_scores(runs, step, metric, chosen)
-    check_smoothed_score(smooth_last, score)
+    check_smoothed_score(policy.smooth_last, score)
     first_run = ordered_runs(runs)[0]
     doc_bytes = {
         d: np.asarray(first_run.documents[step][d]["bytes"], dtype=np.float64) for d in chosen
@@ -211,14 +195,15 @@ def compare(
     )
     order = [v.arm for v in variants]
     seeds = sorted({r.seed for r in runs})
+    plan = policy.look_plan()
     level = plan.level(len(seeds))
     decided = decisions.decide_all(
         order,
         {v.arm: v.document_bits for v in variants},
         doc_bytes=doc_bytes,
-        threshold=threshold,
-        confidence=1 - level if level > 0 else confidence,
-        family=family,
+        threshold=policy.threshold,
+        confidence=1 - level if level > 0 else policy.confidence,
+        family=policy.family,
         plan=plan,
     )
     if level == 0:  # one seed decides nothing; past max_seeds the budget is spent
@@ -254,10 +239,10 @@ def compare(
         recipe_fingerprint=first_run.recipe_fingerprint,
         pairs=pairs,
         seeds=seeds,
-        threshold=threshold,
-        confidence=confidence,
-        design=plan.design,
-        max_seeds=plan.max_seeds,
+        threshold=policy.threshold,
+        confidence=policy.confidence,
+        design=policy.design,
+        max_seeds=policy.max_seeds,
         look_level=level,
         sequence=fingerprint(
             {
@@ -265,30 +250,22 @@ def compare(
                 "recipe": first_run.recipe_fingerprint,
                 "variants": sorted(str(v.arm) for v in variants),
                 "decided_on": chosen,
-                "threshold": threshold,
+                "threshold": policy.threshold,
                 "plan": plan.to_json(),
-                "family": str(family),
-                **({"smooth_last": smooth_last} if smooth_last > 1 else {}),
+                "family": str(policy.family),
+                **({"smooth_last": policy.smooth_last} if policy.smooth_last > 1 else {}),
             }
         ),
         cost_per_seed=cost,
-        family=str(family),
+        family=str(policy.family),
         decided_on=chosen,
         score=score,
         compared=str(first_run.contract.get(AXIS_FIELD, "mixture")),
-        smooth_last=smooth_last,
+        smooth_last=policy.smooth_last,
         smoothed_steps=smoothed_steps,
         yardsticks=_signal_noise(variants, step=step, domains=domains),
         data_read={labels[r.run_id]: r.data_read() for r in ordered_runs(runs) if r.data_read()},
     )
-
-
-def check_decide_on(decide_on: list[str] | None, *, domains: list[str]) -> None:
-    """``ValueError`` when ``decide_on`` names held-out domains or a metric that runs scored
-    on ``domains`` (their datasets and evaluation sets) cannot have: :func:`compare`'s own
-    rule, for a sweep to apply before any run trains. A task is checked at the comparison."""
-    if task_choice(decide_on) is None:
-        metric_choice(decide_on, domains)
 
 
 def _yardstick_scores(run: RunSummary, step: int, domains: list[str]) -> dict[str, float]:

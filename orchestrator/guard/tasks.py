@@ -8,6 +8,7 @@ otherwise). Design: docs/tasks.md, "Deciding on a task".
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from orchestrator.guard.comparison import RunSummary
 
@@ -16,7 +17,7 @@ TASK_PREFIX = "task:"
 DEFAULT_TASK_METRICS = ("acc", "bits_per_byte")
 
 
-def task_choice(decide_on: list[str] | None) -> tuple[str, str | None] | None:
+def task_choice(decide_on: Sequence[str] | None) -> tuple[str, str | None] | None:
     """``(task, metric or None)`` when ``decide_on`` asks for a task, else None.
 
     Raises ValueError when a task is mixed with held-out domains or with another task."""
@@ -24,7 +25,9 @@ def task_choice(decide_on: list[str] | None) -> tuple[str, str | None] | None:
     if not asked:
         return None
     if len(asked) > 1 or len(decide_on or []) > 1:
-        raise ValueError(f"decide on one task at a time, or on held-out domains: got {decide_on}")
+        raise ValueError(
+            f"decide on one task at a time, or on held-out domains: got {list(decide_on or [])}"
+        )
     task, _, metric = asked[0][len(TASK_PREFIX) :].partition(":")
     return task, metric or None
 

@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import WithJsonSchema
 
 from orchestrator.experiment.schema import experiment_json_schema
+from orchestrator.guard.decision_policy import DecisionPolicy
 from orchestrator.guard.tracked_comparison import compare_tracked
 from orchestrator.search import Bounds, FitResult, Observations
 from orchestrator.search import fit as fit_models
@@ -160,12 +161,14 @@ class ServiceTools:
             sweep=sweep,
             experiment=experiment,
             tracking_uri=self._service().rules().tracking_uri,
-            threshold=threshold,
-            decide_on=decide_on,
-            family=family,
-            design=design,
-            max_seeds=max_seeds,
-            smooth_last=smooth_last,
+            policy=DecisionPolicy(
+                threshold=threshold,
+                decide_on=decide_on,
+                family=family,
+                design=design,
+                max_seeds=max_seeds,
+                smooth_last=smooth_last,
+            ),
         )
 
     def _observations(

@@ -13,6 +13,7 @@ from orchestrator.errors import SearchError
 from orchestrator.experiment.config import ExperimentConfig
 from orchestrator.experiment.run_record import ExperimentRecord
 from orchestrator.guard.comparison import RunSummary
+from orchestrator.guard.decision_policy import DecisionPolicy
 from orchestrator.search.observations import Observations
 from orchestrator.tracking.mlflow_names import ARTIFACT_DIR, ARTIFACT_EXPERIMENT
 from orchestrator.tracking.stored_runs import training_run_ids
@@ -82,7 +83,7 @@ def _observations_of_one_size(
     """The runs of one model size (``size`` parameters; None: not told) as observations,
     once the guard accepts them."""
     try:
-        comparison = guard.compare(runs, decide_on=targets)
+        comparison = guard.compare(runs, DecisionPolicy(decide_on=targets))
     except ValueError as e:  # an unknown held-out domain
         raise SearchError([str(e)]) from None
     if not comparison.accepted:

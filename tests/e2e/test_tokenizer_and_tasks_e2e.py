@@ -23,6 +23,7 @@ from orchestrator.errors import ExperimentError
 from orchestrator.experiment import DataSection
 from orchestrator.experiment.fingerprints import build_pipeline
 from orchestrator.experiment.runfolder import RUN_SUBDIR, TASKS_FILE, RunFolder, read_jsonl
+from orchestrator.guard import DecisionPolicy
 from orchestrator.guard.tracked_comparison import compare_tracked
 from orchestrator.run import api
 from orchestrator.tracking.mlflow_names import task_metric
@@ -91,7 +92,8 @@ def compare(work: Path, runs: dict[str, api.RunResult], decide_on: list[str]) ->
     cwd = os.getcwd()
     os.chdir(work)
     try:
-        return compare_tracked([r.mlflow_run_id or "" for r in runs.values()], decide_on=decide_on)
+        run_ids = [r.mlflow_run_id or "" for r in runs.values()]
+        return compare_tracked(run_ids, DecisionPolicy(decide_on=decide_on))
     finally:
         os.chdir(cwd)
 

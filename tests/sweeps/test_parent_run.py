@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from mlflow import MlflowClient
 
+from orchestrator.guard import DecisionPolicy
 from orchestrator.tracking.mlflow_names import TAG_NOTE, TAG_VERDICT
 from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.tracker import Tracker
@@ -77,7 +78,7 @@ def test_one_combination_is_compared_into_the_parent_run_with_its_seeds(
     (call,) = calls  # the seeds' recipes differ (the init seed), yet they are one comparison
     assert call["run_ids"] == ["a-0", "a-1", "b-0", "b-1"]
     assert call["into_run_id"] == parent.run_id
-    assert call["decide_on"] is None  # the mean over every domain
+    assert call["policy"].decide_on is None  # the mean over every domain
 
 
 def test_a_sweep_decides_on_what_it_names(
@@ -88,10 +89,11 @@ def test_a_sweep_decides_on_what_it_names(
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(parent_run, "compare_tracked", lambda run_ids, **kw: calls.append(kw) or {})
     one = [outcome(f"{mix}-{seed}", [], seed) for mix in "ab" for seed in (0, 1)]
-    parent.compare(one, tmp_path / "one", decide_on=["docs_eval"])
+    policy = DecisionPolicy(decide_on=["docs_eval"])
+    parent.compare(one, tmp_path / "one", policy=policy)
     several = [outcome(f"r{n}", [f"train.steps={n}"]) for n in (20, 40)]
-    parent.compare(several, tmp_path / "several", decide_on=["docs_eval"])
-    assert [c["decide_on"] for c in calls] == [["docs_eval"]] * 3
+    parent.compare(several, tmp_path / "several", policy=policy)
+    assert [c["policy"] for c in calls] == [policy] * 3
 
 
 def test_verdicts_are_lined_up_per_setting_in_the_ladder_s_order() -> None:

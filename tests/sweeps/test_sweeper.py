@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.guard import DecisionPolicy
+from orchestrator.guard.decisions import Design, Family
+from sweeps.sweeper import MixSweeper
 from tests.support.sweeps import datasets_override, multirun
 from tests.support.titan_run import corpus
 
@@ -26,3 +29,15 @@ def test_a_decide_on_no_run_would_score_is_refused_before_anything_launches(
     assert "docs_evl" in typo.stderr and "hydra.sweeper.decide_on" in typo.stderr
     assert "Traceback" not in typo.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_the_comparison_s_settings_are_one_policy() -> None:
+    """``hydra.sweeper.family``, ``design``, ``smooth_last`` and ``decide_on`` (Hydra's
+    values) become the sweep's decision policy, checked when the sweeper is made."""
+    sweeper = MixSweeper({}, [], family="bh", design="fixed", smooth_last=2, decide_on=["code"])
+    assert sweeper.policy == DecisionPolicy(
+        family=Family.BH, design=Design.FIXED, smooth_last=2, decide_on=("code",)
+    )
+    assert MixSweeper({}, []).policy == DecisionPolicy()
+    with pytest.raises(ValueError, match="design 'bayesian': use one of sequential, fixed"):
+        MixSweeper({}, [], design="bayesian")

@@ -14,13 +14,12 @@ says whether the first beats all others (tiers.py).
 Design (the formulas and why): docs/design/guard.md, "The decision statistic".
 """
 
-from orchestrator.guard.decisions.family import Family, adjusted_p_values, decide_all, family_of
+from orchestrator.guard.decisions.family import Family, adjusted_p_values, decide_all
 from orchestrator.guard.decisions.looks import (
     DEFAULT_MAX_SEEDS,
     MIN_SEEDS,
     Design,
     LookPlan,
-    design_of,
 )
 from orchestrator.guard.decisions.pair import (
     A_BETTER,
@@ -64,9 +63,7 @@ __all__ = [
     "check_options",
     "decide_all",
     "decide_pair",
-    "design_of",
     "document_variance",
-    "family_of",
     "sampling_error",
     "tiers",
     "welch_degrees_of_freedom",

@@ -25,15 +25,6 @@ class Family(StrEnum):
     """Each pair decided at ``confidence`` on its own."""
 
 
-def family_of(name: str) -> Family:
-    """The :class:`Family` named ``name``; ValueError listing the choices otherwise."""
-    try:
-        return Family(name)
-    except ValueError:
-        choices = ", ".join(f.value for f in Family)
-        raise ValueError(f"family {name!r}: use one of {choices}") from None
-
-
 def adjusted_p_values(p_values: list[float], family: Family) -> list[float]:
     """``p_values`` of one family of pairs corrected under ``family`` (same order)."""
     k = len(p_values)
@@ -81,7 +72,6 @@ def decide_all(
     if len(set(order)) != len(order):
         raise ValueError(f"variants repeat in the order {order}")
     noise = SeedNoise.of(order, scores, doc_bytes)
-    family = family_of(family)
     pair_count = len(order) * (len(order) - 1) // 2
     if plan is not None and family is not Family.NONE and pair_count > 1:
         # the advice of one pair among k: Bonferroni's share of each level (Holm's first)

@@ -95,16 +95,6 @@ class LookPlan:
         return {"design": str(self.design), "alpha": self.alpha, "max_seeds": self.max_seeds}
 
 
-def design_of(name: str) -> Design:
-    """The :class:`Design` named ``name``; ValueError listing the choices otherwise."""
-    try:
-        return Design(name)
-    except ValueError:
-        raise ValueError(
-            f"design {name!r}: use one of {', '.join(d.value for d in Design)}"
-        ) from None
-
-
 def spending_level(seeds: int, *, alpha: float, max_seeds: int) -> float:
     """Kim and DeMets' power spending's level for the look at ``seeds`` (0 outside 2..N)."""
     if not MIN_SEEDS <= seeds <= max_seeds:

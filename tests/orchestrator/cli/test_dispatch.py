@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator import cli
+from orchestrator.cli import run_commands
+from orchestrator.guard import DecisionPolicy
+from orchestrator.guard.decisions import Design, Family
 from pipeline import ConfigError
 
 
@@ -144,3 +147,28 @@ def test_a_bad_smooth_last_is_exit_2_saying_what_to_pass(
     assert code == 2 and error["kind"] == "invalid", out
     assert "--smooth-last" in error["message"] and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_s_flags_reach_the_guard_as_one_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[list[str], DecisionPolicy, dict]] = []
+    monkeypatch.setattr(
+        run_commands,
+        "compare_tracked",
+        lambda run_ids, policy, **kw: calls.append((run_ids, policy, kw)) or {"accepted": True},
+    )
+    flags = ["--threshold", "0.01", "--family", "bh", "--design", "fixed", "--max-seeds", "4"]
+    flags += ["--smooth-last", "2", "--decide-on", "code,docs"]
+    assert cli.main(["compare", "r1", "r2", *flags, "--json"]) == 0
+    ((run_ids, policy, where),) = calls
+    assert run_ids == ["r1", "r2"]
+    assert where == {"experiment": None, "sweep": None, "tracking_uri": None}
+    assert policy == DecisionPolicy(
+        threshold=0.01,
+        family=Family.BH,
+        design=Design.FIXED,
+        max_seeds=4,
+        smooth_last=2,
+        decide_on=("code", "docs"),
+    )
+    assert cli.main(["compare", "r1", "--json"]) == 0
+    assert calls[-1][1] == DecisionPolicy()  # the flags' defaults are the guard's

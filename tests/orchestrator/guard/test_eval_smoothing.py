@@ -1,5 +1,5 @@
 """Deciding on the mean of each run's last k held-out evals
-(orchestrator.guard.eval_smoothing, ``compare(..., smooth_last=k)``)."""
+(orchestrator.guard.eval_smoothing, ``DecisionPolicy(smooth_last=k)``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.guard import compare, comparison_markdown, plot
+from orchestrator.guard import DecisionPolicy, compare, comparison_markdown, plot
 from orchestrator.guard.comparison import RunSummary
 from orchestrator.guard.eval_smoothing import (
     check_smooth_last,
@@ -53,18 +53,18 @@ def test_a_bad_k_is_refused_saying_what_to_pass(last: object) -> None:
     with pytest.raises(ValueError, match=r"--smooth-last\) must be an integer >= 1"):
         check_smooth_last(last)
     with pytest.raises(ValueError, match="must be an integer >= 1"):
-        compare(runs_at(), smooth_last=last)  # type: ignore[arg-type]
+        DecisionPolicy(smooth_last=last)  # type: ignore[arg-type]
 
 
 def test_more_evals_than_the_runs_share_is_refused_naming_them() -> None:
     with pytest.raises(ValueError, match=r"share 4 eval step\(s\).*\(4, 6, 8, 10\).*from 1 to 4"):
-        compare(runs_at(), smooth_last=5)
+        compare(runs_at(), DecisionPolicy(smooth_last=5))
 
 
 def test_k_1_leaves_the_runs_and_the_comparison_as_they_are() -> None:
     runs = runs_at()
     assert smoothed_runs(runs, 10, last=1) is runs
-    plain, one = compare(runs), compare(runs, smooth_last=1)
+    plain, one = compare(runs), compare(runs, DecisionPolicy(smooth_last=1))
     assert plain.to_json() == one.to_json()
     assert one.smooth_last == 1 and one.smoothed_steps == [10]
     assert "held-out evals" not in comparison_markdown(one)
@@ -80,7 +80,7 @@ def test_k_evals_are_averaged_per_document_and_per_domain() -> None:
             assert new.documents[10][d]["bytes"] == run.documents[10][d]["bytes"]
             assert new.evals[10][d] == pytest.approx(np.mean([run.evals[s][d] for s in (6, 8, 10)]))
         assert new.documents[8] == run.documents[8] and new.evals[6] == run.evals[6]
-    result = compare(runs, smooth_last=3)
+    result = compare(runs, DecisionPolicy(smooth_last=3))
     assert result.accepted and result.eval_step == 10
     assert result.smooth_last == 3 and result.smoothed_steps == [6, 8, 10]
     # scores fall 0.01 a step: the mean of steps 6, 8 and 10 is step 8's
@@ -100,15 +100,15 @@ def test_other_documents_at_an_earlier_step_are_refused_naming_step_and_dataset(
         first, documents={**first.documents, 6: {**first.documents[6], "docs": changed}}
     )
     with pytest.raises(ValueError, match=r"a-s0.*eval step 6.*other documents of dataset docs"):
-        compare(runs, smooth_last=3)
-    assert compare(runs, smooth_last=2).accepted  # steps 8 and 10 are unchanged
+        compare(runs, DecisionPolicy(smooth_last=3))
+    assert compare(runs, DecisionPolicy(smooth_last=2)).accepted  # steps 8 and 10 are unchanged
 
 
 def test_a_task_or_another_metric_is_not_smoothed() -> None:
     runs = [with_accuracy(run, 0.5, seed) for seed, run in enumerate(runs_at())]
-    assert compare(runs, decide_on=["accuracy"], smooth_last=1).accepted
+    assert compare(runs, DecisionPolicy(decide_on=["accuracy"], smooth_last=1)).accepted
     with pytest.raises(ValueError, match=r"accuracy.*--smooth-last 1"):
-        compare(runs, decide_on=["accuracy"], smooth_last=2)
+        compare(runs, DecisionPolicy(decide_on=["accuracy"], smooth_last=2))
 
 
 @settings(max_examples=40, deadline=None)
@@ -134,7 +134,7 @@ def test_smoothing_scores_that_do_not_change_changes_nothing(
                 documents={s: run.documents[final] for s in at},
             )
         )
-    plain, smoothed = compare(runs), compare(runs, smooth_last=last)
+    plain, smoothed = compare(runs), compare(runs, DecisionPolicy(smooth_last=last))
     assert smoothed.smoothed_steps == list(at[-last:])
     assert [r.mixture for r in smoothed.rows] == [r.mixture for r in plain.rows]
     for new, old in zip(smoothed.rows, plain.rows, strict=True):
@@ -171,4 +171,7 @@ def test_smoothed_bits_are_the_mean_over_the_last_k_steps(
 
 def test_the_plot_draws_a_smoothed_comparison(tmp_path: Path) -> None:
     runs = runs_at()
-    assert plot(compare(runs, smooth_last=2), runs, tmp_path / "c.png").stat().st_size > 0
+    assert (
+        plot(compare(runs, DecisionPolicy(smooth_last=2)), runs, tmp_path / "c.png").stat().st_size
+        > 0
+    )

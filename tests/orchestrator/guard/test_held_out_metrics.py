@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from orchestrator.evaluation import DocumentScores, MetricScores, held_out_metric
-from orchestrator.guard import compare
+from orchestrator.guard import DecisionPolicy, compare
 from orchestrator.guard.comparison import RunSummary
 from orchestrator.guard.held_out_metrics import metric_choice
 from tests.support.guard_runs import DOMAINS, MIX_A, MIX_B, seeded
@@ -48,7 +48,7 @@ def runs_with_accuracy(a: float, b: float) -> list[RunSummary]:
 
 
 def test_a_clearly_higher_accuracy_decides_for_its_variant() -> None:
-    result = compare(runs_with_accuracy(0.40, 0.60), decide_on=["accuracy"])
+    result = compare(runs_with_accuracy(0.40, 0.60), DecisionPolicy(decide_on=["accuracy"]))
     assert result.accepted
     assert result.decided_on == [f"accuracy:{d}" for d in DOMAINS]
     assert "next-token accuracy" in result.score and "higher accuracy is better" in result.score
@@ -61,7 +61,7 @@ def test_a_clearly_higher_accuracy_decides_for_its_variant() -> None:
 
 
 def test_equal_accuracies_cannot_be_told_apart_on_one_domain() -> None:
-    result = compare(runs_with_accuracy(0.5, 0.5), decide_on=["accuracy:code"])
+    result = compare(runs_with_accuracy(0.5, 0.5), DecisionPolicy(decide_on=["accuracy:code"]))
     (pair,) = result.pairs
     assert result.decided_on == ["accuracy:code"] and pair["decision"] == "cannot_tell"
 
@@ -81,4 +81,4 @@ def test_choices_are_parsed_and_bad_ones_refused_saying_why() -> None:
     old = runs_with_accuracy(0.5, 0.6)
     old[0] = dataclasses.replace(old[0], held_out={})  # evaluated before accuracy existed
     with pytest.raises(ValueError, match=r"run a-s0 has no held-out accuracy .* train it again"):
-        compare(old, decide_on=["accuracy"])
+        compare(old, DecisionPolicy(decide_on=["accuracy"]))

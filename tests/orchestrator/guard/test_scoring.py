@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from orchestrator.guard import check, compare, comparison_markdown, mixture_label
+from orchestrator.guard import DecisionPolicy, check, compare, comparison_markdown, mixture_label
+from orchestrator.guard.decisions import Design
 from tests.support.guard_runs import (
     DOMAINS,
     MIX_A,
@@ -94,15 +95,18 @@ def test_paired_seeds_are_accepted_and_decided_over_seeds() -> None:
 
 def test_threshold_turns_a_small_decided_difference_into_cannot_tell() -> None:
     runs = paired_runs((1.00, 1.05), (0.80, 0.86))
-    decided = compare(runs, design="fixed").pairs[0]  # one look at 2 seeds, fixed in advance
+    fixed = DecisionPolicy(design=Design.FIXED)  # one look at 2 seeds, fixed in advance
+    decided = compare(runs, fixed).pairs[0]
     assert decided["decision"] == "a_better"
-    (pair,) = compare(runs, threshold=abs(decided["difference"]) + 0.01, design="fixed").pairs
+    (pair,) = compare(
+        runs, dataclasses.replace(fixed, threshold=abs(decided["difference"]) + 0.01)
+    ).pairs
     assert pair["decision"] == "cannot_tell"
     assert pair["detectable"] == pytest.approx(
         decided["detectable"] + abs(decided["difference"]) + 0.01
     )
     with pytest.raises(ValueError, match="threshold"):
-        compare(runs, threshold=-1)
+        DecisionPolicy(threshold=-1)
 
 
 def test_decide_on_some_domains_ranks_and_decides_their_mean() -> None:
@@ -115,7 +119,7 @@ def test_decide_on_some_domains_ranks_and_decides_their_mean() -> None:
         *(seeded(f"b-s{seed}", MIX_B, seed, 0.9) for seed in (0, 1)),
     ]
     assert compare(runs).rows[0].mixture == mixture_label(MIX_A)
-    result = compare(runs, decide_on=["code", "docs"])
+    result = compare(runs, DecisionPolicy(decide_on=["code", "docs"]))
     assert result.decided_on == ["code", "docs"]
     best = result.rows[0]
     assert best.mixture == mixture_label(MIX_B)
@@ -123,7 +127,7 @@ def test_decide_on_some_domains_ranks_and_decides_their_mean() -> None:
     assert result.pairs[0]["decision"] == "a_better"
     assert "mean over code, docs only" in comparison_markdown(result)
     with pytest.raises(ValueError, match=r"cannot decide on held-out domain\(s\) \['web'\]"):
-        compare(runs, decide_on=["web"])
+        compare(runs, DecisionPolicy(decide_on=["web"]))
 
 
 def test_dp_range_is_within_a_seed_and_the_seeds_spread_is_apart() -> None:

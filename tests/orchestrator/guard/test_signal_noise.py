@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.guard import compare, comparison_markdown
+from orchestrator.guard import DecisionPolicy, compare, comparison_markdown
 from orchestrator.guard.signal_noise import DECIDED_ON, yardstick_noise
 from tests.support.guard_runs import DOMAINS, MIX_A, MIX_B, seeded
 
@@ -68,8 +68,8 @@ def test_a_decision_on_one_dataset_uses_that_datasets_own_seed_spreads() -> None
     """Decided on code, the noisy variant's pairs take their own (wide) seed term; decided on
     docs, where every variant is equally quiet, they pool the table."""
     runs = _runs()
-    on_code = compare(runs, decide_on=["code"])
-    on_docs = compare(runs, decide_on=["docs"])
+    on_code = compare(runs, DecisionPolicy(decide_on=["code"]))
+    on_docs = compare(runs, DecisionPolicy(decide_on=["docs"]))
     noisy = next(r.variant for r in on_code.rows if r.mixture.startswith("code=0.050"))
     noisy_pairs = [p for p in on_code.pairs if noisy in (p["a"], p["b"])]
     assert noisy_pairs and all("pair's own spreads" in p["method"] for p in noisy_pairs)

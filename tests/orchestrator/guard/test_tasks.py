@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from orchestrator.guard import compare
+from orchestrator.guard import DecisionPolicy, compare
 from orchestrator.guard.comparison import RunSummary
 from orchestrator.guard.tasks import task_choice
 from tests.support.guard_runs import MIX_A, MIX_B, seeded
@@ -48,7 +48,9 @@ def runs_with_tasks(a: float, b: float) -> list[RunSummary]:
 
 def test_a_clearly_better_accuracy_is_decided_on_the_task() -> None:
     # one look at 3 seeds, fixed in advance: decided at the full 5%
-    result = compare(runs_with_tasks(0.45, 0.75), decide_on=["task:mc"], design="fixed")
+    result = compare(
+        runs_with_tasks(0.45, 0.75), DecisionPolicy(decide_on=["task:mc"], design="fixed")
+    )
     assert result.accepted and result.decided_on == ["task:mc:acc"]
     assert result.score.startswith("-acc of task mc")
     best = result.rows[0]
@@ -66,13 +68,13 @@ def test_a_clearly_better_accuracy_is_decided_on_the_task() -> None:
 
 
 def test_equal_accuracies_cannot_be_told_apart() -> None:
-    result = compare(runs_with_tasks(0.6, 0.6), decide_on=["task:mc:acc_norm"])
+    result = compare(runs_with_tasks(0.6, 0.6), DecisionPolicy(decide_on=["task:mc:acc_norm"]))
     (pair,) = result.pairs
     assert result.decided_on == ["task:mc:acc_norm"] and pair["decision"] == "cannot_tell"
 
 
 def test_a_perplexity_task_is_decided_in_bits_per_byte() -> None:
-    result = compare(runs_with_tasks(0.45, 0.75), decide_on=["task:ppl"])
+    result = compare(runs_with_tasks(0.45, 0.75), DecisionPolicy(decide_on=["task:ppl"]))
     assert result.decided_on == ["task:ppl:bits_per_byte"]
     scores = {row.runs[0][0]: row.aggregate_bpb for row in result.rows}
     assert scores["a"] == pytest.approx(100.0 * (2 - 0.45) / math.log(2) / 50.0)
@@ -81,9 +83,9 @@ def test_a_perplexity_task_is_decided_in_bits_per_byte() -> None:
 def test_what_cannot_be_decided_on_is_refused_saying_why() -> None:
     runs = runs_with_tasks(0.5, 0.5)
     with pytest.raises(ValueError, match=r"has no scores of task 'nope'.*its tasks there: mc, ppl"):
-        compare(runs, decide_on=["task:nope"])
+        compare(runs, DecisionPolicy(decide_on=["task:nope"]))
     with pytest.raises(ValueError, match="one task at a time"):
         task_choice(["task:mc", "code"])
     fewer = [dataclasses.replace(runs[0], task_items={STEP: {"mc": {0: {"acc": 1.0}}}}), *runs[1:]]
     with pytest.raises(ValueError, match="scored other items of task 'mc'"):
-        compare(fewer, decide_on=["task:mc"])
+        compare(fewer, DecisionPolicy(decide_on=["task:mc"]))

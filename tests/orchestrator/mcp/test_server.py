@@ -13,6 +13,9 @@ import pytest
 from mcp.server.fastmcp.exceptions import ToolError
 
 from orchestrator.experiment.schema import experiment_json_schema
+from orchestrator.guard import DecisionPolicy
+from orchestrator.guard.decisions import Design, Family
+from orchestrator.mcp import tools
 from orchestrator.mcp.server import build_server
 from orchestrator.service import client as service
 from orchestrator.service.config import ServiceConfig, load_service
@@ -132,3 +135,27 @@ def test_fit_takes_runs_of_two_sizes_and_predicts_at_one(root: str) -> None:
 def test_a_malformed_inline_table_is_a_tool_error_that_says_why(root: str) -> None:
     with pytest.raises(ToolError, match="is not"):
         asyncio.run(build_server(root).call_tool("fit", {"runs": [{"id": 1}], "targets": ["x"]}))
+
+
+def test_compare_s_arguments_reach_the_guard_as_one_policy(
+    root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(
+        tools, "compare_tracked", lambda run_ids, **kw: calls.append(kw) or {"accepted": True}
+    )
+    arguments = {"threshold": 0.01, "family": "none", "design": "fixed", "max_seeds": 3}
+    arguments |= {"smooth_last": 2, "decide_on": ["code"]}
+    assert call(root, "compare", {"run_ids": ["r1", "r2"], **arguments}) == {"accepted": True}
+    assert calls[0]["policy"] == DecisionPolicy(
+        threshold=0.01,
+        family=Family.NONE,
+        design=Design.FIXED,
+        max_seeds=3,
+        smooth_last=2,
+        decide_on=("code",),
+    )
+    assert call(root, "compare", {"experiment": "x"}) == {"accepted": True}
+    assert calls[1]["policy"] == DecisionPolicy()  # the tool's defaults are the guard's
+    with pytest.raises(ToolError, match="family 'bonferroni': use one of holm, bh, none"):
+        asyncio.run(build_server(root).call_tool("compare", {"sweep": "s", "family": "bonferroni"}))

@@ -1,6 +1,6 @@
 """The comparison guard: a table of scores only for runs that differ in their data mixture.
 
-runs.py loads the runs from MLflow, rules/ refuses with reasons (:class:`RefusalCode`),
+tracker_io.py loads the runs from MLflow, rules/ refuses with reasons (:class:`RefusalCode`),
 scoring.py compares the variants under a :class:`DecisionPolicy` (decision_policy.py; each
 pair decided by decisions/), and the verdict goes back to MLflow with its Markdown report
 (report.py) and plot. The rules: ``docs/design/guard.md``.
@@ -23,8 +23,8 @@ from orchestrator.guard.decision_policy import DecisionPolicy
 from orchestrator.guard.plot import plot
 from orchestrator.guard.report import comparison_markdown
 from orchestrator.guard.rules import check
-from orchestrator.guard.runs import comparison_name, load_runs, log_comparison
 from orchestrator.guard.scoring import compare
+from orchestrator.guard.tracker_io import comparison_name, load_runs, log_comparison
 
 __all__ = [
     "AGGREGATE",

@@ -30,7 +30,7 @@ from benchmarks.object_store import BUCKET, ObjectStore, local_object_store
 from orchestrator.errors import EXIT_TRACKING, TrackingError
 from orchestrator.experiment.run_record import RunStatus
 from orchestrator.experiment.runfolder import RunFolder
-from orchestrator.guard.runs import load_runs
+from orchestrator.guard.tracker_io import load_runs
 from orchestrator.run.launch import free_port
 from orchestrator.run.lifecycle import Run
 from orchestrator.tracking import postgres_cluster, team_server

@@ -1,4 +1,5 @@
-"""Runs read from MLflow and a verdict logged back (orchestrator.guard.runs): the round trip."""
+"""Runs read from MLflow and a verdict logged back (orchestrator.guard.tracker_io): the
+round trip."""
 
 from __future__ import annotations
 
@@ -204,7 +205,7 @@ def test_a_comparison_with_a_seed_added_is_numbered_the_next_look_of_its_sequenc
     """A and B compared at 2 seeds and logged; the same variants at 3 seeds find that look,
     in another experiment too, and name themselves look 2; other variants start their own."""
     from orchestrator.guard.decisions import LookPlan
-    from orchestrator.guard.runs import count_looks
+    from orchestrator.guard.tracker_io import count_looks
     from tests.support.guard_runs import MIX_A, MIX_B, seeded
 
     def runs(seeds: int, mixtures: tuple = (MIX_A, MIX_B)) -> list[RunSummary]:

@@ -26,7 +26,7 @@ from orchestrator.experiment.fingerprints import (
     fingerprints,
 )
 from orchestrator.experiment.phases import PhaseOutline, phase_outline
-from orchestrator.experiment.setting_choices import (
+from orchestrator.experiment.setting_enums import (
     DecayType,
     DeviceKind,
     DeviceRequest,

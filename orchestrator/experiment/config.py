@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment.overrides import check_overrides, parse_overrides
-from orchestrator.experiment.setting_choices import DeviceRequest, Launcher, Precision
+from orchestrator.experiment.setting_enums import DeviceRequest, Launcher, Precision
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Self
 
 from orchestrator.experiment.config import ExperimentConfig, load_experiment
 from orchestrator.experiment.fingerprints import Fingerprints
-from orchestrator.experiment.setting_choices import Precision
+from orchestrator.experiment.setting_enums import Precision
 from pipeline import fingerprint
 
 

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 from orchestrator.errors import ExperimentError
 from orchestrator.experiment.config import EvalSection, ExperimentConfig, TrainSection
 from orchestrator.experiment.phases import phase_problems
-from orchestrator.experiment.setting_choices import (
+from orchestrator.experiment.setting_enums import (
     DecayType,
     DeviceRequest,
     Launcher,

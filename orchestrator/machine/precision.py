@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.experiment.setting_choices import DeviceKind, Precision, choice_problem
+from orchestrator.experiment.setting_enums import DeviceKind, Precision, choice_problem
 from pipeline.filelock import file_lock
 from pipeline.paths import zephon_home
 

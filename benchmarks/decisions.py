@@ -42,7 +42,7 @@ from orchestrator import guard
 from orchestrator.guard.comparison import mixture_label
 from orchestrator.guard.decisions import LookPlan
 from orchestrator.guard.decisions.looks import spending_level
-from orchestrator.tracking.stored_runs import training_run_ids
+from orchestrator.tracking.store_reader import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import resolve_uri
 from pipeline import Dataset

@@ -11,7 +11,7 @@ from orchestrator.guard.decision_policy import DEFAULT_POLICY, DecisionPolicy
 from orchestrator.guard.report import comparison_markdown
 from orchestrator.guard.scoring import compare
 from orchestrator.guard.tracker_io import count_looks, load_runs, log_comparison
-from orchestrator.tracking.stored_runs import training_run_ids
+from orchestrator.tracking.store_reader import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import stored_uri
 

@@ -38,7 +38,7 @@ from orchestrator.tracking.mlflow_names import (
 )
 from orchestrator.tracking.mlflow_status import MlflowStatus
 from orchestrator.tracking.run_kind import RunKind
-from orchestrator.tracking.stored_runs import runs_everywhere
+from orchestrator.tracking.store_reader import runs_everywhere
 
 if TYPE_CHECKING:
     from orchestrator.tracking.tracker import Tracker

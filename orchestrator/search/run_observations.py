@@ -16,7 +16,7 @@ from orchestrator.guard.comparison import RunSummary
 from orchestrator.guard.decision_policy import DecisionPolicy
 from orchestrator.search.observations import Observations
 from orchestrator.tracking.mlflow_names import ARTIFACT_DIR, ARTIFACT_EXPERIMENT
-from orchestrator.tracking.stored_runs import training_run_ids
+from orchestrator.tracking.store_reader import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import stored_uri
 

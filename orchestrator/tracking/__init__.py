@@ -11,9 +11,10 @@ the team's tracking server.
     provenance.py     package versions, git revision, a training run's start tags
     metric_units.py   a run folder's new steps and evals as metric units, and their batches
     inputs.py         a run's datasets (training, evaluation) as MLflow dataset inputs
-    tracker.py        Tracker: a run folder -> its MLflow run (incremental, batched, resumable),
+    mirrored_run.py   what the tracker mirrors: a run's records as their owner holds them
+    tracker.py        Tracker: a run -> its MLflow run (incremental, batched, resumable),
                       and the other runs Zephon creates (sweep parents, comparisons, planned jobs)
-    stored_runs.py    reading runs back for the guard
+    store_reader.py   reading runs back for the guard
     team_server.py    the team's `mlflow server` on PostgreSQL (scripts/tracking_server.sh)
     postgres_cluster.py  a private PostgreSQL cluster in a folder, for a team without one
 """

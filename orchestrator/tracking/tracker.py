@@ -57,7 +57,7 @@ from orchestrator.tracking.store import (
     param_value,
     sqlite_path,
 )
-from orchestrator.tracking.stored_runs import StoredRun, download_run
+from orchestrator.tracking.store_reader import StoredRun, download_run
 from orchestrator.tracking.uris import is_http, ping_server
 
 if TYPE_CHECKING:  # annotations only; load_mlflow() imports MLflow at run time

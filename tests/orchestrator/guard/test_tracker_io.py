@@ -32,7 +32,7 @@ from orchestrator.tracking.mlflow_names import (
     TAG_VARIANT,
     TAG_VERDICT,
 )
-from orchestrator.tracking.stored_runs import training_run_ids
+from orchestrator.tracking.store_reader import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from tests.support.guard_runs import MIX_A, MIX_B, RECIPE, codes, four_runs
 

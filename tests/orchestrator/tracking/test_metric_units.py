@@ -109,7 +109,7 @@ def test_importing_tracking_and_an_offline_check_do_not_import_mlflow() -> None:
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from orchestrator.tracking import metric_units, provenance, store, stored_runs, tracker\n"
+        "from orchestrator.tracking import metric_units, provenance, store, store_reader, tracker\n"
         "from orchestrator.tracking import uris\n"
         "assert uris.reachable_uri('http://127.0.0.1:9', True, Path('.')) is None\n"
         "print('mlflow' in sys.modules)\n"

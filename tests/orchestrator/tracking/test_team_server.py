@@ -41,7 +41,7 @@ from orchestrator.tracking.mlflow_names import (
     TAG_KIND,
     TAG_RUN_FOLDER,
 )
-from orchestrator.tracking.stored_runs import training_run_ids
+from orchestrator.tracking.store_reader import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from pipeline.errors import ConfigError
 from tests.support import REPO

@@ -50,7 +50,7 @@ from orchestrator.tracking.mlflow_names import (
     eval_metric,
 )
 from orchestrator.tracking.mlflow_status import MlflowStatus
-from orchestrator.tracking.stored_runs import training_run_ids
+from orchestrator.tracking.store_reader import training_run_ids
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uris import check_tracking, resolve_uri
 from pipeline.errors import ConfigError

@@ -28,23 +28,18 @@ from pipeline.builder_config import (
 from pipeline.digest import lane_digest
 from pipeline.errors import ConfigError, StateError
 from pipeline.lane import LaneExhausted, LaneStream
-from pipeline.lane_plan import LanePlan
+from pipeline.lane_work import lane_work
 from pipeline.prefetch import BackgroundIterator
-from pipeline.processed_plan import ProcessedLanePlan
 from pipeline.processing import (
     NORMALIZATION,
-    Decontaminator,
     ProcessChain,
     ProcessStep,
     parse_chain,
 )
-from pipeline.repeat_index import repeat_indexes
 from pipeline.runners import Runner
 from pipeline.source import WorkSource
 from pipeline.stages.pack import PackedSequence, PackingAlgorithm, WrapPacker
-from pipeline.stages.process import ProcessWork
 from pipeline.stages.shuffle import ShuffleBuffer
-from pipeline.stages.tokenize import TokenizeWork
 from pipeline.state import STATE_FORMAT, check_state, fingerprint
 from pipeline.stats import PipelineCounters
 from pipeline.tokenizer import Tokenizer, load_tokenizer
@@ -347,25 +342,12 @@ class Pipeline:
         self._contract = contract
         o, t, p = self.lane_options, self.tokenize_config, self.pack_config
         assert t is not None and p is not None
-        decontaminator = Decontaminator(self.source.never_trained(), o.overlap_ngram)
-        if self.process_chain:
-            chain = ProcessChain([decontaminator]).then(self.process_chain)
-            work: Any = ProcessWork(self.source.datasets, t.tokenizer_id, chain)
-            self._runner = Runner(o.runner, t.parallelism, "process", work)
-        else:
-            work = TokenizeWork(self.source.datasets, t.tokenizer_id, decontaminator)
-            self._runner = Runner(o.runner, t.parallelism, "tokenize", work)
-        repeats = repeat_indexes(chain, self.source.orders) if self.process_chain else []
+        work = lane_work(self.source, t, o, self.process_chain)
+        self._runner = work.runner
         for lane in self.owned_lanes:
             restore = None if self._restore is None else self._restore["lanes"][str(lane)]
             plan_state = None if restore is None else restore["plan"]
-            if self.process_chain:
-                plan: LanePlan = ProcessedLanePlan(
-                    self.source, lane, o.lanes, plan_state, runner=self._runner,
-                    step_names=chain.names, counters=self._counters, repeats=repeats,
-                )  # fmt: skip
-            else:
-                plan = self.source.lane_plan(lane, o.lanes, plan_state, counters=self._counters)
+            plan = work.plan(self.source, lane, o.lanes, plan_state, counters=self._counters)
             self._lanes.append(
                 LaneStream(
                     self.source,

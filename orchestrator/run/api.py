@@ -106,12 +106,13 @@ def run(
         **the_plan.recipe.to_dict(),
         init_checkpoint=init,
     )
-    record = record.with_(identity=record.answer_identity())
+    identity = record.answer_identity()
+    record = record.with_(identity=identity)
     new_run = NewRun(record, sweep=sweep, parent_run_id=parent_run_id, tracking=tracking)
     # answer: an earlier run of this identity, or a new run indexed for it. A fresh run is
     # the caller's own: no lock, and it answers nobody, so replicates of one identity
     # (replicate_dp, verify-elastic) train side by side.
-    key = None if fresh else AnswerKey(record.answer_identity(), the_plan.dp if at_dp else None)
+    key = None if fresh else AnswerKey(identity, the_plan.dp if at_dp else None)
     runs_root = the_plan.folder.path.parent
     with identity_lock(runs_root, key):  # held to the end: a twin waits
         earlier = (

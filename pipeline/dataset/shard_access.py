@@ -18,8 +18,10 @@ from pipeline.dataset.record_key import RecordPointer
 from pipeline.dataset.shard import IndexedShard, Shard, ShardMetadata, file_version_key
 from pipeline.errors import ConfigError, DataError
 from pipeline.formats import (
+    ArrowFormat,
     FormatName,
     JsonlFormat,
+    MdsFormat,
     ParquetFormat,
     ShardFormat,
     ShardIndex,
@@ -66,8 +68,10 @@ class ShardAccess:
         self._init_formats()
 
     def _init_formats(self) -> None:
+        self._mds = MdsFormat()
         self._formats: dict[FormatName, ShardFormat] = {
-            f.name: f for f in (JsonlFormat(), TextFormat(), ParquetFormat())
+            f.name: f
+            for f in (JsonlFormat(), TextFormat(), ParquetFormat(), ArrowFormat(), self._mds)
         }
 
     def reads_by_range(self, shard: Shard) -> bool:
@@ -143,8 +147,13 @@ class ShardAccess:
     def cached_index(self, shard: Shard, fingerprint: str, read_path: Path | str) -> ShardIndex:
         """The cached index of ``shard`` whose content is ``fingerprint``, built from
         ``read_path`` if missing or damaged."""
+        fmt = self._formats[shard.format]
+        if shard.format is FormatName.MDS and not shard.remote:
+            # It may index a decompressed copy: it is told the shard, to check its folder's
+            # index.json and to name it in errors.
+            fmt = self._mds.for_shard(Path(shard.source))
         return self._index_cache.shard_index(
-            self._formats[shard.format],
+            fmt,
             fingerprint=fingerprint,
             field=self.field,
             read_path=read_path,

@@ -13,7 +13,11 @@ from pipeline.io import is_url, url_filename
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSIONS = {".gz": Compression.GZ, ".zst": Compression.ZST}
 """The compression of a JSONL file, by its last suffix."""
-TABLE_SUFFIXES = (".csv", ".tsv", ".arrow", ".feather", ".orc", ".avro", ".xlsx")
+MDS_COMPRESSIONS = {".gz": Compression.GZ, ".zstd": Compression.ZST}
+"""The compression of an MDS shard, by its last suffix (Streaming's names for them)."""
+MDS_UNREAD_COMPRESSIONS = (".br", ".bz2", ".snappy")
+"""The other compressions Streaming writes: no decoder for them is installed here."""
+TABLE_SUFFIXES = (".csv", ".tsv", ".feather", ".orc", ".avro", ".xlsx")
 """Files of records in a format no reader here reads: read as one plain-text document each,
 their rows would train as one document of column text, so they are refused."""
 
@@ -23,15 +27,25 @@ def detect_format(path: str | os.PathLike[str]) -> tuple[FormatName, Compression
 
     ``path`` is a local path or a URL (the file name of its path counts, not
     its query). ``.jsonl``/``.json``/``.ndjson`` (optionally ``.gz``/``.zst``)
-    is JSONL, ``.parquet`` is Parquet, a table of another format
-    (:data:`TABLE_SUFFIXES`) a ``ConfigError``, and any other file is one plain-text
-    document.
+    is JSONL, ``.parquet`` is Parquet, ``.arrow`` is Arrow, ``.mds`` (optionally
+    ``.zstd``/``.gz``) is MDS, a table of another format (:data:`TABLE_SUFFIXES`)
+    or an MDS shard of another compression a ``ConfigError``, and any other file is
+    one plain-text document.
     """
     location = os.fspath(path)
     name = (url_filename(location) if is_url(location) else os.path.basename(location)).lower()
     suffix = Path(name).suffix
+    inner = Path(name[: -len(suffix)]).suffix if suffix else ""
+    if inner == ".mds" and suffix in (*MDS_COMPRESSIONS, *MDS_UNREAD_COMPRESSIONS):
+        if suffix in MDS_COMPRESSIONS:
+            return FormatName.MDS, MDS_COMPRESSIONS[suffix]
+        raise ConfigError(
+            f"{path}: an MDS shard compressed with {suffix[1:]!r}, which is not read here "
+            f"(only {' and '.join(s[1:] for s in MDS_COMPRESSIONS)}); re-write the dataset "
+            "with MDSWriter(compression='zstd') or without compression"
+        )
     if suffix in COMPRESSIONS:
-        if Path(name[: -len(suffix)]).suffix in JSONL_SUFFIXES:
+        if inner in JSONL_SUFFIXES:
             return FormatName.JSONL, COMPRESSIONS[suffix]
         # Reading compressed bytes as a text document is never what was meant.
         raise ConfigError(
@@ -42,9 +56,13 @@ def detect_format(path: str | os.PathLike[str]) -> tuple[FormatName, Compression
         return FormatName.JSONL, None
     if suffix == ".parquet":
         return FormatName.PARQUET, None
+    if suffix == ".arrow":
+        return FormatName.ARROW, None
+    if suffix == ".mds":
+        return FormatName.MDS, None
     if suffix in TABLE_SUFFIXES:
         raise ConfigError(
             f"{path}: {suffix} files are not read (each would train as one document); write "
-            "the records as JSONL or Parquet with a text column"
+            "the records as JSONL, Parquet or Arrow with a text column"
         )
     return FormatName.TEXT, None

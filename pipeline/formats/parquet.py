@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.errors import DataError
 from pipeline.formats.shard_format import FormatName
 from pipeline.formats.shard_index import ShardIndex, SkipCounter, SkipReason
+from pipeline.formats.string_column import is_string, usable_rows
 from pipeline.io import open_by_range
 
 REMOTE_READ_BYTES = 64 << 20
@@ -33,10 +33,6 @@ class _ParquetHandle:
 
 def _column_nbytes(column: pa.ChunkedArray | None) -> int:
     return 0 if column is None else column.nbytes
-
-
-def _is_string(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
 
 
 def _open_parquet(source: Path | str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
@@ -111,7 +107,7 @@ class ParquetFormat:
                 self._footers[source] = pf.metadata
         try:
             schema = pf.schema_arrow
-            usable = field in schema.names and _is_string(schema.field(field).type)
+            usable = field in schema.names and is_string(schema.field(field).type)
             first_row = 0
             for g, column in _columns_by_group(
                 pf, field if usable else None, isinstance(source, str)
@@ -124,17 +120,10 @@ class ParquetFormat:
                     continue
                 if isinstance(source, str):  # fetched by range: keep it for the first reads
                     self._remember_column((source, g), column)
-                lengths = pc.fill_null(pc.binary_length(column), -1).to_numpy()
-                for reason, bad in (
-                    (SkipReason.MISSING_FIELD, lengths < 0),
-                    (SkipReason.EMPTY_DOCUMENT, lengths == 0),
-                ):
-                    if bad.any():
-                        skips.add(reason, row_numbers[bad])
-                good = np.flatnonzero(lengths > 0)
+                good, lengths = usable_rows(column, row_numbers, skips)
                 groups.append(np.full(len(good), g, dtype=np.int64))
                 in_group.append(good)
-                text_bytes.append(lengths[good])
+                text_bytes.append(lengths)
         except (pa.ArrowException, OSError) as e:
             raise DataError(
                 f"{source}: cannot read Parquet file ({e}); re-export or remove it"

@@ -21,6 +21,10 @@ class FormatName(StrEnum):
     JSONL = "jsonl"
     TEXT = "text"
     PARQUET = "parquet"
+    ARROW = "arrow"
+    """Arrow IPC streams or files, as Hugging Face ``datasets`` saves them."""
+    MDS = "mds"
+    """Mosaic Streaming shards."""
 
 
 class ShardFormat(Protocol):
@@ -44,6 +48,18 @@ class ShardFormat(Protocol):
 def utf8_len(text: str) -> int:
     """UTF-8 byte length of ``text``; skips encoding for ASCII (an O(1) check in CPython)."""
     return len(text) if text.isascii() else len(text.encode())
+
+
+def read_utf8_ranges(handle: ReadOnlyFile, index: ShardIndex, rows: np.ndarray) -> list[str | None]:
+    """The text at each row's (offset, length) in the file; ``None`` where it is no longer
+    UTF-8 (the formats whose index holds byte ranges: plain text, MDS)."""
+    texts: list[str | None] = []
+    for r in rows:
+        try:
+            texts.append(os.pread(handle.fd, int(index.lengths[r]), int(index.offsets[r])).decode())
+        except UnicodeDecodeError:
+            texts.append(None)
+    return texts
 
 
 class ReadOnlyFile:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.formats.shard_format import FormatName, ReadOnlyFile
+from pipeline.formats.shard_format import FormatName, ReadOnlyFile, read_utf8_ranges
 from pipeline.formats.shard_index import ShardIndex, SkipCounter, SkipReason
 
 
@@ -37,12 +36,4 @@ class TextFormat:
         self, handle: ReadOnlyFile, index: ShardIndex, rows: np.ndarray, field: str
     ) -> list[str | None]:
         """The document's text for each row; ``None`` if it is no longer UTF-8."""
-        texts: list[str | None] = []
-        for r in rows:
-            try:
-                texts.append(
-                    os.pread(handle.fd, int(index.lengths[r]), int(index.offsets[r])).decode()
-                )
-            except UnicodeDecodeError:
-                texts.append(None)
-        return texts
+        return read_utf8_ranges(handle, index, rows)

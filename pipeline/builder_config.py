@@ -39,6 +39,11 @@ class LaneOptions:
     """Count the training records that share a word n-gram of this length with a scored
     document (13: GPT-3's and DCLM's check; 0: off). Counted, not removed: the data stay
     the same (observability only)."""
+    token_cache_dir: str | None = None
+    """Folder of the token cache (docs/design/pipeline_token_cache.md): records' tokens
+    kept by content, read back by every later run; None: no cache (performance only)."""
+    token_cache_bytes: int = 20 << 30
+    """The token cache's bound: least recently used entries are evicted beyond it."""
     io_options: dict[str, Any] | None = None
     """Remote shard IO for every dataset of the source, e.g. ``{"cache": {"enabled": True}}``
     (:class:`pipeline.Dataset`'s ``io_options``); None keeps each dataset's own."""

@@ -225,6 +225,7 @@ class LaneStream:
         c.records += len(tokenized.doc_lengths)
         c.tokens += len(tokenized.tokens)
         c.bytes += tokenized.text_bytes
+        c.encoded += tokenized.encoded
         c.busy_s += tokenized.busy_s
         self._counters.pack.tokens += len(tokenized.tokens)
         for d in tokenized.removed.tolist():

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pipeline.builder_config import LaneOptions, TokenizeConfig
+from pipeline.io.token_store import TokenStore
 from pipeline.lane_plan import LanePlan
 from pipeline.processed_plan import ProcessedLanePlan
 from pipeline.processing import Decontaminator, ProcessChain
 from pipeline.repeat_index import RepeatIndex, repeat_indexes
 from pipeline.runners import Runner
 from pipeline.source import WorkSource
+from pipeline.stages.encode import Encoder, TextEncoder
 from pipeline.stages.process import ProcessWork
+from pipeline.stages.token_cache import TokenCache
 from pipeline.stages.tokenize import TokenizeWork
 from pipeline.stats import PipelineCounters
 
@@ -64,16 +68,18 @@ def lane_work(
     process_chain: ProcessChain,
 ) -> LaneWork:
     """The workers for ``source``'s records: decontamination against its never-trained
-    text, then ``process_chain`` if it has steps, then ``tokenize``."""
+    text, then ``process_chain`` if it has steps, then ``tokenize``; each record's outcome
+    answered by the token cache where ``options`` name one."""
     decontaminator = Decontaminator(source.never_trained(), options.overlap_ngram)
-    if not process_chain:
-        work = TokenizeWork(source.datasets, tokenize.tokenizer_id, decontaminator)
-        return LaneWork(Runner(options.runner, tokenize.parallelism, "tokenize", work), None)
     chain = ProcessChain([decontaminator]).then(process_chain)
+    encoder: Encoder = TextEncoder(tokenize.tokenizer_id, chain)
+    if options.token_cache_dir is not None:
+        store = TokenStore(Path(options.token_cache_dir).expanduser(), options.token_cache_bytes)
+        encoder = TokenCache(encoder, store)
+    if not process_chain:
+        work = TokenizeWork(source.datasets, encoder)
+        return LaneWork(Runner(options.runner, tokenize.parallelism, "tokenize", work), None)
     runner = Runner(
-        options.runner,
-        tokenize.parallelism,
-        "process",
-        ProcessWork(source.datasets, tokenize.tokenizer_id, chain),
+        options.runner, tokenize.parallelism, "process", ProcessWork(source.datasets, encoder)
     )
     return LaneWork(runner, chain, repeat_indexes(chain, source.orders))

@@ -63,6 +63,7 @@ class ProcessedLanePlan(LanePlan):
         self._pieces: list[np.ndarray] = []
         self._text_bytes = 0
         self._busy_s = 0.0
+        self._encoded = 0
 
     def _feed(self, d: int) -> RecordFeed:
         feed = self._feeds[d]
@@ -121,9 +122,10 @@ class ProcessedLanePlan(LanePlan):
             doc_lengths=np.fromiter((len(p) for p in self._pieces), np.int64, len(self._pieces)),
             doc_sources=np.asarray(ds_ids, dtype=np.int16),
             text_bytes=self._text_bytes,
+            encoded=self._encoded,
             busy_s=self._busy_s,
         )
-        self._pieces, self._text_bytes, self._busy_s = [], 0, 0.0
+        self._pieces, self._text_bytes, self._busy_s, self._encoded = [], 0, 0.0, 0
         chunk = super()._make_chunk(ds_ids, rec_ids)
         return WorkChunk(
             chunk.lane, chunk.index, chunk.datasets, chunk.records, tokenized, chunk.repeated
@@ -134,3 +136,4 @@ class ProcessedLanePlan(LanePlan):
         if batch is not None:
             self._text_bytes += batch.text_bytes
             self._busy_s += batch.busy_s
+            self._encoded += batch.encoded

@@ -21,7 +21,7 @@ import numpy as np
 
 from pipeline.order import DatasetOrder
 from pipeline.processing import Deduplication, ProcessChain, RepeatMatcher
-from pipeline.stages.tokenize import read_dataset
+from pipeline.stages.encode import read_dataset
 
 _READ_BATCH = 1024
 """Records read at a time."""

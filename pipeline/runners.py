@@ -11,6 +11,7 @@ Design: docs/design/pipeline_lanes.md
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.util
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from enum import StrEnum
@@ -56,6 +57,9 @@ class _DeferredTicket(Generic[R]):
 def _install_work(work: Callable[[Any], Any]) -> None:
     global _installed_work
     _installed_work = work
+    if (close := getattr(work, "close", None)) is not None:
+        # A pool's worker runs its finalizers when it stops (not atexit: it leaves by _exit).
+        multiprocessing.util.Finalize(None, close, exitpriority=10)
 
 
 def _run_installed(item: Any) -> Any:
@@ -74,6 +78,7 @@ class Runner(Generic[I, R]):
         self.parallelism = parallelism
         self.name = name
         self._work = work
+        self._closed = False
         self._pool: Executor | None = None
         if self.kind is RunnerKind.THREADS:
             self._pool = ThreadPoolExecutor(
@@ -98,7 +103,12 @@ class Runner(Generic[I, R]):
         return future
 
     def close(self) -> None:
-        """Stop the workers; queued items that have not started are cancelled."""
+        """Stop the workers (queued items that have not started are cancelled), then let the
+        work write what it holds back (its ``close``, where it has one)."""
         if self._pool is not None:
             pool, self._pool = self._pool, None
             pool.shutdown(wait=True, cancel_futures=True)
+        close = getattr(self._work, "close", None)
+        if close is not None and not self._closed and self.kind is not RunnerKind.PROCESSES:
+            close()
+        self._closed = True

@@ -31,6 +31,9 @@ class StageCounters:
     """Tokens produced or passed on."""
     bytes: int = 0
     """UTF-8 text bytes read (read/tokenize stage)."""
+    encoded: int = 0
+    """Records whose text was read and tokenized; the others' tokens came from the token
+    cache (read/tokenize stage)."""
     busy_s: float = 0.0
     """Seconds spent working (summed over workers for parallel stages)."""
     wait_s: float = 0.0

@@ -109,6 +109,12 @@ class DataSection:
     """``gpt2``, or a tokenizer file: ``PATH[;eos=TOKEN]...`` (docs/tokenizers.md)."""
     cache_dir: str | None = None
     """Shard index cache; None: $ZEPHON_HOME/cache."""
+    token_cache: float = 20.0
+    """GiB the token cache may hold: each record's tokens kept by content, read back by every
+    later run (docs/design/pipeline_token_cache.md); 0: off. Performance only."""
+    token_cache_dir: str | None = None
+    """The token cache's folder (shared storage shares it with a team); None:
+    $ZEPHON_HOME/token_cache."""
     io_options: dict[str, Any] = field(default_factory=dict)
     """How remote shards (``s3://``, ``https://``) are read and cached: a
     :class:`pipeline.Dataset`'s ``io_options``, e.g. ``{cache: {enabled: true}}`` to keep one

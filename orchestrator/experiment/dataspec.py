@@ -23,6 +23,7 @@ def write_data_spec(path: str | os.PathLike[str], data: DataSection) -> None:
         data,
         datasets={name: [absolute(p) for p in paths] for name, paths in data.datasets.items()},
         cache_dir=None if data.cache_dir is None else absolute(data.cache_dir),
+        token_cache_dir=None if data.token_cache_dir is None else absolute(data.token_cache_dir),
     )
     write_json_atomic(Path(path), asdict(resolved))
 

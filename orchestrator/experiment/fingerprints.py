@@ -15,6 +15,7 @@ from orchestrator.experiment.config import DataSection, ExperimentConfig
 from orchestrator.experiment.phases import compared_phase, pipeline_mixture, split_contract
 from orchestrator.experiment.variant_axis import parse_axis, split_varied, varied_identity
 from pipeline import ConfigError, Dataset, Pipeline, WorkSource, fingerprint, load_tokenizer
+from pipeline.paths import zephon_home
 
 
 @dataclass
@@ -112,6 +113,8 @@ def build_pipeline(
                 dp_size=dp_size,
                 flush_every=data.flush_every,
                 overlap_ngram=data.overlap_ngram,
+                token_cache_dir=token_cache_dir(data),
+                token_cache_bytes=int(data.token_cache * (1 << 30)),
                 runner=runner,
                 prefetch_steps=prefetch_steps,
             )
@@ -127,6 +130,13 @@ def build_pipeline(
             raise
         raise ConfigError(f"{error} ({sizes_hint})") from None
     return pipeline
+
+
+def token_cache_dir(data: DataSection) -> str | None:
+    """The token cache's folder for ``data`` (None: off)."""
+    if not data.token_cache:
+        return None
+    return absolute(data.token_cache_dir or str(zephon_home() / "token_cache"))
 
 
 def absolute(path: str) -> str:

@@ -159,6 +159,10 @@ def _curation_problems(config: ExperimentConfig) -> list[str]:
         problems += _files_problems(f"data.eval_sets.{name}", paths)
     if d.overlap_ngram < 0:
         problems.append(f"data.overlap_ngram must be >= 0 (0: off), got {d.overlap_ngram}")
+    if not isinstance(d.token_cache, int | float) or d.token_cache < 0:
+        problems.append(
+            f"data.token_cache must be a size in GiB >= 0 (0: off), got {d.token_cache!r}"
+        )
     if d.eval_sets and d.holdout_bytes == 0:
         problems.append("data.eval_sets are scored within data.holdout_bytes: set it > 0")
     try:

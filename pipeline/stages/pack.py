@@ -54,6 +54,9 @@ class TokenizedChunk:
     scored document (counted only with ``overlap_ngram``)."""
     text_bytes: int = 0
     """UTF-8 bytes of text read for the chunk (for counters)."""
+    encoded: int = 0
+    """Records whose text was read and tokenized for the chunk; the others' tokens came from
+    the token cache (for counters)."""
     busy_s: float = 0.0
     """Seconds the worker spent reading and tokenizing (for counters)."""
 

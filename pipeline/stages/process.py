@@ -17,10 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.dataset import Dataset
-from pipeline.errors import StageError
-from pipeline.processing import KEPT, Decontaminator, ProcessChain
-from pipeline.stages.tokenize import read_dataset
-from pipeline.tokenizer import Tokenizer, load_tokenizer
+from pipeline.stages.encode import Encoder
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,51 +45,37 @@ class ProcessedRecords:
     """UTF-8 bytes read."""
     busy_s: float
     """Seconds the worker spent."""
+    encoded: int
+    """Records whose text was read and tokenized (the others' came from the token cache)."""
 
 
 class ProcessWork:
-    """The process stage's work function; picklable (each process loads its tokenizer)."""
+    """The process stage's work function; picklable (each process loads its tokenizer).
 
-    def __init__(self, datasets: Sequence[Dataset], tokenizer_id: str, chain: ProcessChain):
+    Each record's outcome comes from ``encoder`` (read, run through the chain and tokenized,
+    or answered by the token cache)."""
+
+    def __init__(self, datasets: Sequence[Dataset], encoder: Encoder) -> None:
         self.datasets = list(datasets)
-        self.tokenizer_id = tokenizer_id
-        self.chain = chain
-        self.decontaminator = next((s for s in chain.steps if isinstance(s, Decontaminator)), None)
-        self._tokenizer: Tokenizer | None = None
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_tokenizer": None}
+        self.encoder = encoder
 
     def __call__(self, batch: FeedBatch) -> ProcessedRecords:
         """Read, process and tokenize ``batch``; errors name the record."""
         began = time.perf_counter()
-        if self._tokenizer is None:
-            self._tokenizer = load_tokenizer(self.tokenizer_id)
-        ds = self.datasets[batch.dataset]
-        texts, text_bytes = read_dataset(ds, batch.records)
-        dropped_by = np.full(len(texts), KEPT, dtype=np.int16)
-        overlapping = np.zeros(len(texts), dtype=bool)
-        counting = self.decontaminator is not None and bool(self.decontaminator.ngrams)
-        kept: list[str] = []
-        for i, (text, key) in enumerate(zip(texts, batch.records.tolist(), strict=True)):
-            try:
-                result, step = self.chain.apply(text, ds.name)
-            except Exception as exc:  # a step failed on this record: name it and the step
-                raise StageError("process", ds.name, ds.pointer(key).as_tuple(), exc) from exc
-            dropped_by[i] = step
-            if result is not None:
-                kept.append(result)
-                overlapping[i] = counting and self.decontaminator.overlaps(result)
-        try:
-            encoded = iter(self._tokenizer.encode_arrays(kept))
-        except Exception as exc:
-            key = int(batch.records[0])
-            raise StageError("tokenize", ds.name, ds.pointer(key).as_tuple(), exc) from exc
-        eos = np.array([self._tokenizer.eos_id], dtype=np.uint32)
+        eos = np.array([self.encoder.tokenizer().eos_id], dtype=np.uint32)
+        got = self.encoder.outcomes(self.datasets[batch.dataset], batch.records)
         tokens = [
-            None if step != KEPT else np.concatenate((next(encoded), eos)).view(np.int32)
-            for step in dropped_by.tolist()
+            None if ids is None else np.concatenate((ids, eos)).view(np.int32) for ids in got.tokens
         ]
         return ProcessedRecords(
-            tokens, dropped_by, overlapping, text_bytes, time.perf_counter() - began
+            tokens,
+            got.dropped_by,
+            got.overlapping,
+            got.text_bytes,
+            time.perf_counter() - began,
+            got.encoded,
         )
+
+    def close(self) -> None:
+        """Write what the encoder holds back (the token cache's pending entries)."""
+        self.encoder.close()

@@ -1,10 +1,10 @@
 """``tokenize``: the stateless worker function that turns a work chunk into tokens.
 
-A worker reads the chunk's records (in chunk order), encodes each text with
-the run's tokenizer (special-token strings in the data are plain text) and
-appends EOS to every document. It holds no state, so any number of workers
-may run it, in threads or processes, in any order; the lane re-orders results
-by chunk sequence number before the packer sees them.
+A worker gets the outcome of each of the chunk's records from its encoder (read,
+decontaminated and encoded with the run's tokenizer, special-token strings in the data
+being plain text; or answered by the token cache) and appends EOS to every document. It
+holds no state, so any number of workers may run it, in threads or processes, in any order;
+the lane re-orders results by chunk sequence number before the packer sees them.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.dataset import Dataset
-from pipeline.errors import StageError
-from pipeline.processing import Decontaminator
+from pipeline.processing import KEPT
+from pipeline.stages.encode import Encoder
 from pipeline.stages.pack import TokenizedChunk
-from pipeline.tokenizer import Tokenizer, load_tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,64 +43,52 @@ class WorkChunk:
 class TokenizeWork:
     """The tokenize stage's work function; picklable, so process workers can run it.
 
-    A process worker receives this object once and loads the tokenizer there
-    (by id, from the provisioned file) instead of pickling it.
+    Each record's outcome comes from ``encoder`` (read, decontaminated and tokenized, or
+    answered by the token cache); a process worker receives this object once and loads the
+    tokenizer there (by id, from the provisioned file) instead of pickling it.
     """
 
-    def __init__(
-        self,
-        datasets: Sequence[Dataset],
-        tokenizer_id: str,
-        decontaminator: Decontaminator | None = None,
-    ) -> None:
+    def __init__(self, datasets: Sequence[Dataset], encoder: Encoder) -> None:
         self.datasets = list(datasets)
-        self.tokenizer_id = tokenizer_id
-        self.decontaminator = decontaminator
-        """Drops records that are scored documents (None: no document is scored)."""
-        self._tokenizer: Tokenizer | None = None
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_tokenizer": None}
+        self.encoder = encoder
 
     def __call__(self, chunk: WorkChunk) -> TokenizedChunk:
         """Read and tokenize every record of ``chunk``; errors name the record pointer."""
         began = time.perf_counter()
-        if self._tokenizer is None:
-            self._tokenizer = load_tokenizer(self.tokenizer_id)
-        texts, text_bytes = _read_in_order(chunk, self.datasets)
+        eos = np.array([self.encoder.tokenizer().eos_id], dtype=np.uint32)
         sources = chunk.datasets.astype(np.int16, copy=True)
-        removed = np.zeros(0, dtype=np.int16)
-        if self.decontaminator is not None and self.decontaminator.digests:
-            keep = np.fromiter(
-                (self.decontaminator.apply(t) is not None for t in texts), bool, len(texts)
-            )
-            if not keep.all():
-                removed = sources[~keep]
-                texts = [t for t, k in zip(texts, keep.tolist(), strict=True) if k]
-                sources = sources[keep]
-        overlapping = np.zeros(0, dtype=np.int16)
-        if self.decontaminator is not None and self.decontaminator.ngrams:
-            mask = np.fromiter(map(self.decontaminator.overlaps, texts), bool, len(texts))
-            overlapping = sources[mask]
-        try:
-            encoded = self._tokenizer.encode_arrays(texts)
-        except Exception as exc:  # name the chunk's first record; the encoder gives no finer detail
-            raise StageError("tokenize", *first_pointer(chunk, self.datasets), exc) from exc
-        lengths = np.fromiter((len(ids) + 1 for ids in encoded), dtype=np.int64, count=len(encoded))
+        tokens: list[np.ndarray | None] = [None] * len(sources)
+        dropped = np.zeros(len(sources), dtype=bool)
+        overlapping = np.zeros(len(sources), dtype=bool)
+        text_bytes = encoded = 0
+        for ds_index, positions in _by_dataset(sources):
+            got = self.encoder.outcomes(self.datasets[ds_index], chunk.records[positions])
+            for pos, ids in zip(positions.tolist(), got.tokens, strict=True):
+                tokens[pos] = ids
+            dropped[positions] = got.dropped_by != KEPT
+            overlapping[positions] = got.overlapping
+            text_bytes += got.text_bytes
+            encoded += got.encoded
+        kept = [ids for ids in tokens if ids is not None]
+        lengths = np.fromiter((len(ids) + 1 for ids in kept), dtype=np.int64, count=len(kept))
         # One concatenate of [ids_0, EOS, ids_1, EOS, ...]; ids < 2**31, so the uint32
         # result reinterpreted as int32 holds the same values.
-        pieces = [np.array([self._tokenizer.eos_id], dtype=np.uint32)] * (2 * len(encoded))
-        pieces[0::2] = encoded
-        tokens = np.concatenate(pieces).view(np.int32) if pieces else np.zeros(0, np.int32)
+        pieces = [eos] * (2 * len(kept))
+        pieces[0::2] = kept
         return TokenizedChunk(
-            tokens=tokens,
+            tokens=np.concatenate(pieces).view(np.int32) if pieces else np.zeros(0, np.int32),
             doc_lengths=lengths,
-            doc_sources=sources,
-            removed=removed,
-            overlapping=overlapping,
+            doc_sources=sources[~dropped],
+            removed=sources[dropped],
+            overlapping=sources[overlapping],
             text_bytes=text_bytes,
+            encoded=encoded,
             busy_s=time.perf_counter() - began,
         )
+
+    def close(self) -> None:
+        """Write what the encoder holds back (the token cache's pending entries)."""
+        self.encoder.close()
 
 
 def first_pointer(
@@ -112,36 +99,9 @@ def first_pointer(
     return ds.name, ds.pointer(int(chunk.records[0])).as_tuple()
 
 
-def _read_in_order(chunk: WorkChunk, datasets: Sequence[Dataset]) -> tuple[list[str], int]:
-    """Read the chunk's texts (one batched read per dataset) in chunk order, and their bytes."""
-    dataset_ids = chunk.datasets.tolist()
-    first = dataset_ids[0] if dataset_ids else 0
-    if dataset_ids.count(first) == len(dataset_ids):  # one dataset: no reordering to do
-        return read_dataset(datasets[first], chunk.records)
-    texts: list[str] = [""] * len(dataset_ids)
-    text_bytes = 0
-    for ds_index in sorted(set(dataset_ids)):
-        positions = np.flatnonzero(chunk.datasets == ds_index)
-        got, got_bytes = read_dataset(datasets[ds_index], chunk.records[positions])
-        for pos, text in zip(positions.tolist(), got, strict=True):
-            texts[pos] = text
-        text_bytes += got_bytes
-    return texts, text_bytes
-
-
-def read_dataset(ds: Dataset, records: np.ndarray) -> tuple[list[str], int]:
-    """Texts and UTF-8 bytes of ``records`` of one dataset; a failure names its record."""
-    try:
-        return ds.read_records_and_bytes(records)
-    except Exception as exc:
-        raise StageError("read", ds.name, _failing_pointer(ds, records.tolist()), exc) from exc
-
-
-def _failing_pointer(ds: Dataset, records: list[int]) -> tuple[str, int, int]:
-    """Find the first record of a failed batched read by reading them one at a time."""
-    for record in records:
-        try:
-            ds.read_records([record])
-        except Exception:
-            return ds.pointer(record).as_tuple()
-    return ds.pointer(records[0]).as_tuple()
+def _by_dataset(sources: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Each dataset of a chunk and its records' positions, in dataset order."""
+    first = int(sources[0]) if len(sources) else 0
+    if (sources == first).all():  # one dataset: no grouping to do
+        return [(first, np.arange(len(sources)))] if len(sources) else []
+    return [(d, np.flatnonzero(sources == d)) for d in np.unique(sources).tolist()]

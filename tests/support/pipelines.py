@@ -25,6 +25,7 @@ def make_pipeline(
     prefetch_steps: int = 2,
     process: Sequence[Any] = (),
     overlap_ngram: int = 0,
+    token_cache_dir: str | None = None,
 ) -> Pipeline:
     """A small pipeline over ``source``; micro-batch defaults to the whole local batch."""
     local = global_batch_size // dp_size
@@ -39,6 +40,7 @@ def make_pipeline(
             prefetch=prefetch,
             prefetch_steps=prefetch_steps,
             overlap_ngram=overlap_ngram,
+            token_cache_dir=token_cache_dir,
         )
         .process(*process)
         .tokenize(tokenizer_id="gpt2", field="text", parallelism=parallelism)

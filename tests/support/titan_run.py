@@ -109,7 +109,8 @@ def zephon_data_args(
 ) -> list[str]:
     """``--dataloader.spec work/data.json`` (written for the corpus: one dataset per domain,
     the test mixture, ``tokenizer``, no held-out text, shard indexes cached in
-    ``work/index-cache``) and ``--tokenizer.name``, which must agree with it."""
+    ``work/index-cache`` and tokens in ``work/token-cache``: a module's first run fills it,
+    the others read it) and ``--tokenizer.name``, which must agree with it."""
     third = round(1.0 - sum(MIXTURE.values()), 6)
     data = DataSection(
         datasets={name: [str(p) for p in paths] for name, paths in domains.items()},
@@ -117,6 +118,7 @@ def zephon_data_args(
         holdout_bytes=0,
         tokenizer=tokenizer,
         cache_dir=str(work / "index-cache"),
+        token_cache_dir=str(work / "token-cache"),
     )
     write_data_spec(work / "data.json", data)
     return ["--dataloader.spec", str(work / "data.json"), "--tokenizer.name", tokenizer]

@@ -16,6 +16,7 @@ range: the index needs every sample's text length, so indexing reads every byte 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,8 @@ class MdsShardEntry:
     """Size of ``file``."""
     raw_bytes: int
     """Size of the shard uncompressed."""
+    raw_hashes: dict[str, str]
+    """Digests of the uncompressed shard by algorithm (``MDSWriter(hashes=...)``)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,13 @@ def read_mds_index(folder: Path) -> list[MdsShardEntry]:
                 "re-copy the folder or re-write it"
             )
         entries.append(
-            MdsShardEntry(folder / stored["basename"], samples, stored["bytes"], raw["bytes"])
+            MdsShardEntry(
+                folder / stored["basename"],
+                samples,
+                stored["bytes"],
+                raw["bytes"],
+                dict(raw.get("hashes") or {}),
+            )
         )
     return entries
 
@@ -170,6 +179,19 @@ def _text_ranges(data: bytes, layout: _Layout, column: int, shard: Path) -> np.n
     return np.stack([starts + before, column_sizes[:, column]], axis=1)
 
 
+def _check_hashes(data: bytes, entry: MdsShardEntry, shard: Path) -> None:
+    """Check the uncompressed shard against its ``index.json`` digests (those of algorithms
+    ``hashlib`` has; Streaming's xxHash ones are not checked): a damaged compressed shard
+    may still decompress, to other bytes."""
+    for algorithm, digest in entry.raw_hashes.items():
+        known = algorithm in hashlib.algorithms_available
+        if known and hashlib.new(algorithm, data).hexdigest() != digest:
+            raise DataError(
+                f"{shard}: its {algorithm} digest is not the one {shard.parent / INDEX_FILE} "
+                "gives: the shard is damaged or replaced; re-copy the folder or re-write it"
+            )
+
+
 class MdsFormat:
     """Samples of an MDS shard; the record's text is the ``str`` column ``field``.
 
@@ -202,6 +224,8 @@ class MdsFormat:
                 f"{shard.parent / INDEX_FILE} says {entry.samples} in {entry.raw_bytes}: the "
                 "shard and its index disagree; re-copy the folder or re-write it"
             )
+        if entry is not None:
+            _check_hashes(data, entry, shard)
         column = self._text_column(layout, field, shard)
         ranges = _text_ranges(data, layout, column, shard)
         skips = SkipCounter()

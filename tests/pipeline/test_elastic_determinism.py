@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import cache
+from pathlib import Path
 
+import datasets
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import WorkSource, merge_states
+from pipeline import Dataset, WorkSource, merge_states
 from tests.support.helpers import GlobalRun, run_ranks
+from tests.support.mds_shards import MDS_FIXTURES, fixture_texts
 
 LANES = 8
 GLOBAL_BATCH = 16
@@ -87,3 +91,24 @@ def test_state_is_small_and_json_serialisable(source: WorkSource) -> None:
     assert sorted(int(k) for k in state["lanes"]) == list(range(LANES))
     # Positions only: no token buffers, a few hundred bytes per lane.
     assert len(text) < 1500 * LANES
+
+
+@pytest.mark.filterwarnings("ignore:dataset .* skipped:UserWarning")
+@pytest.mark.parametrize("fmt", ["arrow_folder", "mds_folder"])
+def test_arrow_and_mds_folders_give_the_same_global_batches_at_dp_1_and_2(
+    fmt: str, tmp_path: Path
+) -> None:
+    if fmt == "arrow_folder":
+        folder = tmp_path / "hf"
+        datasets.Dataset.from_dict({"text": fixture_texts()}).save_to_disk(
+            str(folder), num_shards=3
+        )
+    else:
+        folder = MDS_FIXTURES / "zstd"
+    ds = Dataset("d", folder, cache_dir=tmp_path / "cache")
+    source = WorkSource([ds], {"d": 1.0}, seed=7, chunk_tokens=512, calibration_bytes=20_000)
+    one = run_ranks(source, 1, STEPS, parallelism=0, runner="inline")
+    two = run_ranks(source, 2, STEPS, parallelism=2)
+    assert one.digests == two.digests
+    for step in range(STEPS):
+        np.testing.assert_array_equal(two.tokens[step], one.tokens[step], err_msg=f"step {step}")

@@ -17,6 +17,10 @@ from pipeline.formats.shard_format import FormatName
         ("s3://b/p/a.json.zst", (FormatName.JSONL, Compression.ZST)),
         ("A.NDJSON.GZ", (FormatName.JSONL, Compression.GZ)),
         ("a.parquet", (FormatName.PARQUET, None)),
+        ("data-00000-of-00002.arrow", (FormatName.ARROW, None)),
+        ("shard.00000.mds", (FormatName.MDS, None)),
+        ("s3://b/shard.00000.mds.zstd", (FormatName.MDS, Compression.ZST)),
+        ("shard.00000.mds.gz", (FormatName.MDS, Compression.GZ)),
         ("notes.txt", (FormatName.TEXT, None)),
         ("README", (FormatName.TEXT, None)),
     ],
@@ -30,7 +34,8 @@ def test_formats_by_name(name: str, expected: tuple[FormatName, Compression | No
     [
         ("rows.csv", ".csv files are not read"),
         ("rows.TSV", ".tsv files are not read"),
-        ("table.arrow", ".arrow files are not read"),
+        ("table.feather", ".feather files are not read"),
+        ("shard.00000.mds.snappy", "an MDS shard compressed with 'snappy'"),
         ("doc.txt.gz", "only compressed JSONL is supported"),
     ],
 )

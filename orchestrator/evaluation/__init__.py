@@ -14,13 +14,14 @@ from orchestrator.evaluation.metrics import (
     HeldOutMetric,
     held_out_metric,
 )
-from orchestrator.evaluation.record import DocumentScores, EvalRecord, MetricScores
+from orchestrator.evaluation.record import DocumentScores, EvalRecord, EvalSource, MetricScores
 
 __all__ = [
     "DEFAULT_METRIC",
     "METRICS",
     "DocumentScores",
     "EvalRecord",
+    "EvalSource",
     "HeldOutMetric",
     "MetricScores",
     "held_out_metric",

@@ -4,13 +4,16 @@ and the downstream tasks of ``eval.tasks`` (:mod:`orchestrator.evaluation.lm_eva
 
 Rank 0 appends each evaluation to ``<dump_folder>/zephon/eval.jsonl`` as an
 :class:`~orchestrator.evaluation.record.EvalRecord` (per-document values, so variants are
-compared document by document) and the tasks' items to ``tasks.jsonl``.
+compared document by document) and the tasks' items to ``tasks.jsonl``. The initial
+model's evaluation is reused from an earlier run that scored the same
+(:mod:`orchestrator.evaluation.step_zero_cache`).
 
 Design: docs/design/orchestrator_evaluation.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -30,8 +33,16 @@ from torchtitan.tools import utils
 
 from orchestrator import failpoints
 from orchestrator.evaluation.metrics import METRICS, DocumentWeight, HeldOutMetric
-from orchestrator.evaluation.record import DocumentScores, EvalRecord, MetricScores
+from orchestrator.evaluation.record import DocumentScores, EvalRecord, EvalSource, MetricScores
 from orchestrator.evaluation.row_scores import RowScores, score_output
+from orchestrator.evaluation.step_zero_cache import (
+    InitialModel,
+    InitialScoring,
+    StepZeroCache,
+    parallel_layout,
+    rows_fingerprint,
+    scoring_code,
+)
 from orchestrator.experiment.runfolder import EVAL_FILE, TASKS_FILE, read_jsonl, write_jsonl
 from orchestrator.failpoints import Failpoint
 from pipeline import ConfigError, Tokenizer, WorkSource
@@ -68,6 +79,8 @@ class _Attachment:
     group: Any
     """The dp process group (None: the default group)."""
     is_rank0: bool
+    initial: InitialModel | None
+    """The initial model, where its digest is known: its evaluation may be reused."""
 
 
 class HeldOutEvaluator(Validator):
@@ -90,6 +103,10 @@ class HeldOutEvaluator(Validator):
         """Score the tasks at every evaluation, not only at the last step."""
         task_limit: int = 0
         """Items per task at most; 0: every item."""
+        initial_digest: str = ""
+        """sha256 of the initial checkpoint's files (Zephon's launches give it): the
+        initial model's evaluation is then reused from a run that scored the same
+        (:mod:`~orchestrator.evaluation.step_zero_cache`); empty: always computed."""
 
     def __init__(self, config: Config, **kwargs: Any) -> None:
         BaseValidator.__init__(self, config)
@@ -122,14 +139,16 @@ class HeldOutEvaluator(Validator):
         last_step: int,
         group: Any,
         is_rank0: bool,
+        initial: InitialModel | None = None,
     ) -> None:
-        """Connect to the data plan, the metric loggers and the run folder (done by the trainer)."""
+        """Connect to the data plan, the metric loggers and the run folder (done by the
+        trainer); ``initial``: the initial model, whose evaluation may then be reused."""
         if source.holdout_bytes == 0:
             raise ConfigError(
                 "--validator.enable needs held-out data: set holdout_bytes > 0 in the data spec"
             )
         self._attached = _Attachment(
-            source, tokenizer, metrics, run_dir, last_step, group, is_rank0
+            source, tokenizer, metrics, run_dir, last_step, group, is_rank0, initial
         )
 
     @property
@@ -144,9 +163,10 @@ class HeldOutEvaluator(Validator):
     def resume_at(self, model_parts: list[torch.nn.Module], step: int) -> None:
         """Before the first step a launch trains, its model loaded at ``step``: forget the
         evals recorded after ``step`` (this launch scores them again), then score ``step``
-        if it is due and not recorded: the initial model (``initial``), or the eval of the
-        checkpoint's step that a kill stopped. Rank 0 reads and rewrites the files (the other
-        nodes may not share them); every rank gets its answer."""
+        if it is due and not recorded: the initial model (``initial``; reused where an
+        earlier run scored the same), or the eval of the checkpoint's step that a kill
+        stopped. Rank 0 reads and rewrites the files (the other nodes may not share them)
+        and looks the initial scores up; every rank gets its answer."""
         attached = self.attachment
         due = self.config.initial if step == 0 else self.should_validate(step)
         missing = False
@@ -156,6 +176,8 @@ class HeldOutEvaluator(Validator):
                     write_jsonl(path, [r for r in read_jsonl(path) if r["step"] <= step])
             recorded = {r["step"] for r in read_jsonl(attached.run_dir / EVAL_FILE)}
             missing = due and step not in recorded
+            if missing and step == 0:
+                missing = not self._reused_initial()
         if dist.is_initialized() and dist.get_world_size() > 1:
             flag = torch.tensor([int(missing)], device=utils.device_type)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -172,17 +194,57 @@ class HeldOutEvaluator(Validator):
         tasks = self._score_tasks(model_parts, step)
         model_parts[0].train()
         failpoints.reach(Failpoint.EVAL, step)
-        if self.attachment.is_rank0:
-            self._record(
-                rows, scores, step=step, seconds=time.perf_counter() - started, tasks=tasks
-            )
+        if not self.attachment.is_rank0:
+            return
+        record = self._record(
+            rows, scores, step=step, seconds=time.perf_counter() - started, tasks=tasks
+        )
+        scoring = self._initial_scoring() if step == 0 else None
+        if scoring is not None:
+            StepZeroCache().store(scoring.key, record)
+
+    def _initial_scoring(self) -> InitialScoring | None:
+        """What decides the initial model's scores (the cache key), or None when they cannot
+        be reused: no initial digest, or tasks due at step 0 (lm-eval's task data is not
+        fingerprinted)."""
+        attached, config = self.attachment, self.config
+        if attached.initial is None or (config.tasks and self._tasks_due(0)):
+            return None
+        rows = self._held_out_rows()
+        arrays = [rows.inputs.numpy(), rows.labels.numpy()]
+        arrays += [rows.row_document, rows.document_dataset, rows.document_bytes]
+        return InitialScoring(
+            model=attached.initial,
+            eval_set=rows_fingerprint(rows.names, arrays),
+            rows_per_forward=config.rows_per_forward,
+            metrics=tuple(metric.name for metric in METRICS),
+            device=utils.device_type,
+            layout=parallel_layout(
+                device=utils.device_type,
+                precision=attached.initial.precision,
+                dp=self.dp_world_size,
+                tp=self.parallel_dims.tp,
+            ),
+            code=scoring_code(),
+        )
+
+    def _reused_initial(self) -> bool:
+        """Rank 0: record the initial model's evaluation from the cache, as a computed one
+        is recorded (eval.jsonl, the metric loggers), marked reused; False on a miss."""
+        started = time.perf_counter()
+        scoring = self._initial_scoring()
+        found = None if scoring is None else StepZeroCache().load(scoring.key)
+        if found is None:
+            return False
+        failpoints.reach(Failpoint.EVAL, 0)
+        seconds = time.perf_counter() - started
+        self._write(dataclasses.replace(found, seconds=seconds, made=EvalSource.REUSED))
+        return True
 
     def _score_tasks(self, model_parts: list[torch.nn.Module], step: int) -> TaskScores | None:
         """The downstream tasks' scores at ``step``, or None when none are due."""
         config = self.config
-        if not config.tasks or not (
-            config.tasks_at_every_eval or step == self.attachment.last_step
-        ):
+        if not config.tasks or not self._tasks_due(step):
             return None
         # deferred: lm-eval takes ~2 s to import, which only runs with tasks pay
         from orchestrator.evaluation.lm_eval_adapter import ZephonLM, run_tasks
@@ -192,6 +254,9 @@ class HeldOutEvaluator(Validator):
         )
         task_dir = Path(config.task_dir) if config.task_dir else None
         return run_tasks(lm, list(config.tasks), task_dir, limit=config.task_limit or None)
+
+    def _tasks_due(self, step: int) -> bool:
+        return self.config.tasks_at_every_eval or step == self.attachment.last_step
 
     def score_rows(
         self,
@@ -269,9 +334,9 @@ class HeldOutEvaluator(Validator):
         step: int,
         seconds: float,
         tasks: TaskScores | None,
-    ) -> None:
-        """Write the evaluation (rank 0): the :class:`EvalRecord` to ``eval.jsonl``, the tasks'
-        items to ``tasks.jsonl``, each domain's score per metric to the metric loggers."""
+    ) -> EvalRecord:
+        """Record the evaluation (rank 0): its :class:`EvalRecord` (:meth:`_write`), the
+        tasks' items to ``tasks.jsonl``."""
         run_dir = self.attachment.run_dir
         documents = len(rows.document_bytes)
         tokens = np.zeros(documents, dtype=np.int64)
@@ -307,13 +372,20 @@ class HeldOutEvaluator(Validator):
         if tasks is not None:
             with (run_dir / TASKS_FILE).open("a") as f:
                 f.writelines(json.dumps(line) + "\n" for line in tasks.to_records(step))
-        with (run_dir / EVAL_FILE).open("a") as f:
+        self._write(record)
+        return record
+
+    def _write(self, record: EvalRecord) -> None:
+        """Append ``record`` to ``eval.jsonl`` and send each domain's score per metric, and
+        the seconds, to the metric loggers (rank 0)."""
+        with (self.attachment.run_dir / EVAL_FILE).open("a") as f:
             f.write(json.dumps(record.to_json()) + "\n")
-        logged: dict[str, float] = {"eval/seconds": seconds}
-        for name, metric_scores in by_metric.items():
+        logged: dict[str, float] = {"eval/seconds": record.seconds or 0.0}
+        for name, metric_scores in record.metrics.items():
             logged.update({f"eval/{d}_{name}": v for d, v in metric_scores.scores.items()})
-            logged[f"eval/aggregate_{name}"] = metric_scores.aggregate
-        self.attachment.metrics.log(logged, step)
+            if metric_scores.aggregate is not None:
+                logged[f"eval/aggregate_{name}"] = metric_scores.aggregate
+        self.attachment.metrics.log(logged, record.step)
 
     def _rank_rows(
         self, all_inputs: torch.Tensor, all_labels: torch.Tensor

@@ -10,9 +10,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from orchestrator.evaluation.metrics import DEFAULT_METRIC
+
+
+class EvalSource(StrEnum):
+    """How an evaluation's scores were made."""
+
+    COMPUTED = "computed"
+    """Scored by this run's model."""
+    REUSED = "reused"
+    """The initial model's scores, taken from an earlier run of the same initial weights and
+    evaluation (:mod:`orchestrator.evaluation.step_zero_cache`)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,8 @@ class EvalRecord:
     """Downstream task -> metric -> score (``eval.tasks``)."""
     higher_is_better: dict[str, dict[str, bool]] = field(default_factory=dict)
     """Downstream task -> metric -> whether higher is better (lm-eval's flags)."""
+    made: EvalSource = EvalSource.COMPUTED
+    """Computed or reused; ``seconds`` is what this run spent either way."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``eval.jsonl`` line (module docstring)."""
@@ -96,6 +109,8 @@ class EvalRecord:
         if self.tasks:
             line["tasks"] = self.tasks
             line["higher_is_better"] = self.higher_is_better
+        if self.made is not EvalSource.COMPUTED:  # computed lines keep the keys they had
+            line["made"] = self.made.value
         return line
 
     @classmethod
@@ -122,6 +137,9 @@ class EvalRecord:
             higher_is_better={
                 str(t): dict(f) for t, f in (line.get("higher_is_better") or {}).items()
             },
+            made=EvalSource.REUSED
+            if line.get("made") == EvalSource.REUSED
+            else EvalSource.COMPUTED,
         )
 
 

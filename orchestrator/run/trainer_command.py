@@ -14,7 +14,7 @@ from pathlib import Path
 
 from orchestrator.experiment import Launcher
 from orchestrator.run.cpu_env import TRAIN_MODULE
-from orchestrator.run.initial_weights import initial_load_flags
+from orchestrator.run.initial_weights import checkpoint_digest, initial_load_flags
 from orchestrator.run.launch import train_command
 from orchestrator.run.recipe import recipe_flags
 from orchestrator.run.run_plan import RunPlan
@@ -28,7 +28,9 @@ def trainer_args(plan: RunPlan) -> list[str]:
     run's own. The data config is one file, the run folder's ``data.json``
     (:mod:`orchestrator.experiment.dataspec`, written before each launch); the plan's initial
     checkpoint is the one every run of the recipe loads
-    (:mod:`orchestrator.run.initial_weights`), unless the run folder has its own."""
+    (:mod:`orchestrator.run.initial_weights`), unless the run folder has its own; its
+    digest lets the trainer reuse the initial model's evaluation
+    (:mod:`orchestrator.evaluation.step_zero_cache`)."""
     config, folder = plan.config, plan.folder
     t, e = config.train, config.eval
     args = [
@@ -47,6 +49,10 @@ def trainer_args(plan: RunPlan) -> list[str]:
         args += ["--validator.enable", "--validator.freq", str(e.interval)]
         if e.initial:
             args += ["--validator.initial"]
+            if plan.init_path is not None and Path(plan.init_path).is_dir():
+                # the digest the run records, remembered by the files' stat: no second read
+                digest = checkpoint_digest(Path(plan.init_path))
+                args += ["--validator.initial-digest", digest]
     if e.tasks:
         args += ["--validator.tasks", ",".join(e.tasks)]  # TorchTitan parses lists as A,B,C
         if e.task_dir is not None:

@@ -65,7 +65,7 @@ def resolve(flags: list[str]) -> dict[str, Any]:
             config = ConfigManager().parse_args(list(flags))
     except SystemExit as exit_:  # tyro's answer to an unknown or malformed flag
         raise ValueError(_tyro_message(errors.getvalue()) or f"exit {exit_.code}") from None
-    plain = _to_plain_data(config)
+    plain = plain_data(config)
     recipe = {key: plain[key] for key in KEPT}
     recipe["training"] = {key: plain["training"][key] for key in TRAINING_KEPT}
     init = {key: plain[key] for key in INIT_KEPT}
@@ -94,11 +94,11 @@ def _parameter_shapes(config: Any) -> dict[str, dict[str, list[int]] | None]:
     return shapes
 
 
-def _to_plain_data(value: Any, depth: int = 0) -> Any:
+def plain_data(value: Any, depth: int = 0) -> Any:
     """JSON-able, deterministic data of a config value: dataclasses by field, functions by
     qualified name and the values they close over (an init function's std), no addresses."""
     assert depth < 64, "config nests deeper than 64 levels"
-    down = functools.partial(_to_plain_data, depth=depth + 1)
+    down = functools.partial(plain_data, depth=depth + 1)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: down(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):

@@ -29,6 +29,7 @@ from torchtitan.trainer import Trainer
 
 from orchestrator import failpoints
 from orchestrator.evaluation.evaluator import HeldOutEvaluator
+from orchestrator.evaluation.step_zero_cache import InitialModel
 from orchestrator.experiment import build_pipeline
 from orchestrator.experiment.checkpoint_manifest import write_manifest
 from orchestrator.failpoints import Failpoint
@@ -38,6 +39,7 @@ from orchestrator.titan.dataloader import (
     ZephonDataLoader,
     check_checkpoint,
 )
+from orchestrator.titan.recipe_resolver import plain_data
 from orchestrator.titan.runlog import (
     METRICS_FILE,
     RUN_SUBDIR,
@@ -46,7 +48,7 @@ from orchestrator.titan.runlog import (
     StepLog,
 )
 from orchestrator.titan.tokenizer import ZephonTokenizer
-from pipeline import ConfigError, load_tokenizer
+from pipeline import ConfigError, fingerprint, load_tokenizer
 
 
 class ZephonTrainer(Trainer):
@@ -132,6 +134,7 @@ class ZephonTrainer(Trainer):
                 last_step=config.training.steps,
                 group=dp_group,
                 is_rank0=is_rank0,
+                initial=initial_model(config),
             )
 
     def init_distributed(self) -> ParallelDims:
@@ -272,6 +275,21 @@ def _held_before_metadata(step: int) -> Iterator[None]:
         yield
     finally:
         _FileSystemWriter.finish = real  # type: ignore[method-assign]
+
+
+def initial_model(config: ZephonTrainer.Config) -> InitialModel | None:
+    """The initial model as the evaluator's step-0 cache keys it: the initial checkpoint's
+    digest (``--validator.initial-digest``), the model's config and its precision; None
+    without a digest."""
+    digest = config.validator.initial_digest
+    if not digest:
+        return None
+    training = config.training
+    return InitialModel(
+        weights=digest,
+        config=fingerprint({"model_spec": plain_data(config.model_spec), "dtype": training.dtype}),
+        precision=training.mixed_precision_param,
+    )
 
 
 def set_model_vocab(model: object, loss: object, vocab: int) -> None:

@@ -9,6 +9,7 @@
 # as the corpus grows, order v1 against v2 (benchmarks/corpus_scale.py), `--order-quality`
 # how well each order mixes shards and keeps the shares (benchmarks/order_quality.py),
 # `--remote-reads` remote Parquet read by range against downloaded (benchmarks/remote_reads.py),
+# `--source-formats` Arrow and MDS sources against Parquet (benchmarks/source_formats.py),
 # `--process` each processing step and decontamination against none (benchmarks/processing.py),
 # `--curation` the curation demo timed, with its decision (benchmarks/curation_demo.py). `--looks`
 # the guard over an agent's repeated comparisons, simulated (benchmarks/sequential_looks.py).
@@ -102,6 +103,13 @@ if [[ "${1:-}" == "--remote-reads" ]]; then
     # ~2 min on 2 cores once the prose corpus is built): benchmarks/results/remote_reads.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.remote_reads "$@"
+fi
+if [[ "${1:-}" == "--source-formats" ]]; then
+    # The same records as Parquet, an Arrow folder and MDS (plain and zstd): cold first batch
+    # and throughput against Parquet (benchmarks/source_formats.py; ~2 min on 2 cores):
+    # benchmarks/results/source_formats.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.source_formats "$@"
 fi
 if [[ "${1:-}" == "--order-quality" ]]; then
     # The record order's quality, v2 beside v1: distinct shards in every 1,000 records of a

@@ -13,6 +13,7 @@
 # `--process` each processing step and decontamination against none (benchmarks/processing.py),
 # `--curation` the curation demo timed, with its decision (benchmarks/curation_demo.py). `--looks`
 # the guard over an agent's repeated comparisons, simulated (benchmarks/sequential_looks.py).
+# `--token-cache` the token cache: CPU per token cold, warm and without (benchmarks/token_cache.py).
 # `--variant-noise` variants unequal in training noise, simulated (benchmarks/variant_noise.py). `--dp-spread
 # [OPTIONS]` runs the dp-spread benchmark, `python -m benchmarks.dp_spread [OPTIONS]`,
 # instead. See benchmarks/README.md.
@@ -47,6 +48,13 @@ if [[ "${1:-}" == "--faults" ]]; then
     # benchmarks/results/fault_matrix.{json,md}.
     shift
     exec "$venv/bin/python" -m benchmarks.fault_matrix "$@"
+fi
+if [[ "${1:-}" == "--token-cache" ]]; then
+    # What the token cache saves: CPU per token with no cache, a cold and a warm one against
+    # raw tiktoken, and a 12-job sweep's pipeline CPU with and without it
+    # (benchmarks/token_cache.py; ~5 min on 2 cores): benchmarks/results/token_cache.{json,md}.
+    shift
+    exec "$venv/bin/python" -m benchmarks.token_cache "$@"
 fi
 if [[ "${1:-}" == "--appended-reads" ]]; then
     # A launch's watch of its run folder as the run grows: one tick's reads of steps.jsonl and

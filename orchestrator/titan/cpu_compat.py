@@ -155,16 +155,48 @@ def _use_cpu_device() -> None:
 def _use_sdpa_for_flex_attention() -> None:
     """Run TorchTitan's FlexAttention as SDPA with a dense mask (forward and backward on CPU).
 
-    The block masks are then only carriers of their ``mask_mod``, so they are built by
-    the eager ``create_block_mask``: compiling it costs each process ~5 s at its first step.
+    The block masks are then only carriers of their ``mask_mod`` (:func:`mask_carrier`):
+    compiling ``create_block_mask`` costs each process ~5 s at its first step, and the eager
+    one evaluates the mask_mod per block, ~20 ms a forward, for block tables nothing reads.
     """
-    from torch.nn.attention.flex_attention import create_block_mask
-
     with _torch_compile_left_out():
         from torchtitan.models.common import attention
 
     attention.FlexAttention.compiled_flex_attn = staticmethod(_flex_as_sdpa)
-    attention._compiled_create_block_mask = create_block_mask
+    attention._compiled_create_block_mask = mask_carrier
+
+
+def mask_carrier(
+    mask_mod: Callable[..., torch.Tensor],
+    B: int | None,
+    H: int | None,
+    Q_LEN: int,
+    KV_LEN: int,
+    device: torch.device | str = "cpu",
+    BLOCK_SIZE: int | tuple[int, int] = 128,
+    **options: Any,
+) -> Any:
+    """A ``BlockMask`` of ``mask_mod`` with every block listed, in ``create_block_mask``'s
+    signature: what :func:`_flex_as_sdpa` reads of it (its ``mask_mod`` and shape) is
+    exact, its block tables are not (0.7 ms for 8 x 128 x 128 where the eager
+    ``create_block_mask`` took 20 ms, 2-core AMD EPYC). ``options`` (``separate_full_blocks``,
+    ``_compile``) concern the block tables only."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    del options
+    q_block, kv_block = (BLOCK_SIZE, BLOCK_SIZE) if isinstance(BLOCK_SIZE, int) else BLOCK_SIZE
+    q_blocks, kv_blocks = -(-Q_LEN // q_block), -(-KV_LEN // kv_block)
+    batch, heads = B or 1, H or 1
+    counts = torch.full((batch, heads, q_blocks), kv_blocks, dtype=torch.int32, device=device)
+    indices = torch.arange(kv_blocks, dtype=torch.int32, device=device)
+    indices = indices.expand(batch, heads, q_blocks, kv_blocks).contiguous()
+    return BlockMask.from_kv_blocks(
+        counts,
+        indices,
+        BLOCK_SIZE=(q_block, kv_block),
+        mask_mod=mask_mod,
+        seq_lengths=(Q_LEN, KV_LEN),
+    )
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ flag (``--dataloader.spec`` in model.args) is refused before anything starts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -40,7 +41,7 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.errors import ExperimentError
-from orchestrator.evaluation import EvalRecord
+from orchestrator.evaluation import EvalRecord, EvalSource
 from orchestrator.experiment import DataSection, write_data_spec
 from orchestrator.experiment.runfolder import EVAL_FILE, RunFolder
 from orchestrator.run import api
@@ -211,10 +212,14 @@ def test_runs_succeed_with_fingerprints_and_eval(
 
 def test_every_run_scores_its_initial_model_once(runs: dict[str, api.RunResult]) -> None:
     """Step 0 is the initial checkpoint's score: the same for every run of one recipe and
-    contract whatever its mixture or dp size, and scored once though b-dp2 was resumed."""
+    contract whatever its mixture or dp size, and scored once though b-dp2 was resumed.
+    b-dp2 (the same dp as a-dp2, after it) reuses a-dp2's step-0 record, number for number."""
     honest = [RunFolder(runs[n].folder) for n in ("a-dp2", "a-dp1", "b-dp2", "b-dp1")]
     initial = [folder.evals()[0]["aggregate_bpb"] for folder in honest]
     assert max(initial) - min(initial) < 1e-4, initial
+    first, reused = (EvalRecord.from_json(f.evals()[0]) for f in (honest[0], honest[2]))
+    assert reused.made is EvalSource.REUSED
+    assert dataclasses.replace(reused, seconds=first.seconds, made=first.made) == first
     assert all(folder.evals()[STEPS]["aggregate_bpb"] < initial[0] for folder in honest)
     resumed = read_jsonl(honest[2].titan_dir / RUN_SUBDIR / EVAL_FILE)
     assert [r["step"] for r in resumed].count(0) == 1
@@ -249,6 +254,12 @@ def test_mlflow_holds_params_tags_metrics_and_digests(
     assert sorted(m.step for m in losses) == list(range(1, STEPS + 1))  # once each, resume too
     evals = client.get_metric_history(b2.mlflow_run_id, eval_metric("code"))
     assert sorted(m.step for m in evals) == [0, 2, 4]  # the initial model too, once
+    for name in (eval_metric("code"), eval_metric("docs", "accuracy"), METRIC_EVAL_AGGREGATE):
+        initial = [  # b-dp2's step 0 was reused from a-dp2's: MLflow has the same numbers
+            [m.value for m in client.get_metric_history(r.mlflow_run_id, name) if m.step == 0]
+            for r in (runs["a-dp2"], b2)
+        ]
+        assert len(initial[0]) == 1 and initial[0] == initial[1], name
     artifacts = {a.path for a in client.list_artifacts(b2.mlflow_run_id, "zephon")}
     assert {"zephon/steps.jsonl", "zephon/experiment.json", "zephon/eval.jsonl"} <= artifacts
 

@@ -75,19 +75,23 @@ def test_sdpa_stand_in_matches_flex_attention() -> None:
     block_mask = create_block_mask(mask_mod, 2, None, 12, 12, device=device_type)
     q, k, v = (torch.randn(2, 4, 12, 8, dtype=torch.float64) for _ in range(3))
     want, want_aux = flex_attention(q, k, v, block_mask=block_mask, return_aux=AuxRequest(lse=True))
-    got, got_aux = FlexAttention.compiled_flex_attn(
-        q,
-        k,
-        v,
-        score_mod=None,
-        block_mask=block_mask,
-        scale=None,
-        enable_gqa=False,
-        return_aux=AuxRequest(lse=True),
-        kernel_options={},
-    )
-    torch.testing.assert_close(got, want)
-    torch.testing.assert_close(got_aux.lse, want_aux.lse.to(got_aux.lse.dtype))
+    # the trainer's block masks are carriers of their mask_mod (every block listed)
+    carrier = cpu_compat.mask_carrier(mask_mod, 2, None, 12, 12, device=device_type, BLOCK_SIZE=8)
+    assert carrier.shape == block_mask.shape and carrier.mask_mod is mask_mod
+    for given in (block_mask, carrier):
+        got, got_aux = FlexAttention.compiled_flex_attn(
+            q,
+            k,
+            v,
+            score_mod=None,
+            block_mask=given,
+            scale=None,
+            enable_gqa=False,
+            return_aux=AuxRequest(lse=True),
+            kernel_options={},
+        )
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got_aux.lse, want_aux.lse.to(got_aux.lse.dtype))
 
 
 def test_metric_names_are_safe_for_trackers() -> None:

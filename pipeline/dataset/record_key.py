@@ -9,7 +9,8 @@ import numpy as np
 
 RECORD_KEY_SHIFT = 32
 """A record's key is ``shard << RECORD_KEY_SHIFT | row``: shards and rows below 2**31."""
-_ROW_MASK = (1 << RECORD_KEY_SHIFT) - 1
+ROW_MASK = (1 << RECORD_KEY_SHIFT) - 1
+"""A record key's row bits."""
 
 
 def record_keys(shards: np.ndarray | int, rows: np.ndarray | int) -> np.ndarray:
@@ -20,12 +21,12 @@ def record_keys(shards: np.ndarray | int, rows: np.ndarray | int) -> np.ndarray:
 def split_record_keys(keys: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """``(shards, rows)`` of record keys."""
     array = np.asarray(keys, dtype=np.int64)
-    return array >> RECORD_KEY_SHIFT, array & _ROW_MASK
+    return array >> RECORD_KEY_SHIFT, array & ROW_MASK
 
 
 def split_record_key(key: int) -> tuple[int, int]:
     """``(shard, row)`` of one record key (without numpy, for per-record lookups)."""
-    return int(key) >> RECORD_KEY_SHIFT, int(key) & _ROW_MASK
+    return int(key) >> RECORD_KEY_SHIFT, int(key) & ROW_MASK
 
 
 @dataclass(frozen=True)

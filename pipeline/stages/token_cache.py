@@ -22,7 +22,7 @@ import numpy as np
 
 from pipeline.dataset import Dataset
 from pipeline.dataset.lru_cache import LruCache
-from pipeline.dataset.record_key import split_record_keys
+from pipeline.dataset.record_key import RECORD_KEY_SHIFT, ROW_MASK, split_record_keys
 from pipeline.io.token_store import Segment, TokenStore, entry_key
 from pipeline.processing import KEPT
 from pipeline.stages.encode import RecordOutcomes, TextEncoder
@@ -85,7 +85,7 @@ class TokenCache:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        for transient in ("_lock", "_entries", "_pending", "_pending_tokens", "_written"):
+        for transient in ("_lock", "_entries", "_keys", "_pending", "_pending_tokens", "_written"):
             state.pop(transient)
         return state
 
@@ -96,6 +96,7 @@ class TokenCache:
     def _init_transients(self) -> None:
         self._lock = threading.Lock()
         self._entries: LruCache[str, _Entry] = LruCache(_LOADED_ENTRIES)
+        self._keys: dict[tuple[str, int], str] = {}
         self._pending: dict[str, list[tuple[np.ndarray, RecordOutcomes]]] = {}
         self._pending_tokens = 0
         self._written: set[str] = set()
@@ -109,42 +110,43 @@ class TokenCache:
     def outcomes(self, dataset: Dataset, keys: np.ndarray) -> RecordOutcomes:
         """The outcomes of records ``keys`` of ``dataset``: from the store where it has them,
         else from the text (and kept to be written)."""
-        shards, rows = split_record_keys(keys)
         n = len(keys)
+        key_list = keys.tolist()
+        # A chunk's few records: grouping them in plain Python costs less than numpy calls.
+        by_shard: dict[int, list[int]] = {}
+        for pos, key in enumerate(key_list):
+            by_shard.setdefault(key >> RECORD_KEY_SHIFT, []).append(pos)
         tokens: list[np.ndarray | None] = [None] * n
-        dropped_by = np.zeros(n, np.int16)
+        dropped_by = np.full(n, KEPT, np.int16)
         overlapping = np.zeros(n, bool)
-        missing: list[np.ndarray] = []
-        entry_keys: dict[int, str] = {}
-        for s in np.unique(shards).tolist():
-            positions = np.flatnonzero(shards == s)
-            entry_keys[s] = key = self._key(dataset, s)
-            found = self._find(key, rows[positions])
-            for pos, located in zip(positions.tolist(), found, strict=True):
+        absent: list[int] = []
+        text_bytes = 0
+        for shard, positions in by_shard.items():
+            rows = np.array([key_list[p] & ROW_MASK for p in positions], np.int64)
+            found = self._find(self._key(dataset, shard), rows)
+            for pos, located in zip(positions, found, strict=True):
                 if located is None:
+                    absent.append(pos)
                     continue
                 segment, i, start = located
-                dropped_by[pos] = segment.dropped_by[i]
+                step = dropped_by[pos] = segment.dropped_by[i]
                 overlapping[pos] = segment.overlapping[i]
-                if dropped_by[pos] == KEPT:
+                if step == KEPT:
                     tokens[pos] = segment.tokens[start : start + int(segment.lengths[i])]
-            missing.append(positions[[located is None for located in found]])
-        absent = np.concatenate(missing) if missing else np.zeros(0, np.int64)
-        hit = np.ones(n, bool)
-        hit[absent] = False
-        text_bytes = int(dataset.record_text_bytes(keys[hit]).sum()) if hit.any() else 0
-        encoded = 0
-        if len(absent):
-            absent.sort()
-            got = self.encoder.outcomes(dataset, keys[absent])
-            for pos, ids in zip(absent.tolist(), got.tokens, strict=True):
-                tokens[pos] = ids
-            dropped_by[absent] = got.dropped_by
-            overlapping[absent] = got.overlapping
-            text_bytes += got.text_bytes
-            encoded = got.encoded
-            self._keep(entry_keys, shards[absent], rows[absent], got)
-        return RecordOutcomes(tokens, dropped_by, overlapping, text_bytes, encoded)
+                text_bytes += dataset.text_bytes_of(key_list[pos])
+        if not absent:
+            return RecordOutcomes(tokens, dropped_by, overlapping, text_bytes, 0)
+        absent.sort()
+        missing = keys[absent]
+        got = self.encoder.outcomes(dataset, missing)
+        for pos, ids in zip(absent, got.tokens, strict=True):
+            tokens[pos] = ids
+        dropped_by[absent] = got.dropped_by
+        overlapping[absent] = got.overlapping
+        self._keep(dataset, missing, got)
+        return RecordOutcomes(
+            tokens, dropped_by, overlapping, text_bytes + got.text_bytes, got.encoded
+        )
 
     def close(self) -> None:
         """Write everything pending, merge the entries written here that have many segments
@@ -166,11 +168,15 @@ class TokenCache:
     # -- lookups ---------------------------------------------------------------------------
 
     def _key(self, dataset: Dataset, shard: int) -> str:
-        return entry_key(
-            dataset.shard_fingerprint(shard),
-            self.tokenizer().fingerprint,
-            self.encoder.chain_fingerprint(dataset.name),
-        )
+        """The entry key of ``dataset``'s shard ``shard`` (computed once per process)."""
+        key = self._keys.get((dataset.name, shard))
+        if key is None:
+            key = self._keys[(dataset.name, shard)] = entry_key(
+                dataset.shard_fingerprint(shard),
+                self.tokenizer().fingerprint,
+                self.encoder.chain_fingerprint(dataset.name),
+            )
+        return key
 
     def _find(self, key: str, rows: np.ndarray) -> list[tuple[Segment, int, int] | None]:
         """Where each of ``rows`` is stored in entry ``key`` (None: not stored)."""
@@ -187,12 +193,11 @@ class TokenCache:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def _keep(
-        self, entry_keys: dict[int, str], shards: np.ndarray, rows: np.ndarray, got: RecordOutcomes
-    ) -> None:
-        """Keep what was just encoded to be written, by entry; write what is due."""
+    def _keep(self, dataset: Dataset, keys: np.ndarray, got: RecordOutcomes) -> None:
+        """Keep the just encoded records ``keys`` to be written, by entry; write what is due."""
         if not self.writable:
             return
+        shards, rows = split_record_keys(keys)
         with self._lock:
             for s in np.unique(shards).tolist():
                 at = np.flatnonzero(shards == s)
@@ -203,7 +208,7 @@ class TokenCache:
                     0,
                     len(at),
                 )
-                self._pending.setdefault(entry_keys[s], []).append((rows[at], part))
+                self._pending.setdefault(self._key(dataset, s), []).append((rows[at], part))
                 self._pending_tokens += sum(len(t) for t in part.tokens if t is not None)
             due = [k for k, parts in self._pending.items() if _count(parts) >= FLUSH_RECORDS]
             self._flush(list(self._pending) if self._pending_tokens >= FLUSH_TOKENS else due)

@@ -32,11 +32,19 @@ def measure_tokens_per_byte(
     order: DatasetOrder, tokenizer: Tokenizer, calibration_bytes: int
 ) -> float:
     """Tokens per byte of ``order``'s dataset on its calibration sample of
-    ``calibration_bytes``: from this process's memory, the machine's cache, or measured."""
+    ``calibration_bytes``: from this process's memory, the machine's cache, or measured.
+
+    A pre-tokenized dataset's "text bytes" are its records' token counts, so its tokens per
+    byte is exactly 1 and its costs are its token counts; its declared tokenizer must be
+    ``tokenizer`` (ConfigError before any record is read)."""
     ds = order.dataset
+    if ds.tokens is not None:
+        ds.tokens.check_tokenizer(ds.name, tokenizer)
     identity = order.calibration_identity()
     if len(order.calibration_keys()) == 0:  # the same (empty) identity for any such dataset
         raise _no_usable_records(ds)
+    if ds.pretokenized:
+        return 1.0
     key = (ds.name, identity, ds.field, tokenizer.fingerprint, calibration_bytes)
     with _MEASURED_LOCK:
         if key in _MEASURED:

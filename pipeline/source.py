@@ -153,6 +153,8 @@ class WorkSource:
                     "fingerprint": order.contract_fingerprint(),
                     "field": ds.field,
                     "exhausted": ds.exhausted,
+                    # A text dataset's entry is what it always was.
+                    **({"tokens": ds.token_contract()} if ds.pretokenized else {}),
                 }
                 for ds, order in zip(self.datasets, self.orders, strict=True)
             ],
@@ -164,7 +166,12 @@ class WorkSource:
         }
         if self.eval_sets:  # content, as order v1 fingerprints datasets (they are small)
             contract["eval_sets"] = [
-                {"name": e.name, "fingerprint": e.fingerprint, "field": e.field}
+                {
+                    "name": e.name,
+                    "fingerprint": e.fingerprint,
+                    "field": e.field,
+                    **({"tokens": e.token_contract()} if e.pretokenized else {}),
+                }
                 for e in self.eval_sets
             ]
         if len(self.phases) > 1:  # a plain mixture keeps the contract it always had

@@ -9,13 +9,16 @@ ETag enters the manifest fingerprint).
 Records are addressed by key, ``shard << 32 | row``. Remote shards are read from verified
 local copies (:mod:`pipeline.io`), with the same fingerprint as the same bytes read locally;
 remote Parquet shards, with ``io_options["remote_read"] = "range"``, in place by byte range,
-identified by their server's ETag and size (``ShardIdentity.REMOTE_VERSION``).
+identified by their server's ETag and size (``ShardIdentity.REMOTE_VERSION``). Megatron
+indexed datasets and OLMo-core token files are pre-tokenized: their tokenizer is declared
+(``TokenDeclaration``) and their records are read as token ids.
 
 Design: docs/design/pipeline_datasets.md
 """
 
 from pipeline.dataset.bad_records import BadRecordPolicy
 from pipeline.dataset.dataset import Dataset, ExhaustedPolicy
+from pipeline.dataset.pretokenized import TokenDeclaration, TokenDtype
 from pipeline.dataset.record_key import (
     RECORD_KEY_SHIFT,
     RecordPointer,
@@ -32,6 +35,8 @@ __all__ = [
     "RecordPointer",
     "ShardIdentity",
     "ShardMetadata",
+    "TokenDeclaration",
+    "TokenDtype",
     "record_keys",
     "split_record_keys",
 ]

@@ -24,6 +24,7 @@ from pipeline.choice import parse_choice
 from pipeline.dataset.bad_records import BadRecordPolicy, skip_summary
 from pipeline.dataset.global_numbering import GlobalNumbering, number_globally
 from pipeline.dataset.lru_cache import LruCache
+from pipeline.dataset.pretokenized import TokenDeclaration
 from pipeline.dataset.record_key import RecordPointer, split_record_key, split_record_keys
 from pipeline.dataset.shard import IndexedShard, Shard, ShardIdentity, ShardMetadata
 from pipeline.dataset.shard_access import ShardAccess
@@ -65,6 +66,11 @@ class Dataset:
     counted (``on_bad_record="skip"``) or fail indexing (``"error"``): a
     :class:`BadRecordPolicy`. ``exhausted`` tells the plan what to do when the dataset
     runs out: ``"repeat"`` it or ``"stop"`` (an :class:`ExhaustedPolicy`).
+
+    A dataset of Megatron indexed datasets (``.bin`` and ``.idx``) or OLMo-core token files
+    (``.npy``) is pre-tokenized: ``tokens`` declares their tokenizer (and the OLMo-core ids'
+    width), ``read_record_tokens`` reads their ids, ``read_records`` their ids decoded to text
+    (for the processing chain and evaluation), and ``record_text_bytes`` gives token counts.
     """
 
     def __init__(
@@ -77,6 +83,7 @@ class Dataset:
         on_bad_record: BadRecordPolicy | str = BadRecordPolicy.SKIP,
         cache_dir: str | Path | None = None,
         io_options: Mapping[str, Any] | None = None,
+        tokens: TokenDeclaration | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ConfigError(
@@ -99,8 +106,11 @@ class Dataset:
             cache_dir=self.cache_dir,
             on_bad_record=self.on_bad_record,
             io_options=io_options,
+            tokens=tokens,
         )
         self._shards = [Shard.at(p) for p in resolve_shards(name, paths)]
+        self.tokens = tokens
+        self.pretokenized = _check_pretokenized(name, self._shards, tokens)
         self._indexed: list[IndexedShard | None] = [None] * len(self._shards)
         self._read_order: list[int] = []  # shards in the order they were first indexed
         self._metadata: list[ShardMetadata] | None = None
@@ -261,15 +271,57 @@ class Dataset:
 
     def read_records_and_bytes(self, keys: np.ndarray | Sequence[int]) -> tuple[list[str], int]:
         """``read_records``' texts and their UTF-8 bytes in all (the indexed sizes, which
-        every read checks), for callers that count bytes without looking them up again."""
-        shards, rows = split_record_keys(keys)
-        texts: list[str] = [""] * len(shards)
+        every read checks), for callers that count bytes without looking them up again. A
+        pre-tokenized dataset's texts are its ids decoded with the declared tokenizer."""
+        if self.pretokenized:
+            assert self.tokens is not None
+            tokenizer = self.tokens.load()
+            texts = [tokenizer.decode(ids.tolist()) for ids in self.read_record_tokens(keys)[0]]
+            return texts, sum(utf8_len(text) for text in texts)
+        texts: list[str] = [""] * len(keys)
         text_bytes = 0
+        for positions, s, wanted, index, handle in self._by_shard(keys):
+            shard = self._shards[s]
+            got = self._access.read(shard, handle, index, wanted)
+            expected = index.text_bytes[wanted].tolist()
+            for pos, row, text, size in zip(positions, wanted.tolist(), got, expected, strict=True):
+                if text is None or utf8_len(text) != size:
+                    raise self._access.changed_error(shard, RecordPointer(self.name, s, row))
+                texts[pos] = text
+            text_bytes += sum(expected)
+        return texts, text_bytes
+
+    def read_record_tokens(self, keys: np.ndarray | Sequence[int]) -> tuple[list[np.ndarray], int]:
+        """The token ids (uint32, no EOS) of the records ``keys`` of a pre-tokenized dataset,
+        in the given order, and the bytes read from its files. Thread-safe; errors as
+        ``read_records``'."""
+        if not self.pretokenized:
+            raise ConfigError(f"dataset {self.name!r} holds text, not token ids: read_records")
+        tokens: list[np.ndarray] = [np.zeros(0, np.uint32)] * len(keys)
+        read_bytes = 0
+        for positions, s, wanted, index, handle in self._by_shard(keys):
+            shard = self._shards[s]
+            got = self._access.read_tokens(shard, handle, index, wanted)
+            expected = index.lengths[wanted].tolist()
+            for pos, row, ids, count in zip(positions, wanted.tolist(), got, expected, strict=True):
+                if len(ids) != count:  # the file was cut since it was indexed
+                    raise self._access.changed_error(shard, RecordPointer(self.name, s, row))
+                tokens[pos] = ids
+                read_bytes += len(ids) * handle.dtype.itemsize
+        return tokens, read_bytes
+
+    def _by_shard(
+        self, keys: np.ndarray | Sequence[int]
+    ) -> list[tuple[list[int], int, np.ndarray, ShardIndex, Any]]:
+        """Per shard of ``keys``, in shard order: the keys' positions, the shard, its rows,
+        its index and an open handle (rows checked to be in it)."""
+        shards, rows = split_record_keys(keys)
         # A tokenize chunk's few records are spread over several shards: grouping them in
         # plain Python costs less than numpy calls per shard.
         by_shard: dict[int, list[int]] = {}
         for pos, s in enumerate(shards.tolist()):
             by_shard.setdefault(s, []).append(pos)
+        groups = []
         for s in sorted(by_shard):
             if not 0 <= s < len(self._shards):
                 raise IndexError(f"dataset {self.name!r}: shard {s} out of range")
@@ -277,22 +329,19 @@ class Dataset:
             state = self._index_of(s)
             index = self.shard_index(s)
             wanted = rows[positions]
-            wanted_rows = wanted.tolist()
-            if max(wanted_rows, default=-1) >= len(index):
+            if int(wanted.max()) >= len(index):
                 raise IndexError(
                     f"dataset {self.name!r}: shard {s} has {len(index)} records, "
-                    f"record {max(wanted_rows)} asked for"
+                    f"record {int(wanted.max())} asked for"
                 )
             shard = self._shards[s]
             handle, _pin = self._handles.get_or_add(s, partial(self._access.open, shard, state))
-            got = self._access.read(shard, handle, index, wanted)
-            expected = index.text_bytes[wanted].tolist()
-            for pos, row, text, size in zip(positions, wanted_rows, got, expected, strict=True):
-                if text is None or utf8_len(text) != size:
-                    raise self._access.changed_error(shard, RecordPointer(self.name, s, row))
-                texts[pos] = text
-            text_bytes += sum(expected)
-        return texts, text_bytes
+            groups.append((positions, s, wanted, index, handle))
+        return groups
+
+    def token_contract(self) -> dict[str, Any] | None:
+        """A pre-tokenized dataset's declaration in the data contract; None for text."""
+        return None if self.tokens is None else self.tokens.contract()
 
     # -- the whole dataset (indexes every shard) --------------------------------
 
@@ -375,3 +424,32 @@ class Dataset:
                     self._indexed[s] = state
                     self._read_order.append(s)
         return state
+
+
+def _check_pretokenized(name: str, shards: list[Shard], tokens: TokenDeclaration | None) -> bool:
+    """Whether the dataset's shards are pre-tokenized; ConfigError where they mix token files
+    with text, are remote, or lack (or do not need) a declared tokenizer."""
+    kinds = {s.format.pretokenized for s in shards}
+    if len(kinds) > 1:
+        raise ConfigError(
+            f"dataset {name!r} mixes token files (.bin, .npy) with text files; make them two "
+            "datasets"
+        )
+    pretokenized = True in kinds
+    if pretokenized and tokens is None:
+        raise ConfigError(
+            f"dataset {name!r} is pre-tokenized (Megatron .bin/.idx or OLMo-core .npy files): "
+            f"declare their tokenizer (data.pretokenized.{name}.tokenizer, or "
+            "Dataset(tokens=TokenDeclaration(...))); it must be the run's tokenizer"
+        )
+    if tokens is not None and not pretokenized:
+        raise ConfigError(
+            f"dataset {name!r} holds text, but a tokenizer is declared for its files; remove "
+            f"the declaration (data.pretokenized.{name})"
+        )
+    if pretokenized and any(s.remote for s in shards):
+        raise ConfigError(
+            f"dataset {name!r}: pre-tokenized files are read from local disk only; copy them "
+            "locally (a Megatron .bin needs its .idx beside it)"
+        )
+    return pretokenized

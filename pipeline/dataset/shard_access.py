@@ -14,6 +14,7 @@ import numpy as np
 from pipeline import io
 from pipeline.dataset.bad_records import BadRecordCheck, BadRecordPolicy
 from pipeline.dataset.index_cache import IndexCache
+from pipeline.dataset.pretokenized import TokenDeclaration
 from pipeline.dataset.record_key import RecordPointer
 from pipeline.dataset.shard import IndexedShard, Shard, ShardMetadata, file_version_key
 from pipeline.errors import ConfigError, DataError
@@ -22,16 +23,21 @@ from pipeline.formats import (
     FormatName,
     JsonlFormat,
     MdsFormat,
+    MegatronFormat,
     ParquetFormat,
     ShardFormat,
     ShardIndex,
     TextFormat,
+    TokenArrayFormat,
+    TokenFormat,
 )
+from pipeline.formats.megatron import combined_fingerprint, index_file
 
 
 class ShardAccess:
-    """The shard files of the dataset named ``dataset``, whose text is ``field``; its cache
-    under ``cache_dir`` and its remote IO (``io_options``, see ``Dataset``)."""
+    """The shard files of the dataset named ``dataset``, whose text is ``field`` (or whose
+    token ids are those of ``tokens``, a pre-tokenized dataset); its cache under
+    ``cache_dir`` and its remote IO (``io_options``, see ``Dataset``)."""
 
     def __init__(
         self,
@@ -41,9 +47,11 @@ class ShardAccess:
         cache_dir: Path,
         on_bad_record: BadRecordPolicy,
         io_options: Mapping[str, Any] | None,
+        tokens: TokenDeclaration | None = None,
     ) -> None:
         self.dataset = dataset
         self.field = field
+        self.tokens = tokens
         self.cache_dir = cache_dir
         self._index_cache = IndexCache(cache_dir)
         self._bad_records = BadRecordCheck(dataset, field, on_bad_record)
@@ -61,6 +69,7 @@ class ShardAccess:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_formats")  # readers keep per-process caches and locks
+        state.pop("_token_formats")
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -69,9 +78,18 @@ class ShardAccess:
 
     def _init_formats(self) -> None:
         self._mds = MdsFormat()
-        self._formats: dict[FormatName, ShardFormat] = {
-            f.name: f
-            for f in (JsonlFormat(), TextFormat(), ParquetFormat(), ArrowFormat(), self._mds)
+        self._token_formats: dict[FormatName, TokenFormat] = {}
+        if self.tokens is not None:  # loads the declared tokenizer: only where declared
+            files = self.tokens.files()
+            self._token_formats = {
+                f.name: f for f in (MegatronFormat(files), TokenArrayFormat(files))
+            }
+        self._formats: dict[FormatName, ShardFormat | TokenFormat] = {
+            **{
+                f.name: f
+                for f in (JsonlFormat(), TextFormat(), ParquetFormat(), ArrowFormat(), self._mds)
+            },
+            **self._token_formats,
         }
 
     def reads_by_range(self, shard: Shard) -> bool:
@@ -86,9 +104,18 @@ class ShardAccess:
     def query_metadata(self, shard: Shard) -> ShardMetadata:
         """The shard's size and version (``Shard.query_metadata``), errors naming the dataset."""
         try:
-            return shard.query_metadata()
+            metadata = shard.query_metadata()
+            if shard.format.pretokenized:  # a damaged file is refused by the plan
+                self._token_format(shard).check(Path(shard.source))
         except DataError as e:
             raise DataError(f"dataset {self.dataset!r}: {e}") from e
+        except OSError as e:
+            raise DataError(f"dataset {self.dataset!r}: cannot read {shard.source}: {e}") from e
+        return metadata
+
+    def _token_format(self, shard: Shard) -> TokenFormat:
+        """The reader of a pre-tokenized shard (``Dataset`` refuses them undeclared)."""
+        return self._token_formats[shard.format]
 
     # -- indexing --------------------------------------------------------------
 
@@ -111,6 +138,10 @@ class ShardAccess:
             with self._index_cache.lock(file_version_key(local, st)):
                 if not shard.remote:
                     fp = self._index_cache.content_fingerprint(local, st)
+                if shard.format is FormatName.MEGATRON:  # its .idx is part of its content
+                    idx = index_file(local)
+                    idx_fp = self._index_cache.content_fingerprint(idx, os.stat(idx))
+                    fp = combined_fingerprint(fp, idx_fp)
                 read_path = local
                 if shard.compression:
                     # Without a shared IO cache, remote data stays in the private directory.
@@ -155,7 +186,7 @@ class ShardAccess:
         return self._index_cache.shard_index(
             fmt,
             fingerprint=fingerprint,
-            field=self.field,
+            field=self.field if self.tokens is None else self.tokens.index_key(),
             read_path=read_path,
         )
 
@@ -227,6 +258,13 @@ class ShardAccess:
         """Texts of ``rows`` of ``shard`` through ``handle`` (from ``open``); None where a
         record no longer parses."""
         return self._formats[shard.format].read(handle, index, rows, self.field)
+
+    def read_tokens(
+        self, shard: Shard, handle: Any, index: ShardIndex, rows: np.ndarray
+    ) -> list[np.ndarray]:
+        """Token ids of ``rows`` of a pre-tokenized ``shard`` through ``handle``; an array
+        shorter than indexed where the file was cut."""
+        return self._token_format(shard).read_tokens(handle, index, rows)
 
     def changed_error(self, shard: Shard, record: RecordPointer | None = None) -> DataError:
         """The error of a shard (or of a record of it) that no longer holds what was indexed."""

@@ -1,8 +1,10 @@
 """Shard formats: how a shard's records are indexed once and read back by position.
 
 One class per format (JSONL, plain text, Parquet, Arrow, MDS), each with ``build_index``,
-``open`` and ``read``, chosen by file name (``detect_format``); a dataset folder (``datasets``'
-``save_to_disk``, MDS) lists its shard files (``folder_shards``). Compressed JSONL and MDS are
+``open`` and ``read``; the pre-tokenized formats (Megatron indexed datasets, OLMo-core token
+files) ``read_tokens`` instead, their ids checked against the declared tokenizer
+(``TokenFiles``). Formats are chosen by file name (``detect_format``); a dataset folder
+(``datasets``' ``save_to_disk``, MDS) lists its shard files (``folder_shards``). Compressed JSONL and MDS are
 not formats of their own: ``decompress`` writes a plain copy, because records cannot be read
 by offset from a compressed stream.
 
@@ -15,10 +17,19 @@ from pipeline.formats.detection import COMPRESSIONS, JSONL_SUFFIXES, detect_form
 from pipeline.formats.folders import folder_shards
 from pipeline.formats.jsonl import JsonlFormat
 from pipeline.formats.mds import MdsFormat
+from pipeline.formats.megatron import MegatronFormat
 from pipeline.formats.parquet import REMOTE_READ_BYTES, ParquetFormat
-from pipeline.formats.shard_format import FormatName, ShardFormat, utf8_len
+from pipeline.formats.shard_format import (
+    FormatName,
+    ShardFormat,
+    TokenFile,
+    TokenFiles,
+    TokenFormat,
+    utf8_len,
+)
 from pipeline.formats.shard_index import MAX_EXAMPLES, ShardIndex, SkipReason
 from pipeline.formats.text import TextFormat
+from pipeline.formats.token_array import TokenArrayFormat
 
 __all__ = [
     "COMPRESSIONS",
@@ -30,11 +41,16 @@ __all__ = [
     "FormatName",
     "JsonlFormat",
     "MdsFormat",
+    "MegatronFormat",
     "ParquetFormat",
     "ShardFormat",
     "ShardIndex",
     "SkipReason",
     "TextFormat",
+    "TokenArrayFormat",
+    "TokenFile",
+    "TokenFiles",
+    "TokenFormat",
     "decompress",
     "detect_format",
     "folder_shards",

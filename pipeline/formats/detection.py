@@ -28,7 +28,8 @@ def detect_format(path: str | os.PathLike[str]) -> tuple[FormatName, Compression
     ``path`` is a local path or a URL (the file name of its path counts, not
     its query). ``.jsonl``/``.json``/``.ndjson`` (optionally ``.gz``/``.zst``)
     is JSONL, ``.parquet`` is Parquet, ``.arrow`` is Arrow, ``.mds`` (optionally
-    ``.zstd``/``.gz``) is MDS, a table of another format (:data:`TABLE_SUFFIXES`)
+    ``.zstd``/``.gz``) is MDS, ``.bin`` a Megatron indexed dataset (its ``.idx`` beside it),
+    ``.npy`` an OLMo-core token file, an ``.idx`` alone, a table of another format (:data:`TABLE_SUFFIXES`)
     or an MDS shard of another compression a ``ConfigError``, and any other file is
     one plain-text document.
     """
@@ -60,6 +61,16 @@ def detect_format(path: str | os.PathLike[str]) -> tuple[FormatName, Compression
         return FormatName.ARROW, None
     if suffix == ".mds":
         return FormatName.MDS, None
+    if suffix == ".bin":
+        return FormatName.MEGATRON, None
+    if suffix == ".npy":
+        return FormatName.TOKEN_ARRAY, None
+    if suffix == ".idx":
+        # Matched by a glob beside its .bin: read as text it would train as one document.
+        raise ConfigError(
+            f"{path}: the index of a Megatron dataset, read with its .bin; give the .bin "
+            "files only (e.g. a glob ending in *.bin)"
+        )
     if suffix in TABLE_SUFFIXES:
         raise ConfigError(
             f"{path}: {suffix} files are not read (each would train as one document); write "

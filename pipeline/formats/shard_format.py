@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from pipeline.errors import DataError
 from pipeline.formats.shard_index import ShardIndex
 
 READ_BLOCK_BYTES = 8 << 20
@@ -25,6 +28,15 @@ class FormatName(StrEnum):
     """Arrow IPC streams or files, as Hugging Face ``datasets`` saves them."""
     MDS = "mds"
     """Mosaic Streaming shards."""
+    MEGATRON = "megatron"
+    """Megatron/NeMo indexed datasets: a ``.bin`` of token ids with its ``.idx`` beside it."""
+    TOKEN_ARRAY = "token-array"
+    """OLMo-core's token files: a raw array of token ids, documents ended by EOS (``.npy``)."""
+
+    @property
+    def pretokenized(self) -> bool:
+        """Whether the format's records are token ids (read with ``read_tokens``), not text."""
+        return self in (FormatName.MEGATRON, FormatName.TOKEN_ARRAY)
 
 
 class ShardFormat(Protocol):
@@ -43,6 +55,95 @@ class ShardFormat(Protocol):
     def read(
         self, handle: Any, index: ShardIndex, rows: np.ndarray, field: str
     ) -> list[str | None]: ...
+
+
+@dataclass(frozen=True)
+class TokenFiles:
+    """What reading a dataset's pre-tokenized files needs of their declared tokenizer."""
+
+    eos_id: int
+    """Ends documents: OLMo-core's separator; a document's trailing EOS is not a token of it."""
+    vocab_size: int
+    """Ids must be below it; a larger id means another tokenizer or a damaged file."""
+    dtype: np.dtype | None = None
+    """The token width of an OLMo-core file (Megatron's ``.idx`` gives its own); None:
+    OLMo-core's rule, uint16 below 65,536 ids, else uint32."""
+
+    def array_dtype(self) -> np.dtype:
+        """The token dtype of an OLMo-core file of this tokenizer."""
+        if self.dtype is not None:
+            return self.dtype
+        return np.dtype("<u2" if self.vocab_size <= 1 << 16 else "<u4")
+
+
+class TokenFormat(Protocol):
+    """What ``Dataset`` needs from a pre-tokenized format: ``ShardFormat``'s index and handle,
+    and token ids instead of texts. ``ShardIndex.text_bytes`` holds each record's token count
+    (so the plan's tokens per byte of such a dataset is exactly 1)."""
+
+    name: FormatName
+
+    def build_index(self, path: Path, field: str) -> ShardIndex: ...
+
+    def open(self, path: Path) -> TokenFile: ...
+
+    def read_tokens(
+        self, handle: TokenFile, index: ShardIndex, rows: np.ndarray
+    ) -> list[np.ndarray]:
+        """Token ids (uint32, no EOS) of ``rows``; a shorter array where the file is cut."""
+        ...
+
+    def check(self, path: Path) -> None:
+        """Plan-time checks reading a few bytes (sizes, headers): ``DataError`` naming the
+        file and what to do."""
+        ...
+
+
+def read_token_ranges(handle: TokenFile, index: ShardIndex, rows: np.ndarray) -> list[np.ndarray]:
+    """The ids at each row's (byte offset, token count) in the file, as uint32, one ``pread``
+    each (the pre-tokenized formats)."""
+    width = handle.dtype.itemsize
+    return [
+        np.frombuffer(os.pread(handle.fd, count * width, offset), handle.dtype).astype(np.uint32)
+        for offset, count, _ in index.table[rows].tolist()
+    ]
+
+
+def scan_tokens(
+    path: Path, dtype: np.dtype, tokens: TokenFiles, *, start: int = 0, count: int | None = None
+) -> np.ndarray:
+    """Positions (token offsets from ``start``) of every EOS among ``count`` ids of ``path``
+    from byte ``start`` (all to the end: None), read in blocks; ``DataError`` naming the file
+    at an id outside the tokenizer's vocabulary."""
+    found: list[np.ndarray] = []
+    for base, block in _token_blocks(path, dtype, start, count):
+        if len(block) and (int(block.max()) >= tokens.vocab_size or int(block.min()) < 0):
+            at = int(np.argmax((block >= tokens.vocab_size) | (block < 0)))
+            raise DataError(
+                f"{path}: token {base + at} is id {int(block[at])}, not in the declared "
+                f"tokenizer's vocabulary of {tokens.vocab_size}: the file is damaged, its dtype "
+                "is not the one declared, or it was written by another tokenizer; declare the "
+                "right tokenizer and dtype, or re-write the file"
+            )
+        found.append(base + np.flatnonzero(block == tokens.eos_id))
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
+
+
+def _token_blocks(
+    path: Path, dtype: np.dtype, start: int, count: int | None
+) -> Iterator[tuple[int, np.ndarray]]:
+    """``(offset of the block's first id, ids)`` blocks of ``path``'s ids."""
+    per_block = READ_BLOCK_BYTES // dtype.itemsize
+    done = 0
+    with open(path, "rb") as f:
+        f.seek(start)
+        while count is None or done < count:
+            want = per_block if count is None else min(per_block, count - done)
+            block = np.fromfile(f, dtype, want)
+            if not len(block):
+                return
+            yield done, block
+            done += len(block)
 
 
 def utf8_len(text: str) -> int:
@@ -78,3 +179,11 @@ class ReadOnlyFile:
     def __del__(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
+
+
+class TokenFile(ReadOnlyFile):
+    """An open token file and the dtype of its ids."""
+
+    def __init__(self, path: Path, dtype: np.dtype) -> None:
+        super().__init__(path)
+        self.dtype = dtype

@@ -4,19 +4,21 @@ A record is read, passed through the processing chain (the decontamination first
 the chain keeps it, tokenized: its :class:`RecordOutcomes`. Both workers (``tokenize`` and
 ``process``) get their records' outcomes from an :class:`Encoder`: this one, or the token
 cache in front of it (:mod:`pipeline.stages.token_cache`), which answers what it has and asks
-this one for the rest.
+this one for the rest. A pre-tokenized dataset's records are their ids as read; where chain
+steps apply to it, they decide on the ids decoded to text, and may drop a record but not
+change it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from pipeline.dataset import Dataset
-from pipeline.errors import StageError
+from pipeline.errors import ConfigError, StageError
 from pipeline.processing import KEPT, Decontaminator, ProcessChain
 from pipeline.state import ordered_fingerprint
 from pipeline.tokenizer import Tokenizer, load_tokenizer
@@ -101,6 +103,8 @@ class TextEncoder:
 
     def outcomes(self, dataset: Dataset, keys: np.ndarray) -> RecordOutcomes:
         """Read, process and tokenize records ``keys`` of ``dataset``."""
+        if dataset.pretokenized:
+            return self._token_outcomes(dataset, keys)
         texts, text_bytes = read_dataset(dataset, keys)
         dropped_by = np.full(len(texts), KEPT, dtype=np.int16)
         overlapping = np.zeros(len(texts), dtype=bool)
@@ -128,14 +132,57 @@ class TextEncoder:
         tokens = [next(it) if step == KEPT else None for step in dropped_by.tolist()]
         return RecordOutcomes(tokens, dropped_by, overlapping, text_bytes, len(texts))
 
+    def _token_outcomes(self, dataset: Dataset, keys: np.ndarray) -> RecordOutcomes:
+        """The records ``keys`` of a pre-tokenized ``dataset``: their ids, each dropped or kept
+        by the chain's steps that apply to the dataset, on its ids decoded with the run's
+        tokenizer (the declared one: checked by the plan)."""
+        ids_read, read_bytes = _named_read(dataset, keys, dataset.read_record_tokens)
+        tokens: list[np.ndarray | None] = list(ids_read)
+        dropped_by = np.full(len(tokens), KEPT, dtype=np.int16)
+        overlapping = np.zeros(len(tokens), dtype=bool)
+        applies = any(only is None or dataset.name in only for only in self.chain.only)
+        if not self._trivial and applies:
+            for i, (ids, key) in enumerate(zip(ids_read, keys.tolist(), strict=True)):
+                text = self.tokenizer().decode(ids.tolist())
+                try:
+                    result, step = self.chain.apply(text, dataset.name)
+                    if result is not None and result != text:
+                        raise ConfigError(
+                            "a processing step changed the text of a record of the "
+                            f"pre-tokenized dataset {dataset.name!r}: steps that transform text "
+                            "cannot apply to token files (only filters and decontamination); "
+                            "limit the step to other datasets (datasets: [...])"
+                        )
+                except Exception as exc:  # a step failed on this record: name it
+                    raise StageError(
+                        "process", dataset.name, dataset.pointer(key).as_tuple(), exc
+                    ) from exc
+                dropped_by[i] = step
+                if result is None:
+                    tokens[i] = None
+                else:
+                    overlapping[i] = self._overlaps is not None and self._overlaps(result)
+        return RecordOutcomes(tokens, dropped_by, overlapping, read_bytes, len(tokens))
+
     def close(self) -> None:
         """Nothing is pending here."""
 
 
 def read_dataset(ds: Dataset, records: np.ndarray) -> tuple[list[str], int]:
     """Texts and UTF-8 bytes of ``records`` of one dataset; a failure names its record."""
+    return _named_read(ds, records, ds.read_records_and_bytes)
+
+
+_Read = TypeVar("_Read")
+
+
+def _named_read(
+    ds: Dataset, records: np.ndarray, read: Callable[[np.ndarray], tuple[_Read, int]]
+) -> tuple[_Read, int]:
+    """``read(records)`` of one dataset (texts or token ids, and bytes); a failure names
+    its record."""
     try:
-        return ds.read_records_and_bytes(records)
+        return read(records)
     except Exception as exc:
         raise StageError("read", ds.name, _failing_pointer(ds, records.tolist()), exc) from exc
 

@@ -110,6 +110,8 @@ class TokenCache:
     def outcomes(self, dataset: Dataset, keys: np.ndarray) -> RecordOutcomes:
         """The outcomes of records ``keys`` of ``dataset``: from the store where it has them,
         else from the text (and kept to be written)."""
+        if dataset.pretokenized:  # its tokens are on disk already: nothing to cache
+            return self.encoder.outcomes(dataset, keys)
         n = len(keys)
         key_list = keys.tolist()
         # A chunk's few records: grouping them in plain Python costs less than numpy calls.

@@ -26,6 +26,7 @@ def make_pipeline(
     process: Sequence[Any] = (),
     overlap_ngram: int = 0,
     token_cache_dir: str | None = None,
+    tokenizer: str = "gpt2",
 ) -> Pipeline:
     """A small pipeline over ``source``; micro-batch defaults to the whole local batch."""
     local = global_batch_size // dp_size
@@ -43,7 +44,7 @@ def make_pipeline(
             token_cache_dir=token_cache_dir,
         )
         .process(*process)
-        .tokenize(tokenizer_id="gpt2", field="text", parallelism=parallelism)
+        .tokenize(tokenizer_id=tokenizer, field="text", parallelism=parallelism)
         .pack_flat(max_length=max_length, algorithm="wrap")
         .shuffle(buffer_size=shuffle_buffer, seed=3)
         .batch(microbatch_size=microbatch_size or local, global_batch_size=global_batch_size)

@@ -14,12 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline import Dataset, WorkSource, merge_states
+from pipeline.dataset import TokenDeclaration
 from tests.support.helpers import GlobalRun, run_ranks
 from tests.support.mds_shards import MDS_FIXTURES, fixture_texts
+from tests.support.token_files import gpt2_documents, write_megatron, write_token_array
 
 LANES = 8
 GLOBAL_BATCH = 16
 STEPS = 10
+GPT2_EOS = 50256
 SETTINGS = settings(
     max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -112,3 +115,28 @@ def test_arrow_and_mds_folders_give_the_same_global_batches_at_dp_1_and_2(
     assert one.digests == two.digests
     for step in range(STEPS):
         np.testing.assert_array_equal(two.tokens[step], one.tokens[step], err_msg=f"step {step}")
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "token_array"])
+def test_pre_tokenized_datasets_give_the_same_global_batches_at_dp_1_2_and_4(
+    fmt: str, tmp_path: Path
+) -> None:
+    docs = gpt2_documents()
+    thirds = [docs[i::3] for i in range(3)]  # three shards
+    if fmt == "megatron":
+        paths = [write_megatron(tmp_path / f"part{i}", part) for i, part in enumerate(thirds)]
+    else:
+        paths = [
+            write_token_array(tmp_path / f"part{i}.npy", part, eos_id=GPT2_EOS)
+            for i, part in enumerate(thirds)
+        ]
+    ds = Dataset("d", paths, tokens=TokenDeclaration("gpt2"), cache_dir=tmp_path / "cache")
+    source = WorkSource([ds], {"d": 1.0}, seed=7, chunk_tokens=512, calibration_bytes=20_000)
+    one = run_ranks(source, 1, STEPS, parallelism=0, runner="inline")
+    for dp in (2, 4):
+        run = run_ranks(source, dp, STEPS, parallelism=2)
+        assert run.digests == one.digests
+        for step in range(STEPS):
+            np.testing.assert_array_equal(
+                run.tokens[step], one.tokens[step], err_msg=f"step {step}"
+            )

@@ -53,12 +53,27 @@ class PhaseSection:
 
 
 @dataclass
+class PretokenizedSection:
+    """The tokenizer a pre-tokenized dataset's files were written with (Megatron ``.bin`` +
+    ``.idx``, OLMo-core ``.npy``): it must be the run's ``data.tokenizer``."""
+
+    tokenizer: str = "gpt2"
+    """The files' tokenizer, as ``data.tokenizer`` names one (the same fingerprint)."""
+    dtype: str | None = None
+    """OLMo-core files: their ids' width (``uint8``, ``uint16``, ``uint32``, ``uint64``);
+    None: OLMo-core's rule, uint16 below 65,536 ids, else uint32. Megatron's ``.idx`` says."""
+
+
+@dataclass
 class DataSection:
     """The data contract and its layout: the one schema of a run's data, read by the plan
     and, as the run's ``data.json`` (:mod:`orchestrator.experiment.dataspec`), by the trainer."""
 
     datasets: dict[str, list[str]] = field(default_factory=dict)
-    """Dataset name -> shard paths or globs (JSONL[.gz|.zst], Parquet, text)."""
+    """Dataset name -> shard paths or globs (JSONL[.gz|.zst], Parquet, Arrow, MDS, text;
+    pre-tokenized: Megatron .bin, OLMo-core .npy)."""
+    pretokenized: dict[str, PretokenizedSection] = field(default_factory=dict)
+    """Dataset (or eval set) name -> the tokenizer its token files were written with."""
     compared: str = "mixture"
     """What the variants differ in: ``mixture``, ``dataset:NAME`` (that dataset's version)
     or ``processing`` (``process``); everything else is the data contract (docs/curation.md)."""

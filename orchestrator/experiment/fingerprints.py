@@ -15,6 +15,8 @@ from orchestrator.experiment.config import DataSection, ExperimentConfig
 from orchestrator.experiment.phases import compared_phase, pipeline_mixture, split_contract
 from orchestrator.experiment.variant_axis import parse_axis, split_varied, varied_identity
 from pipeline import ConfigError, Dataset, Pipeline, WorkSource, fingerprint, load_tokenizer
+from pipeline.choice import parse_choice
+from pipeline.dataset import TokenDeclaration, TokenDtype
 from pipeline.paths import zephon_home
 
 
@@ -88,6 +90,7 @@ def build_pipeline(
                 field=data.text_field,
                 cache_dir=data.cache_dir,
                 io_options=data.io_options,
+                tokens=token_declaration(data, name),
                 **options,
             )
             for name, paths in sorted(paths_by_name.items())
@@ -130,6 +133,16 @@ def build_pipeline(
             raise
         raise ConfigError(f"{error} ({sizes_hint})") from None
     return pipeline
+
+
+def token_declaration(data: DataSection, name: str) -> TokenDeclaration | None:
+    """The declared tokenizer of dataset (or eval set) ``name``'s token files; None if none."""
+    section = data.pretokenized.get(name)
+    if section is None:
+        return None
+    key = f"data.pretokenized.{name}.dtype"
+    dtype = None if section.dtype is None else parse_choice(TokenDtype, section.dtype, key)
+    return TokenDeclaration(section.tokenizer, dtype)
 
 
 def token_cache_dir(data: DataSection) -> str | None:

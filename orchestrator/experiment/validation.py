@@ -11,7 +11,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 from orchestrator.errors import ExperimentError
-from orchestrator.experiment.config import EvalSection, ExperimentConfig, TrainSection
+from orchestrator.experiment.config import (
+    DataSection,
+    EvalSection,
+    ExperimentConfig,
+    TrainSection,
+)
 from orchestrator.experiment.phases import phase_problems
 from orchestrator.experiment.setting_enums import (
     DecayType,
@@ -21,7 +26,8 @@ from orchestrator.experiment.setting_enums import (
     choice_problem,
 )
 from orchestrator.experiment.variant_axis import AxisKind, parse_axis
-from pipeline import ConfigError, ExhaustedPolicy, OrderVersion
+from pipeline import ConfigError, ExhaustedPolicy, OrderVersion, ZephonError, load_tokenizer
+from pipeline.dataset import TokenDtype
 from pipeline.io import credentials_problem
 from pipeline.processing import parse_chain
 
@@ -41,6 +47,7 @@ def validate(config: ExperimentConfig, dp: int | None = None) -> None:
             problems.append(f"dataset name {name!r}: use letters, digits and _ . - only")
         problems += _files_problems(f"data.datasets.{name}", paths)
     problems += _curation_problems(config)
+    problems += _pretokenized_problems(d)
     problems += _mixture_problems(d.mixture, sorted(d.datasets), "data.mixture")
     for k, phase in enumerate(d.phases):
         problems += _mixture_problems(phase.mixture, sorted(d.datasets), f"data.phases.{k}.mixture")
@@ -187,6 +194,30 @@ def _curation_problems(config: ExperimentConfig) -> list[str]:
                 f"{axis.dataset!r}'s own held-out documents, which move with its version; give "
                 "a yardstick that does not: data.eval_sets, eval.tasks, or another dataset "
                 "(its held-out documents)"
+            )
+    return problems
+
+
+def _pretokenized_problems(d: DataSection) -> list[str]:
+    """``data.pretokenized``: each entry names a dataset or eval set, a known id width, and
+    the run's tokenizer (token files' ids mean nothing to another one)."""
+    problems: list[str] = []
+    for name, section in sorted(d.pretokenized.items()):
+        key = f"data.pretokenized.{name}"
+        if name not in d.datasets and name not in d.eval_sets:
+            problems.append(f"{key}: no dataset or eval set is named {name!r}; remove it")
+        if section.dtype is not None:
+            problems += choice_problem(f"{key}.dtype", section.dtype, TokenDtype)
+        try:
+            declared, run = load_tokenizer(section.tokenizer), load_tokenizer(d.tokenizer)
+        except ZephonError as e:
+            problems.append(f"{key}.tokenizer: {e}")
+            continue
+        if declared.fingerprint != run.fingerprint:
+            problems.append(
+                f"{key}.tokenizer={section.tokenizer!r} is not data.tokenizer={d.tokenizer!r} "
+                "(their fingerprints differ): a run trains on one tokenizer's ids; set "
+                "data.tokenizer to the files' tokenizer, or tokenize the text again"
             )
     return problems
 

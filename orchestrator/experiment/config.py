@@ -61,7 +61,8 @@ class PretokenizedSection:
     """The files' tokenizer, as ``data.tokenizer`` names one (the same fingerprint)."""
     dtype: str | None = None
     """OLMo-core files: their ids' width (``uint8``, ``uint16``, ``uint32``, ``uint64``);
-    None: OLMo-core's rule, uint16 below 65,536 ids, else uint32. Megatron's ``.idx`` says."""
+    None: OLMo-core's rule, the narrowest holding the vocabulary (gpt2: uint16). Megatron's
+    ``.idx`` says."""
 
 
 @dataclass

@@ -67,13 +67,14 @@ class TokenFiles:
     """Ids must be below it; a larger id means another tokenizer or a damaged file."""
     dtype: np.dtype | None = None
     """The token width of an OLMo-core file (Megatron's ``.idx`` gives its own); None:
-    OLMo-core's rule, uint16 below 65,536 ids, else uint32."""
+    OLMo-core's rule, the narrowest unsigned integer holding every id of the vocabulary."""
 
     def array_dtype(self) -> np.dtype:
-        """The token dtype of an OLMo-core file of this tokenizer."""
+        """The token dtype of an OLMo-core file of this tokenizer (``get_dtype``'s rule)."""
         if self.dtype is not None:
             return self.dtype
-        return np.dtype("<u2" if self.vocab_size <= 1 << 16 else "<u4")
+        widths = [np.dtype(code) for code in ("u1", "<u2", "<u4", "<u8")]
+        return next(w for w in widths if self.vocab_size - 1 <= np.iinfo(w).max)
 
 
 class TokenFormat(Protocol):
@@ -109,14 +110,11 @@ def read_token_ranges(handle: TokenFile, index: ShardIndex, rows: np.ndarray) ->
     ]
 
 
-def scan_tokens(
-    path: Path, dtype: np.dtype, tokens: TokenFiles, *, start: int = 0, count: int | None = None
-) -> np.ndarray:
-    """Positions (token offsets from ``start``) of every EOS among ``count`` ids of ``path``
-    from byte ``start`` (all to the end: None), read in blocks; ``DataError`` naming the file
-    at an id outside the tokenizer's vocabulary."""
+def scan_tokens(path: Path, dtype: np.dtype, tokens: TokenFiles) -> np.ndarray:
+    """Positions of every EOS among the ids of ``path``, read in blocks; ``DataError`` naming
+    the file at an id outside the tokenizer's vocabulary."""
     found: list[np.ndarray] = []
-    for base, block in _token_blocks(path, dtype, start, count):
+    for base, block in _token_blocks(path, dtype):
         if len(block) and (int(block.max()) >= tokens.vocab_size or int(block.min()) < 0):
             at = int(np.argmax((block >= tokens.vocab_size) | (block < 0)))
             raise DataError(
@@ -129,19 +127,12 @@ def scan_tokens(
     return np.concatenate(found) if found else np.zeros(0, np.int64)
 
 
-def _token_blocks(
-    path: Path, dtype: np.dtype, start: int, count: int | None
-) -> Iterator[tuple[int, np.ndarray]]:
-    """``(offset of the block's first id, ids)`` blocks of ``path``'s ids."""
+def _token_blocks(path: Path, dtype: np.dtype) -> Iterator[tuple[int, np.ndarray]]:
+    """``(position of the block's first id, ids)`` blocks of ``path``'s ids."""
     per_block = READ_BLOCK_BYTES // dtype.itemsize
     done = 0
     with open(path, "rb") as f:
-        f.seek(start)
-        while count is None or done < count:
-            want = per_block if count is None else min(per_block, count - done)
-            block = np.fromfile(f, dtype, want)
-            if not len(block):
-                return
+        while len(block := np.fromfile(f, dtype, per_block)):
             yield done, block
             done += len(block)
 

@@ -4,7 +4,8 @@ OLMo-core (and Dolma's tokenizer) write a dataset as raw arrays of token ids: no
 despite the ``.npy`` suffix (``np.memmap(path, mode="w+", dtype=..., shape=(n,))``), each
 document's ids followed by the tokenizer's EOS; OLMo-core finds the documents by their EOS
 (``iter_document_indices``), and so does this reader. The ids' width is not in the file: it is
-declared (``TokenFiles.dtype``), else OLMo-core's rule by vocabulary size. The optional
+declared (``TokenFiles.dtype``), else OLMo-core's rule: the narrowest that holds the
+vocabulary. The optional
 ``.csv.gz`` metadata Dolma writes beside a file is not read. A record is one document without
 its EOS; ids after the last EOS are a last document.
 """
@@ -68,7 +69,7 @@ class TokenArrayFormat:
         self.check(path)
         n = path.stat().st_size // self.dtype.itemsize
         eos = scan_tokens(path, self.dtype, self.tokens)
-        if self.tokens.dtype is None and self.dtype.itemsize == 2:
+        if self.tokens.dtype is None and self.dtype.itemsize < 4:
             self._check_not_wider(path)
         trailing = n > 0 and (not len(eos) or eos[-1] != n - 1)  # ids after the last EOS
         ends = np.append(eos, n) if trailing else eos
@@ -92,11 +93,12 @@ class TokenArrayFormat:
         return read_token_ranges(handle, index, rows)
 
     def _check_not_wider(self, path: Path) -> None:
-        """A uint32 file read as uint16 (its width inferred) has a zero in every other place,
-        its ids' high halves: refused (on its first ids) rather than trained on as other ids."""
+        """A file of wider ids read with a narrower inferred width (uint32 ids as uint16) has
+        a zero in every other place, the ids' high halves: refused (on its first ids) rather
+        than trained on as other ids."""
         halves = np.fromfile(path, self.dtype, _WIDTH_SAMPLE)
         if len(halves) >= 2 and not halves[1 : len(halves) - len(halves) % 2 : 2].any():
             raise DataError(
-                f"{path}: every other uint16 id is 0: the ids look like uint32; declare the "
-                "dtype (data.pretokenized.NAME.dtype: uint32)"
+                f"{path}: every other {self.dtype.name} id is 0: the ids look wider; declare "
+                "their dtype (data.pretokenized.NAME.dtype, e.g. uint32)"
             )

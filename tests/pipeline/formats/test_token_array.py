@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from pipeline.dataset import Dataset, TokenDeclaration, TokenDtype
 from pipeline.errors import DataError
-from pipeline.formats import FormatName, detect_format
+from pipeline.formats import FormatName, TokenFiles, detect_format
 from tests.support.token_files import gpt2_documents, write_token_array
 
 EOS = 50256
@@ -84,6 +84,17 @@ def test_an_id_outside_the_vocabulary_is_refused_naming_the_file(tmp_path: Path)
 
 def test_a_uint32_file_read_with_an_inferred_width_is_refused(tmp_path: Path) -> None:
     path = write_token_array(tmp_path / "a.npy", gpt2_documents()[:3], eos_id=EOS, dtype=np.uint32)
-    with pytest.raises(DataError, match=r"look like uint32; declare the dtype"):
+    with pytest.raises(
+        DataError, match=r"every other uint16 id is 0: the ids look wider; declare their dtype"
+    ):
         array_dataset(tmp_path, path).shard_records(0)
     assert all_tokens(array_dataset(tmp_path, path, TokenDtype.UINT32)) == gpt2_documents()[:3]
+
+
+@pytest.mark.parametrize(
+    ("vocab", "dtype"), [(256, "uint8"), (257, "uint16"), (65536, "uint16"), (65537, "uint32")]
+)
+def test_an_undeclared_width_is_the_narrowest_holding_the_vocabulary(
+    vocab: int, dtype: str
+) -> None:
+    assert TokenFiles(eos_id=0, vocab_size=vocab).array_dtype() == np.dtype(dtype)

@@ -104,10 +104,12 @@ def read_token_ranges(handle: TokenFile, index: ShardIndex, rows: np.ndarray) ->
     """The ids at each row's (byte offset, token count) in the file, as uint32, one ``pread``
     each (the pre-tokenized formats)."""
     width = handle.dtype.itemsize
-    return [
-        np.frombuffer(os.pread(handle.fd, count * width, offset), handle.dtype).astype(np.uint32)
-        for offset, count, _ in index.table[rows].tolist()
-    ]
+    ids = []
+    for offset, count, _ in index.table[rows].tolist():
+        data = os.pread(handle.fd, count * width, offset)
+        # A file cut since it was indexed reads short, maybe inside an id: its whole ids.
+        ids.append(np.frombuffer(data[: len(data) - len(data) % width], handle.dtype))
+    return [i.astype(np.uint32) for i in ids]
 
 
 def scan_tokens(path: Path, dtype: np.dtype, tokens: TokenFiles) -> np.ndarray:

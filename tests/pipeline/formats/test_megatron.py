@@ -133,3 +133,13 @@ def test_token_files_need_a_declared_tokenizer_and_stay_apart_from_text(tmp_path
     with pytest.raises(ConfigError, match=r"give the \.bin files only"):
         detect_format(bin_path.with_suffix(".idx"))
     assert detect_format(bin_path) == (FormatName.MEGATRON, None)
+
+
+def test_a_bin_cut_while_open_is_a_changed_shard_naming_the_record(tmp_path: Path) -> None:
+    bin_path = write_megatron(tmp_path / "d", [[1, 2], [3, 4, 5]], dtype=np.int32)
+    ds = megatron_dataset(tmp_path, bin_path)
+    assert all_tokens(ds) == [[1, 2], [3, 4, 5]]  # the shard's handle is open now
+    with open(bin_path, "r+b") as f:
+        f.truncate(bin_path.stat().st_size - 3)  # inside the last id
+    with pytest.raises(DataError, match=rf"record \('m', 0, 1\): shard {bin_path} changed"):
+        ds.read_record_tokens(ds.global_keys([1]))

@@ -12,6 +12,7 @@ import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
@@ -273,20 +274,23 @@ class Dataset:
         """``read_records``' texts and their UTF-8 bytes in all (the indexed sizes, which
         every read checks), for callers that count bytes without looking them up again. A
         pre-tokenized dataset's texts are its ids decoded with the declared tokenizer."""
-        if self.pretokenized:
-            assert self.tokens is not None
+        if self.tokens is not None:  # pre-tokenized (the declaration is refused otherwise)
             tokenizer = self.tokens.load()
             texts = [tokenizer.decode(ids.tolist()) for ids in self.read_record_tokens(keys)[0]]
             return texts, sum(utf8_len(text) for text in texts)
         texts: list[str] = [""] * len(keys)
         text_bytes = 0
-        for positions, s, wanted, index, handle in self._by_shard(keys):
-            shard = self._shards[s]
-            got = self._access.read(shard, handle, index, wanted)
-            expected = index.text_bytes[wanted].tolist()
-            for pos, row, text, size in zip(positions, wanted.tolist(), got, expected, strict=True):
+        for part in self._by_shard(keys):
+            shard = self._shards[part.shard]
+            got = self._access.read(shard, part.handle, part.index, part.rows)
+            expected = part.index.text_bytes[part.rows].tolist()
+            for pos, row, text, size in zip(
+                part.positions, part.row_list, got, expected, strict=True
+            ):
                 if text is None or utf8_len(text) != size:
-                    raise self._access.changed_error(shard, RecordPointer(self.name, s, row))
+                    raise self._access.changed_error(
+                        shard, RecordPointer(self.name, part.shard, row)
+                    )
                 texts[pos] = text
             text_bytes += sum(expected)
         return texts, text_bytes
@@ -299,29 +303,31 @@ class Dataset:
             raise ConfigError(f"dataset {self.name!r} holds text, not token ids: read_records")
         tokens: list[np.ndarray] = [np.zeros(0, np.uint32)] * len(keys)
         read_bytes = 0
-        for positions, s, wanted, index, handle in self._by_shard(keys):
-            shard = self._shards[s]
-            got = self._access.read_tokens(shard, handle, index, wanted)
-            expected = index.lengths[wanted].tolist()
-            for pos, row, ids, count in zip(positions, wanted.tolist(), got, expected, strict=True):
+        for part in self._by_shard(keys):
+            shard = self._shards[part.shard]
+            got = self._access.read_tokens(shard, part.handle, part.index, part.rows)
+            expected = part.index.lengths[part.rows].tolist()
+            for pos, row, ids, count in zip(
+                part.positions, part.row_list, got, expected, strict=True
+            ):
                 if len(ids) != count:  # the file was cut since it was indexed
-                    raise self._access.changed_error(shard, RecordPointer(self.name, s, row))
+                    raise self._access.changed_error(
+                        shard, RecordPointer(self.name, part.shard, row)
+                    )
                 tokens[pos] = ids
-                read_bytes += len(ids) * handle.dtype.itemsize
+                read_bytes += len(ids) * part.handle.dtype.itemsize
         return tokens, read_bytes
 
-    def _by_shard(
-        self, keys: np.ndarray | Sequence[int]
-    ) -> list[tuple[list[int], int, np.ndarray, ShardIndex, Any]]:
-        """Per shard of ``keys``, in shard order: the keys' positions, the shard, its rows,
-        its index and an open handle (rows checked to be in it)."""
+    def _by_shard(self, keys: np.ndarray | Sequence[int]) -> list[_ShardRows]:
+        """The rows of ``keys`` in each of their shards, in shard order, with its index and an
+        open handle; IndexError for a key outside the dataset."""
         shards, rows = split_record_keys(keys)
         # A tokenize chunk's few records are spread over several shards: grouping them in
         # plain Python costs less than numpy calls per shard.
         by_shard: dict[int, list[int]] = {}
         for pos, s in enumerate(shards.tolist()):
             by_shard.setdefault(s, []).append(pos)
-        groups = []
+        parts = []
         for s in sorted(by_shard):
             if not 0 <= s < len(self._shards):
                 raise IndexError(f"dataset {self.name!r}: shard {s} out of range")
@@ -329,15 +335,16 @@ class Dataset:
             state = self._index_of(s)
             index = self.shard_index(s)
             wanted = rows[positions]
-            if int(wanted.max()) >= len(index):
+            wanted_rows = wanted.tolist()
+            if max(wanted_rows, default=-1) >= len(index):
                 raise IndexError(
                     f"dataset {self.name!r}: shard {s} has {len(index)} records, "
-                    f"record {int(wanted.max())} asked for"
+                    f"record {max(wanted_rows)} asked for"
                 )
             shard = self._shards[s]
             handle, _pin = self._handles.get_or_add(s, partial(self._access.open, shard, state))
-            groups.append((positions, s, wanted, index, handle))
-        return groups
+            parts.append(_ShardRows(s, positions, wanted, wanted_rows, index, handle))
+        return parts
 
     def token_contract(self) -> dict[str, Any] | None:
         """A pre-tokenized dataset's declaration in the data contract; None for text."""
@@ -424,6 +431,21 @@ class Dataset:
                     self._indexed[s] = state
                     self._read_order.append(s)
         return state
+
+
+@dataclass(frozen=True, slots=True)
+class _ShardRows:
+    """Some records of one shard, ready to read: where they go, their rows, the shard's index
+    and an open handle."""
+
+    shard: int
+    positions: list[int]
+    """Each record's position among the keys asked for."""
+    rows: np.ndarray
+    row_list: list[int]
+    """``rows`` as Python ints (zipped with the records read)."""
+    index: ShardIndex
+    handle: Any
 
 
 def _check_pretokenized(name: str, shards: list[Shard], tokens: TokenDeclaration | None) -> bool:

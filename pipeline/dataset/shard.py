@@ -12,6 +12,7 @@ from typing import Any
 from pipeline import io
 from pipeline.errors import DataError
 from pipeline.formats import Compression, FormatName, detect_format
+from pipeline.formats.megatron import index_file
 
 
 class ShardIdentity(StrEnum):
@@ -59,8 +60,11 @@ class Shard:
         """The shard's part of its dataset's manifest fingerprint (the plan's, from
         ``metadata``): format, compression and size, and a remote shard's ETag where its
         server sends one, so an object replaced by one of the same size changes the contract
-        without being downloaded. A local file's entry is the same under any path."""
+        without being downloaded. A local file's entry is the same under any path; a Megatron
+        shard's adds its ``.idx``'s size (its documents are there)."""
         entry: list[Any] = [self.format, self.compression, metadata.size]
+        if self.format is FormatName.MEGATRON:  # local only: the plan checked its .idx
+            entry.append(os.stat(index_file(Path(self.source))).st_size)
         etag = metadata.version[0] if self.remote else None
         return entry if etag is None else [*entry, etag]
 

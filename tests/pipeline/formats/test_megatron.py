@@ -77,6 +77,10 @@ def test_the_fingerprint_covers_the_idx(tmp_path: Path) -> None:
     fp_one = megatron_dataset(tmp_path, one).shard_fingerprint(0)
     assert fp_one != megatron_dataset(tmp_path, two).shard_fingerprint(0)
     assert all_tokens(megatron_dataset(tmp_path, two)) == [[1], [2, 3]]
+    # Another count of documents: the plan's contract (sizes, read without hashing) differs.
+    three = write_megatron(tmp_path / "c", [[1, 2, 3]])
+    manifest = megatron_dataset(tmp_path, three).manifest_fingerprint
+    assert manifest != megatron_dataset(tmp_path, two).manifest_fingerprint
 
 
 def damage(bin_path: Path, how: str) -> Path:

@@ -130,10 +130,17 @@ def _default_run_name(as_written: ExperimentConfig, variant: str) -> str:
 
 
 def with_absolute_paths(config: ExperimentConfig) -> ExperimentConfig:
-    """``config`` naming its tokenizer file, task folder and initial checkpoint by absolute
-    path: the trainer starts in another folder (dataset paths are made absolute in the data
+    """``config`` naming its tokenizer files (the run's and the token files' declared ones),
+    task folder and initial checkpoint by absolute path: the trainer starts in another folder (dataset paths are made absolute in the data
     spec)."""
-    data = replace(config.data, tokenizer=canonical_tokenizer_spec(config.data.tokenizer))
+    data = replace(
+        config.data,
+        tokenizer=canonical_tokenizer_spec(config.data.tokenizer),
+        pretokenized={
+            name: replace(declared, tokenizer=canonical_tokenizer_spec(declared.tokenizer))
+            for name, declared in config.data.pretokenized.items()
+        },
+    )
     task_dir, init_from = config.eval.task_dir, config.train.init_from
     return replace(
         config,

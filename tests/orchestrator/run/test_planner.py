@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from orchestrator.experiment import load_experiment
 from orchestrator.run import planner as plan_module
 
@@ -22,3 +24,25 @@ def test_the_nodes_of_a_multinode_run_derive_one_name() -> None:
     assert node0 != name("resources.node_rank=1", "train.steps=7")
     one_machine = "resources.launcher=local"
     assert name(one_machine) != name(one_machine)  # a new name every time
+
+
+def test_the_tokenizers_of_a_run_and_its_token_files_are_named_by_absolute_path(
+    monkeypatch,
+) -> None:
+    """The trainer starts in another folder: a tokenizer named relative to where the run was
+    submitted, the run's or a token file's declared one, must still be found there."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[3])
+    relative = "tests/data/tokenizers/gpt-neox"
+    config = load_experiment(
+        {
+            "data": {
+                "datasets": {"a": ["a.bin"]},
+                "tokenizer": relative,
+                "pretokenized": {"a": {"tokenizer": relative}},
+            }
+        },
+        [],
+    )
+    absolute = plan_module.with_absolute_paths(config)
+    assert Path(absolute.data.tokenizer).is_absolute()
+    assert absolute.data.pretokenized["a"].tokenizer == absolute.data.tokenizer

@@ -1,5 +1,7 @@
 """Source formats against Parquet: the same records as Parquet, an Arrow folder (``datasets``'
-``save_to_disk``) and MDS (uncompressed and zstd), each read by the lane pipeline.
+``save_to_disk``), MDS (uncompressed and zstd), and tokenized with gpt2 as a Megatron indexed
+dataset (``IndexedDatasetBuilder``) and an OLMo-core token file, each read by the lane
+pipeline (the token files' ids are read, not tokenized).
 
 ``bash scripts/bench.sh --source-formats`` (or ``python -m benchmarks.source_formats``)
 writes ``--records`` synthetic prose records of about 1 KB each in every format (4 shards
@@ -28,10 +30,16 @@ import pyarrow.parquet as pq
 
 from benchmarks.machine import provenance
 from benchmarks.publish import RESULTS, publish
-from pipeline import Dataset, Pipeline, WorkSource
+from pipeline import Dataset, Pipeline, WorkSource, load_tokenizer
+from pipeline.dataset import TokenDeclaration
 from tests.support.mds_shards import write_mds_folder
+from tests.support.token_files import gpt2_documents, write_megatron, write_token_array
 
-FORMATS = ("parquet", "arrow folder", "mds", "mds zstd")
+FORMATS = ("parquet", "arrow folder", "mds", "mds zstd", "megatron", "olmo-core npy")
+FOLDERS = ("parquet", "arrow", "mds", "mds-zstd", "megatron", "npy")
+"""Each format's folder under the work directory, in :data:`FORMATS`' order."""
+TOKEN_FORMATS = {"megatron", "olmo-core npy"}
+"""The formats whose datasets declare their tokenizer (gpt2)."""
 SHARDS = 4
 LANES, SEQ_LEN, GLOBAL_BATCH = 8, 512, 16
 MIN_SECONDS = 3.0
@@ -90,13 +98,34 @@ def write_formats(root: Path, texts: list[str]) -> dict[str, Path | list[Path]]:
         "mds zstd": write_mds_folder(
             root / "mds-zstd", texts, compression="zstd", samples_per_shard=per_shard
         ),
+        **write_token_files(root, texts, per_shard),
     }
 
 
-def measure(paths: Path | list[Path], cache: Path) -> tuple[float, float]:
-    """Seconds to the first batch from a cold cache, then label tokens per second."""
+def write_token_files(root: Path, texts: list[str], per_shard: int) -> dict[str, list[Path]]:
+    """``texts`` tokenized with gpt2, as Megatron and OLMo-core shards."""
+    documents = gpt2_documents(texts)
+    eos = load_tokenizer("gpt2").eos_id
+    for folder in ("megatron", "npy"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    parts = [documents[s * per_shard : (s + 1) * per_shard] for s in range(SHARDS)]
+    return {
+        "megatron": [
+            write_megatron(root / "megatron" / f"part-{s}", p) for s, p in enumerate(parts)
+        ],
+        "olmo-core npy": [
+            write_token_array(root / "npy" / f"part-{s}.npy", p, eos_id=eos)
+            for s, p in enumerate(parts)
+        ],
+    }
+
+
+def measure(paths: Path | list[Path], cache: Path, *, tokens: bool) -> tuple[float, float]:
+    """Seconds to the first batch from a cold cache, then label tokens per second (``tokens``:
+    the files hold gpt2 ids)."""
     began = time.perf_counter()
-    ds = Dataset("d", paths, cache_dir=cache)
+    declared = TokenDeclaration("gpt2") if tokens else None
+    ds = Dataset("d", paths, cache_dir=cache, tokens=declared)
     source = WorkSource([ds], {"d": 1.0}, seed=0, chunk_tokens=4096)
     pipeline = (
         Pipeline(source)
@@ -129,10 +158,15 @@ def main(argv: list[str] | None = None) -> int:
         paths = write_formats(root, texts)
         rounds: list[dict[str, tuple[float, float]]] = []
         for r in range(args.rounds):
-            rounds.append({f: measure(paths[f], root / f"cache-{r}-{f}") for f in FORMATS})
+            rounds.append(
+                {
+                    f: measure(paths[f], root / f"cache-{r}-{f}", tokens=f in TOKEN_FORMATS)
+                    for f in FORMATS
+                }
+            )
         sizes = {
             f: sum(p.stat().st_size for p in (root / d).rglob("*") if p.is_file())
-            for f, d in zip(FORMATS, ("parquet", "arrow", "mds", "mds-zstd"), strict=True)
+            for f, d in zip(FORMATS, FOLDERS, strict=True)
         }
     rows = []
     for f in FORMATS:
@@ -172,9 +206,10 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows
         ),
         "",
-        "Ratios are medians of each round's ratio. Tokenizing dominates throughput, so the "
-        "formats differ mostly in the cold first batch: hashing and indexing the shards "
-        "reached (and decompressing a zstd MDS shard to a copy).",
+        "Ratios are medians of each round's ratio. For the text formats tokenizing dominates "
+        "throughput, so they differ mostly in the cold first batch: hashing and indexing the "
+        "shards reached (and decompressing a zstd MDS shard to a copy). The token files "
+        "(Megatron, OLMo-core) are not tokenized: their ids are read.",
         "",
     ]
     publish(RESULTS, "source_formats", report, "\n".join(lines))

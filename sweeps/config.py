@@ -90,6 +90,7 @@ OPEN_MAPS = (
     "data.datasets",
     "data.mixture",
     "data.eval_sets",
+    "data.pretokenized",
     "data.io_options",
     "resources.slurm",
 )

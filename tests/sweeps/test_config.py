@@ -79,6 +79,8 @@ def another_value(key: str, hint: Any, default: Any) -> Any:
             return {"one": 0.25, "two": 0.75}
         if typing.get_origin(value) is list:
             return {"one": ["/data/one/a.jsonl"], "two": ["/data/two/b.jsonl"]}
+        if dataclasses.is_dataclass(value):  # data.pretokenized: a section per dataset
+            return {"one": {"tokenizer": "gpt2", "dtype": "uint32"}}
         return {"partition": "gpu", "timeout_min": 30}
     raise AssertionError(f"{key}: no test value for type {hint}")
 

@@ -11,6 +11,7 @@ Design: docs/design/benchmarks_training.md
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -311,10 +312,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("main_job_args", nargs="*", help="Hydra overrides for the main job")
     args = parser.parse_args(argv)
+    # A temporary scratch folder goes with the run; a --work-dir stays for its owner.
+    with contextlib.ExitStack() as scratch:
+        if args.work_dir is None:
+            work = Path(
+                scratch.enter_context(tempfile.TemporaryDirectory(prefix="zephon-bench-training-"))
+            )
+        else:
+            work = args.work_dir
+            work.mkdir(parents=True, exist_ok=True)
+        return _measure(args, argv, work)
+
+
+def _measure(args: argparse.Namespace, argv: list[str] | None, work: Path) -> int:
+    """Measure what ``args`` ask for in ``work`` and publish it."""
     import torch  # deferred: torch, which benchmarks.cores (importing this module) never needs
 
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="zephon-bench-training-"))
-    work.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["bash", "scripts/bench.sh", "--training", *(argv or sys.argv[1:])])
     report: dict[str, Any] = {
         **provenance(command, ("torch", "torchtitan")),

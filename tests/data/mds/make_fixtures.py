@@ -28,7 +28,9 @@ def fixture_texts() -> list[str]:
     """The texts of the ``plain``, ``zstd`` and ``gz`` folders, in sample order."""
     words = ["héllo", "naïve", "日本語", "🎉", "Ωmega", "plain", "tab\there", "new\nline"]
     return [
-        "" if i in EMPTY_AT else f"record {i}: " + " ".join(words[: 1 + i % len(words)]) * (1 + i % 3)
+        ""
+        if i in EMPTY_AT
+        else f"record {i}: " + " ".join(words[: 1 + i % len(words)]) * (1 + i % 3)
         for i in range(RECORDS)
     ]
 

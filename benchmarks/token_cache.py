@@ -122,17 +122,20 @@ def per_token(rounds: int) -> dict[str, Any]:
             "cpu_ns_per_token": statistics.median(m[name] for m in measured),
             "tokens_per_cpu_s": 1e9 / statistics.median(m[name] for m in measured),
             "ratio_to_no_cache": statistics.median(
-                m[name] / m["no cache" + name.partition(",")[1] + name.partition(",")[2]]
-                for m in measured
+                m[name] / m[_same_span("no cache", name)] for m in measured
             ),
             "ratio_to_cold": statistics.median(
-                m[name] / m["cold" + name.partition(",")[1] + name.partition(",")[2]]
-                for m in measured
+                m[name] / m[_same_span("cold", name)] for m in measured
             ),
             "rounds_ns": [m[name] for m in measured],
         }
         for name in names
     }
+
+
+def _same_span(setting: str, name: str) -> str:
+    """``setting``'s row measured over the same span as row ``name`` (``, whole run`` or not)."""
+    return setting + name[name.find(",") :] if "," in name else setting
 
 
 def sweep() -> dict[str, Any]:

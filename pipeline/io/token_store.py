@@ -3,9 +3,9 @@
 An entry is a folder named by its key (the shard's content fingerprint, the tokenizer's and
 the processing chain's: never a path). It holds segments, each a whole file of some of the
 shard's records: their rows, token ids, and what the chain made of them. A segment is
-written to a temporary file and renamed into place, and carries a CRC-32 of its bytes that
-a reader checks before using it, so neither a killed writer nor a torn or damaged file is
-ever read as records. Writers never share a file: two runs filling one entry at once each
+written to a temporary file and renamed into place (``atomic_write``), and carries a CRC-32
+of its bytes that a reader checks before using it, so neither a killed writer nor a torn or
+damaged file is ever read as records. Writers never share a file: two runs filling one entry at once each
 add their own segment (a record both tokenized is the same in both). The store is bounded:
 ``evict`` removes the least recently used entries until it fits. Any failure to write (a
 full disk, a read-only folder) is reported to the caller, which goes on without the cache.
@@ -19,13 +19,14 @@ import hashlib
 import os
 import shutil
 import struct
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from pipeline.io.atomic import atomic_write
 
 SEGMENT_MAGIC = b"ZTOKSEG1"
 _HEADER = struct.Struct("<8sQQ")  # magic, records, tokens
@@ -128,18 +129,9 @@ class TokenStore:
     def add(self, key: str, segment: Segment) -> str:
         """Write ``segment`` into entry ``key`` whole or not at all; its file name. Raises
         OSError when it cannot (the disk is full, the folder is read-only)."""
-        folder = self.entry_dir(key)
-        folder.mkdir(parents=True, exist_ok=True)
         name = f"{os.getpid()}-{time.time_ns()}.seg"
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
-        try:
-            os.fchmod(fd, 0o644)  # a team's shared cache is read by others
-            with os.fdopen(fd, "wb") as f:
-                f.write(segment.to_bytes())
-            os.replace(tmp, folder / name)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # A temporary file renamed into place, readable by a team's other users.
+        atomic_write(self.entry_dir(key) / name, lambda f: f.write(segment.to_bytes()))
         return name
 
     def replace(self, key: str, names: list[str], merged: Segment) -> None:

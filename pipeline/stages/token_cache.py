@@ -184,14 +184,18 @@ class TokenCache:
         """Where each of ``rows`` is stored in entry ``key`` (None: not stored)."""
         with self._lock:
             entry = self._entries.get(key)
-            stale = entry is None or time.monotonic() - entry.loaded_at > _REFRESH_S
             if entry is None:
                 entry = _Entry()
                 self._entries.put(key, entry)
-            if stale and (entry.loaded_at == 0.0 or (entry.find(rows) < 0).any()):
+            at = entry.find(rows)
+            # Listed on first use, and again for a miss once others may have added segments.
+            if entry.loaded_at == 0.0 or (
+                (at < 0).any() and time.monotonic() - entry.loaded_at > _REFRESH_S
+            ):
                 entry.add(self.store.segments(key, known=frozenset(entry.segments)))
                 entry.loaded_at = time.monotonic()
-            return [entry.where[i] if i >= 0 else None for i in entry.find(rows).tolist()]
+                at = entry.find(rows)
+            return [entry.where[i] if i >= 0 else None for i in at.tolist()]
 
     # -- writes ----------------------------------------------------------------------------
 
